@@ -1,0 +1,236 @@
+//! The rules for batch/v1 Jobs: what the mutating hook patches and what the validating hook
+//! refuses.
+
+use super::{queue_of, AdmissionPolicy, Decision, Denial, Operation};
+use crate::wellknown::{CLUSTER_ANNOTATION, JOB_CONTROLLER, MANAGED_BY, QUEUE_LABEL};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The part of a Job the rules read. Everything else in the object is skipped while parsing.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub metadata: MetaView,
+    pub spec: Option<SpecView>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetaView {
+    pub name: Option<String>,
+    pub generate_name: Option<String>,
+    pub namespace: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecView {
+    pub suspend: Option<bool>,
+    pub managed_by: Option<String>,
+}
+
+impl JobView {
+    pub fn queue(&self) -> Option<&str> {
+        queue_of(self.metadata.labels.as_ref())
+    }
+    pub fn suspend(&self) -> Option<bool> {
+        self.spec.as_ref()?.suspend
+    }
+    pub fn managed_by(&self) -> Option<&str> {
+        self.spec.as_ref()?.managed_by.as_deref()
+    }
+    fn is_managed_by_us(&self) -> bool {
+        self.managed_by() == Some(MANAGED_BY)
+    }
+    fn dispatched_to(&self) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(CLUSTER_ANNOTATION)
+            .map(String::as_str)
+    }
+}
+
+/// RFC 1123 label, as Kubernetes validates names: at most 63 characters of lowercase letters,
+/// digits and '-', starting and ending with a letter or digit.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+    let edge_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(inner_ok)
+        && b.first().is_some_and(edge_ok)
+        && b.last().is_some_and(edge_ok)
+}
+
+fn add(tokens: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(tokens.iter().copied()),
+        value,
+    })
+}
+
+/// The mutating hook at CREATE. `default_queue` is the queue to add when the caller decided
+/// the Job's namespace gets one.
+pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
+    let queue = match (job.queue(), default_queue) {
+        (Some(q), _) => q,
+        (None, Some(q)) => q,
+        (None, None) => return Decision::allow(),
+    };
+    let mut ops = Vec::new();
+    let mut warnings = Vec::new();
+    if job.queue().is_none() {
+        // The pointer escapes the '/' in the key; a missing labels map is created whole.
+        ops.push(match job.metadata.labels {
+            Some(_) => add(&["metadata", "labels", QUEUE_LABEL], json!(queue)),
+            None => add(&["metadata", "labels"], json!({ QUEUE_LABEL: queue })),
+        });
+        warnings.push(format!(
+            "metadata.labels[{QUEUE_LABEL}] set to {queue:?}: the namespace's default queue"
+        ));
+    }
+    let Some(spec) = &job.spec else {
+        // Not a valid Job; the API server will say so. Give it a spec that keeps it ours.
+        ops.push(add(
+            &["spec"],
+            json!({"suspend": true, "managedBy": MANAGED_BY}),
+        ));
+        return Decision {
+            patch: json_patch::Patch(ops),
+            warnings,
+            denial: None,
+        };
+    };
+    if spec.suspend != Some(true) {
+        ops.push(add(&["spec", "suspend"], json!(true)));
+        warnings.push(format!(
+            "spec.suspend set to true: Switchyard starts this Job when queue {queue:?} admits it"
+        ));
+    }
+    match spec.managed_by.as_deref() {
+        None | Some(JOB_CONTROLLER) => ops.push(add(&["spec", "managedBy"], json!(MANAGED_BY))),
+        // Anything else belongs to another controller; the validating hook explains the denial.
+        Some(_) => {}
+    }
+    Decision {
+        patch: json_patch::Patch(ops),
+        warnings,
+        denial: None,
+    }
+}
+
+fn queue_field() -> String {
+    format!("metadata.labels[{QUEUE_LABEL}]")
+}
+
+/// The validating hook at CREATE and UPDATE.
+///
+/// UPDATE rules ratchet as the API server's own validation does: a problem the old object
+/// already had does not block an unrelated update (a status write, a finalizer), only a
+/// change that introduces it.
+pub(super) fn validate(
+    operation: Operation,
+    sub_resource: Option<&str>,
+    job: &JobView,
+    old: Option<&JobView>,
+    username: &str,
+    policy: &AdmissionPolicy,
+) -> Decision {
+    // Subresource writes (status) cannot change labels or spec.
+    if sub_resource.is_some() {
+        return Decision::allow();
+    }
+    let old = if operation == Operation::Update {
+        old
+    } else {
+        None
+    };
+    let ours = job.queue().is_some()
+        || job.is_managed_by_us()
+        || old.is_some_and(|o| o.queue().is_some() || o.is_managed_by_us());
+    if !ours {
+        return Decision::allow();
+    }
+    let queue = job.queue();
+    let old_queue = old.and_then(JobView::queue);
+    let queue_changed = old.is_some() && queue != old_queue;
+    let display_queue = queue.or(old_queue).unwrap_or("");
+
+    if let Some(q) = queue {
+        if (old.is_none() || queue_changed) && !is_dns1123_label(q) {
+            return Decision::deny(Denial::invalid(format!(
+                "{}: Invalid value: {q:?}: a queue name must be a DNS-1123 label: at most 63 \
+                 lowercase letters, digits or '-', starting and ending with a letter or digit \
+                 (e.g. \"research\")",
+                queue_field()
+            )));
+        }
+        let old_had_same_problem =
+            old.is_some_and(|o| o.queue().is_some() && !o.is_managed_by_us());
+        if !job.is_managed_by_us() && !old_had_same_problem {
+            let found = job.managed_by().unwrap_or("");
+            let how = match (operation, job.managed_by()) {
+                (Operation::Update, _) => "spec.managedBy is immutable, so an existing Job cannot join a Switchyard queue: delete it and create it again with the label".to_string(),
+                (_, None) | (_, Some(JOB_CONTROLLER)) => "Switchyard's mutating webhook sets it when it creates the Job; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace".to_string(),
+                _ => format!("remove the {QUEUE_LABEL} label to let that controller run the Job, or remove spec.managedBy to let Switchyard run it"),
+            };
+            return Decision::deny(Denial::invalid(format!(
+                "spec.managedBy: Invalid value: {found:?}: a Job labelled {QUEUE_LABEL} must be managed by {MANAGED_BY:?}; {how}"
+            )));
+        }
+    }
+
+    let is_dispatcher = policy.dispatcher_usernames.iter().any(|u| u == username);
+    let Some(old) = old else {
+        // CREATE: the mutating hook has made every Job of ours suspended. One that is not was
+        // created around it, which would bypass the admission gate.
+        if job.suspend() == Some(false) && !is_dispatcher {
+            return Decision::deny(Denial::forbidden(format!(
+                "spec.suspend: Forbidden: a Job of queue {display_queue:?} must be created suspended, and Switchyard's mutating webhook suspends it; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace"
+            )));
+        }
+        return Decision::allow();
+    };
+
+    if queue_changed && old_queue.is_some() {
+        let admitted = old.suspend() == Some(false);
+        if let Some(cluster) = old.dispatched_to() {
+            return Decision::deny(Denial::invalid(format!(
+                "{}: Invalid value: {:?}: the queue cannot change after the Job was dispatched to worker cluster {cluster:?}; delete the Job and create it again to move it",
+                queue_field(),
+                queue.unwrap_or("<removed>")
+            )));
+        }
+        if admitted {
+            return Decision::deny(Denial::invalid(format!(
+                "{}: Invalid value: {:?}: the queue cannot change after the Job was admitted (spec.suspend is false); delete the Job and create it again to move it",
+                queue_field(),
+                queue.unwrap_or("<removed>")
+            )));
+        }
+    }
+
+    if old.suspend() == Some(true) && job.suspend() != Some(true) && !is_dispatcher {
+        return Decision::deny(Denial::forbidden(format!(
+            "spec.suspend: Forbidden: only the Switchyard dispatcher ({}) may unsuspend a Job of queue {display_queue:?}, not user {username:?}; it starts when the queue admits it",
+            policy.dispatcher_usernames.join(", ")
+        )));
+    }
+
+    let mut decision = Decision::allow();
+    if queue.is_none() && old_queue.is_some() && job.is_managed_by_us() {
+        decision.warnings.push(format!(
+            "removing {QUEUE_LABEL} leaves this Job managed by {MANAGED_BY} (spec.managedBy is immutable) with no queue: it will never run; delete it and create it again without the label to run it elsewhere"
+        ));
+    }
+    decision
+}

@@ -1,0 +1,147 @@
+//! Development certificates: a CA and a serving certificate signed by it (`switchyard certs`,
+//! `serve --dev-tls`). Production certificates come from cert-manager or from
+//! `certs/make-webhook-cert.sh`.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("{name:?} is not a valid DNS name for a certificate: {source}")]
+    BadName { name: String, source: rcgen::Error },
+    #[error("cannot write {path}: {source}; check the directory exists and is writable")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// PEM texts of a freshly made CA and serving certificate.
+pub struct Generated {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Names the development certificate is made for when none are given.
+pub fn default_names() -> (Vec<String>, Vec<IpAddr>) {
+    (
+        vec!["localhost".into()],
+        vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+        ],
+    )
+}
+
+/// A CA valid for ten years and an ECDSA P-256 serving certificate for `dns` and `ips`, valid
+/// for one year and usable for serverAuth and clientAuth (the same pair can play the client in
+/// tests of `--client-ca`).
+pub fn generate(dns: &[String], ips: &[IpAddr]) -> Result<Generated, CertsError> {
+    let now = time::OffsetDateTime::now_utc();
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name = DistinguishedName::new();
+    ca.distinguished_name
+        .push(DnType::CommonName, "switchyard development CA");
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.not_before = now - time::Duration::hours(1);
+    ca.not_after = now + time::Duration::days(3650);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, &ca_key);
+
+    let leaf_key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::default();
+    leaf.distinguished_name = DistinguishedName::new();
+    let cn = dns.first().cloned().unwrap_or_else(|| "switchyard".into());
+    leaf.distinguished_name.push(DnType::CommonName, cn);
+    for name in dns {
+        let san = name
+            .as_str()
+            .try_into()
+            .map_err(|source| CertsError::BadName {
+                name: name.clone(),
+                source,
+            })?;
+        leaf.subject_alt_names.push(SanType::DnsName(san));
+    }
+    leaf.subject_alt_names
+        .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    leaf.not_before = now - time::Duration::hours(1);
+    leaf.not_after = now + time::Duration::days(365);
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok(Generated {
+        ca_cert_pem: ca_cert.pem(),
+        ca_key_pem: ca_key.serialize_pem(),
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    })
+}
+
+/// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`, creating it.
+pub fn write(dir: &Path, g: &Generated) -> Result<(), CertsError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CertsError::Write { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    write_file(&dir.join("ca.crt"), &g.ca_cert_pem, 0o644)?;
+    write_file(&dir.join("tls.crt"), &g.cert_pem, 0o644)?;
+    write_file(&dir.join("tls.key"), &g.key_pem, 0o600)?;
+    Ok(())
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), CertsError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| CertsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Write beside and rename, so a reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Paths of a development certificate in `dir`, created unless a usable pair is already
+/// there (so a restarted `serve --dev-tls` keeps the CA that clients trust).
+pub fn ensure_dev(dir: &Path) -> Result<(PathBuf, PathBuf), CertsError> {
+    let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+    if ca.exists() && crate::tls::load_certified_key(&cert, &key).is_ok() {
+        tracing::info!(dir = %dir.display(), "reusing the development certificate");
+        return Ok((cert, key));
+    }
+    let (dns, ips) = default_names();
+    write(dir, &generate(&dns, &ips)?)?;
+    tracing::info!(dir = %dir.display(), ca = %ca.display(), "created a development CA and certificate for localhost and 127.0.0.1");
+    Ok((cert, key))
+}

@@ -1,0 +1,94 @@
+//! Command-line interface. Every `serve` flag can also come from the YAML file given with
+//! `--config` (flags win) and the common ones from `SWITCHYARD_*` environment variables.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Multi-cluster batch dispatcher for Kubernetes"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "SWITCHYARD_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter in RUST_LOG syntax (e.g. `info,switchyard=debug`); RUST_LOG is read too.
+    #[arg(long = "log", global = true, env = "SWITCHYARD_LOG")]
+    pub log_filter: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the admission webhooks (HTTPS) and the probes and metrics (HTTP).
+    Serve(Box<ServeArgs>),
+    /// Write a development CA and a serving certificate: ca.crt, tls.crt, tls.key.
+    Certs(CertsArgs),
+}
+
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// YAML configuration file (keys as in the README's configuration reference).
+    #[arg(long, env = "SWITCHYARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// HTTPS address for the webhooks [default: 0.0.0.0:9443].
+    #[arg(long, env = "SWITCHYARD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Plain-HTTP address for /healthz, /readyz and /metrics [default: 0.0.0.0:8080].
+    #[arg(long, env = "SWITCHYARD_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
+    /// Serving certificate chain (PEM); re-read periodically, so renewals need no restart.
+    #[arg(long, env = "SWITCHYARD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long, env = "SWITCHYARD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Create (or reuse) a development CA and a certificate for localhost and 127.0.0.1 in DIR.
+    #[arg(long, env = "SWITCHYARD_DEV_TLS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub dev_tls: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, env = "SWITCHYARD_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// Never contact a Kubernetes API server; surfaces that need one are off.
+    #[arg(long, env = "SWITCHYARD_STANDALONE")]
+    pub standalone: bool,
+    /// Queue given to unlabelled Jobs in namespaces matching `managedNamespaces` (config file).
+    #[arg(long, env = "SWITCHYARD_DEFAULT_QUEUE")]
+    pub default_queue: Option<String>,
+    /// User allowed to unsuspend Jobs (repeatable) [default: system:serviceaccount:switchyard-system:switchyard].
+    #[arg(long = "dispatcher-username", value_name = "USER")]
+    pub dispatcher_usernames: Vec<String>,
+    /// HTTPS worker threads [default: number of CPUs].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// How long in-flight requests may take to finish after SIGTERM (e.g. 25s) [default: 25s].
+    #[arg(long)]
+    pub shutdown_timeout: Option<String>,
+    /// How often the certificate files are re-read (e.g. 10s) [default: 10s].
+    #[arg(long)]
+    pub tls_reload_interval: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// DNS name for the serving certificate (repeatable) [default: localhost].
+    #[arg(long = "dns", value_name = "NAME")]
+    pub dns: Vec<String>,
+    /// IP address for the serving certificate (repeatable) [default: 127.0.0.1].
+    #[arg(long = "ip", value_name = "IP")]
+    pub ip: Vec<IpAddr>,
+}

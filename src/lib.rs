@@ -1,0 +1,47 @@
+//! Switchyard: a multi-cluster batch dispatcher for Kubernetes.
+//!
+//! One binary serves three surfaces on one HTTPS server: admission webhooks for batch/v1 Jobs,
+//! a kube-scheduler extender and the dispatcher. Decision logic lives in pure functions
+//! (plain data in, plain data out); the modules named after I/O (`server`, `tls`,
+//! `namespaces`) are thin shells around them.
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod certs;
+pub mod cli;
+pub mod config;
+pub mod metrics;
+pub mod namespaces;
+pub mod selector;
+pub mod server;
+pub mod telemetry;
+pub mod tls;
+pub mod wellknown;
+
+/// Errors that end a command. Each message names the object and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Certs(#[from] certs::CertsError),
+    #[error("cannot listen on {addr}: {source}; is another process using the port?")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot build a Kubernetes client: {0}; set KUBECONFIG or run in a pod, or pass --standalone to run without a cluster")]
+    KubeClient(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Installs ring as the process-wide rustls provider. Idempotent: tests call it from many
+/// threads, and a second install attempt only reports that one is already there.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

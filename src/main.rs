@@ -1,0 +1,57 @@
+#![forbid(unsafe_code)]
+
+use anyhow::Context;
+use clap::Parser;
+use switchyard::cli::{Cli, Command, LogFormat};
+use switchyard::config::{FileConfig, ServeSettings};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    switchyard::install_crypto_provider();
+    match cli.command {
+        Command::Serve(args) => {
+            let file = match &args.config {
+                Some(path) => FileConfig::load(path)?,
+                None => FileConfig::default(),
+            };
+            let format = cli
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Text);
+            let filter = cli.log_filter.clone().or(file.log.clone());
+            switchyard::telemetry::init(format, filter.as_deref()).map_err(anyhow::Error::msg)?;
+            let settings = ServeSettings::resolve(&args, file)?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?
+                .block_on(switchyard::server::run(settings))?;
+        }
+        Command::Certs(args) => {
+            let (default_dns, default_ips) = switchyard::certs::default_names();
+            let dns = if args.dns.is_empty() {
+                default_dns
+            } else {
+                args.dns
+            };
+            let ips = if args.ip.is_empty() {
+                default_ips
+            } else {
+                args.ip
+            };
+            let generated = switchyard::certs::generate(&dns, &ips)?;
+            switchyard::certs::write(&args.out, &generated)?;
+            let names: Vec<String> = dns
+                .iter()
+                .cloned()
+                .chain(ips.iter().map(ToString::to_string))
+                .collect();
+            println!(
+                "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
+                args.out.display(),
+                names.join(", ")
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,446 @@
+//! The HTTPS server every surface shares, and the plain-HTTP probe server.
+//!
+//! Handlers are thin: read the body within limits, call the pure admission code, answer.
+
+use crate::admission::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook};
+use crate::config::{ServeSettings, TlsSource};
+use crate::metrics::Metrics;
+use crate::namespaces::NamespaceLabels;
+use crate::tls::{self, CertificateStore};
+use crate::wellknown::{MUTATE_JOB_PATH, VALIDATE_JOB_PATH};
+use actix_web::dev::{ServerHandle, Service};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use futures::StreamExt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// The admission surface's state.
+pub struct Webhooks {
+    pub policy: AdmissionPolicy,
+    pub namespaces: NamespaceLabels,
+    pub max_body: usize,
+    pub body_timeout: Duration,
+}
+
+/// What `/readyz` reports.
+pub struct Readiness {
+    shutting_down: AtomicBool,
+    /// One line per surface that is off, and why.
+    notes: Vec<String>,
+}
+
+struct State {
+    webhooks: Webhooks,
+    metrics: Arc<Metrics>,
+}
+
+/// The result label a handler leaves for the metrics middleware.
+#[derive(Clone, Copy)]
+struct Outcome(&'static str);
+
+/// A started server. Dropping it does not stop it; call [`Running::shutdown`].
+pub struct Running {
+    pub https_addr: SocketAddr,
+    pub probe_addr: SocketAddr,
+    pub certificates: Arc<CertificateStore>,
+    pub metrics: Arc<Metrics>,
+    https: ServerHandle,
+    probe: ServerHandle,
+    servers: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    readiness: Arc<Readiness>,
+    stop_background: tokio::sync::watch::Sender<bool>,
+}
+
+fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
+    let listener =
+        TcpListener::bind(addr).map_err(|source| crate::Error::Listen { addr, source })?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Binds both listeners and starts serving; returns once both accept connections.
+pub async fn start(settings: ServeSettings) -> crate::Result<Running> {
+    let (cert_path, key_path) = match &settings.tls {
+        TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
+        TlsSource::Dev(dir) => crate::certs::ensure_dev(dir)?,
+    };
+    let certificates = CertificateStore::load(&cert_path, &key_path)?;
+    let tls_config = tls::server_config(certificates.clone(), settings.client_ca.as_deref())?;
+    let metrics = Arc::new(Metrics::new());
+
+    let mut notes = Vec::new();
+    let namespaces = if settings.standalone {
+        notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
+        tracing::warn!("standalone: no Kubernetes API server is contacted; managedNamespaces matches on kubernetes.io/metadata.name only");
+        NamespaceLabels::Standalone
+    } else {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| crate::Error::KubeClient(e.to_string()))?;
+        NamespaceLabels::live(client, settings.namespace_cache_ttl)
+    };
+    if settings.policy.default_queue.is_some() && settings.policy.managed_namespaces.is_none() {
+        tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
+    }
+    let readiness = Arc::new(Readiness {
+        shutting_down: AtomicBool::new(false),
+        notes,
+    });
+
+    let state = web::Data::new(State {
+        webhooks: Webhooks {
+            policy: settings.policy.clone(),
+            namespaces,
+            max_body: settings.max_review_bytes,
+            body_timeout: settings.body_timeout,
+        },
+        metrics: metrics.clone(),
+    });
+
+    let https_listener = bind(settings.listen)?;
+    let https_addr = https_listener.local_addr()?;
+    let shutdown_secs = settings.shutdown_timeout.as_secs().max(1);
+    let https = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap_fn(|req, srv| {
+                let started = Instant::now();
+                let path = req.match_pattern().unwrap_or_else(|| "unmatched".into());
+                let metrics = req
+                    .app_data::<web::Data<State>>()
+                    .map(|s| s.metrics.clone());
+                let fut = srv.call(req);
+                async move {
+                    let res = fut.await?;
+                    if let Some(metrics) = metrics {
+                        let outcome = res
+                            .response()
+                            .extensions()
+                            .get::<Outcome>()
+                            .map(|o| o.0)
+                            .unwrap_or_else(|| status_class(res.status()));
+                        metrics.observe_request(&path, outcome, started.elapsed());
+                    }
+                    Ok(res)
+                }
+            })
+            .configure(admission_routes)
+            .default_service(web::to(not_found))
+    })
+    .workers(settings.workers)
+    .disable_signals()
+    .shutdown_timeout(shutdown_secs)
+    .client_request_timeout(Duration::from_secs(5))
+    .tls_handshake_timeout(Duration::from_secs(5))
+    .keep_alive(Duration::from_secs(90))
+    .listen_rustls_0_23(https_listener, tls_config)?
+    .run();
+    let https_handle = https.handle();
+
+    let probe_listener = bind(settings.probe_listen)?;
+    let probe_addr = probe_listener.local_addr()?;
+    let probe_state = (readiness.clone(), metrics.clone());
+    let probe = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(probe_state.clone()))
+            .route(
+                "/healthz",
+                web::get().to(|| async { HttpResponse::Ok().body("ok\n") }),
+            )
+            .route("/readyz", web::get().to(readyz))
+            .route("/metrics", web::get().to(metrics_text))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(shutdown_secs)
+    .listen(probe_listener)?
+    .run();
+    let probe_handle = probe.handle();
+
+    let (stop_background, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(certificates.clone().watch(
+        settings.tls_reload_interval,
+        metrics.clone(),
+        stop_rx,
+    ));
+    let servers = vec![tokio::spawn(https), tokio::spawn(probe)];
+    tracing::info!(%https_addr, %probe_addr, standalone = settings.standalone, "serving");
+    Ok(Running {
+        https_addr,
+        probe_addr,
+        certificates,
+        metrics,
+        https: https_handle,
+        probe: probe_handle,
+        servers,
+        readiness,
+        stop_background,
+    })
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish within the shutdown timeout, and
+    /// returns when both servers have stopped.
+    pub async fn shutdown(self) {
+        self.readiness.shutting_down.store(true, Ordering::SeqCst);
+        let _ = self.stop_background.send(true);
+        self.https.stop(true).await;
+        self.probe.stop(true).await;
+        for server in self.servers {
+            let _ = server.await;
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// `serve`: start, wait for SIGTERM or SIGINT, shut down gracefully.
+pub async fn run(settings: ServeSettings) -> crate::Result<()> {
+    let running = start(settings).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight requests"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing in-flight requests"),
+    }
+    running.shutdown().await;
+    Ok(())
+}
+
+/// The admission webhook routes, for the shared HTTPS app.
+pub fn admission_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        MUTATE_JOB_PATH,
+        web::post().to(|s, r, p| review(Hook::Mutate, s, r, p)),
+    )
+    .route(
+        VALIDATE_JOB_PATH,
+        web::post().to(|s, r, p| review(Hook::Validate, s, r, p)),
+    )
+    .route(MUTATE_JOB_PATH, web::to(method_not_allowed))
+    .route(VALIDATE_JOB_PATH, web::to(method_not_allowed));
+}
+
+fn status_class(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        200..=299 => "2xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+fn plain(status: StatusCode, outcome: &'static str, line: String) -> HttpResponse {
+    let mut res = HttpResponse::build(status)
+        .content_type("text/plain; charset=utf-8")
+        .body(line + "\n");
+    res.extensions_mut().insert(Outcome(outcome));
+    res
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    plain(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no such path {:?}: this server answers POST {MUTATE_JOB_PATH} and POST {VALIDATE_JOB_PATH}",
+            req.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let mut res = plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "bad_request",
+        format!("{} {}: only POST is served here", req.method(), req.path()),
+    );
+    res.headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    res
+}
+
+fn is_json(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Reads the body within the size limit and the body timeout.
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, HttpResponse> {
+    let too_large = |n: String| {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "bad_request",
+            format!("AdmissionReview body of {n} bytes is over the {limit}-byte limit"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(n) = declared.filter(|n| *n > limit) {
+        return Err(too_large(n.to_string()));
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(4096).min(limit));
+    let read = async {
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| {
+                plain(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("request body could not be read: {e}"),
+                )
+            })?;
+            if body.len() + chunk.len() > limit {
+                return Err(too_large(format!("more than {limit}")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(())) => Ok(body),
+        Ok(Err(res)) => Err(res),
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "bad_request",
+            format!("request body did not arrive within {timeout:?}"),
+        )),
+    }
+}
+
+async fn review(
+    hook: Hook,
+    state: web::Data<State>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    let span = tracing::info_span!(
+        "admission",
+        hook = hook.as_str(),
+        uid = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+        name = tracing::field::Empty,
+        operation = tracing::field::Empty,
+        dry_run = tracing::field::Empty,
+        allowed = tracing::field::Empty,
+        mutated = tracing::field::Empty,
+    );
+    review_in_span(hook, &state.webhooks, &req, payload)
+        .instrument(span)
+        .await
+}
+
+async fn review_in_span(
+    hook: Hook,
+    webhooks: &Webhooks,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    if !is_json(req) {
+        let found = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        tracing::warn!(content_type = found, "refused: not JSON");
+        return plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_request",
+            format!("Content-Type {found:?} is not application/json: send an admission.k8s.io/v1 AdmissionReview"),
+        );
+    }
+    let body = match read_body(req, payload, webhooks.max_body, webhooks.body_timeout).await {
+        Ok(b) => b,
+        Err(res) => {
+            tracing::warn!(status = res.status().as_u16(), "refused: body");
+            return res;
+        }
+    };
+    let span = tracing::Span::current();
+    let review = match admission::parse(&body) {
+        Ok(r) => r,
+        Err(BadReview::Unreadable(line)) => {
+            tracing::warn!(reason = %line, "refused: unreadable review");
+            return plain(StatusCode::BAD_REQUEST, "bad_request", line);
+        }
+        Err(BadReview::Rejected { envelope, message }) => {
+            span.record("uid", envelope.uid.as_str());
+            tracing::warn!(reason = %message, "denied: malformed request");
+            let d = Decision::deny(Denial::bad_request(message));
+            return reply(&envelope.into(), &d, "bad_request");
+        }
+    };
+    span.record("uid", review.envelope.uid.as_str());
+    span.record("namespace", review.namespace.as_deref().unwrap_or(""));
+    span.record("name", review.object_name());
+    span.record("operation", review.operation.as_str());
+    span.record("dry_run", review.dry_run);
+
+    let labels = match review.namespace_to_look_up(hook, &webhooks.policy) {
+        None => None,
+        Some(ns) => match webhooks.namespaces.get(ns).await {
+            Ok(labels) => labels,
+            Err(e) => {
+                tracing::error!(error = %e, "denied: namespace lookup failed");
+                let d = Decision::deny(Denial::unavailable(format!(
+                    "{e}; the default queue cannot be decided, retry shortly"
+                )));
+                return reply(&review.envelope, &d, "error");
+            }
+        },
+    };
+    let decision = admission::decide(hook, &review, &webhooks.policy, labels.as_deref());
+    span.record("allowed", decision.allowed());
+    span.record("mutated", decision.mutated());
+    match &decision.denial {
+        Some(d) => tracing::info!(code = d.code, reason = %d.message, "denied"),
+        None => tracing::debug!(ops = decision.patch.0.len(), "allowed"),
+    }
+    reply(&review.envelope, &decision, decision.outcome())
+}
+
+fn reply(envelope: &admission::Envelope, d: &Decision, outcome: &'static str) -> HttpResponse {
+    let mut res = HttpResponse::Ok()
+        .content_type("application/json")
+        .body(admission::render(envelope, d));
+    res.extensions_mut().insert(Outcome(outcome));
+    res
+}
+
+type ProbeState = web::Data<(Arc<Readiness>, Arc<Metrics>)>;
+
+async fn readyz(state: ProbeState) -> HttpResponse {
+    let readiness = &state.0;
+    let mut body = String::new();
+    let status = if readiness.shutting_down.load(Ordering::SeqCst) {
+        body.push_str("shutting down\n");
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        body.push_str("webhooks: ok\n");
+        StatusCode::OK
+    };
+    for note in &readiness.notes {
+        body.push_str(note);
+        body.push('\n');
+    }
+    HttpResponse::build(status)
+        .content_type("text/plain; charset=utf-8")
+        .body(body)
+}
+
+async fn metrics_text(state: ProbeState) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.1.encode())
+}
