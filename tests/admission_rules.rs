@@ -1,0 +1,476 @@
+//! Every admission rule, table-driven from AdmissionReview fixtures shaped exactly like
+//! kube-apiserver's (tests/fixtures/admission, derived from real captures). Each reply's patch
+//! is applied to the object and the result checked, as the API server would store it.
+
+mod common;
+
+use common::{assert_echo, fixture, fixture_json, patch_of, patched_object};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use switchyard::admission::{review_body, AdmissionPolicy, Hook};
+
+enum Expect {
+    /// Allowed; each (JSON Pointer, value) holds in the patched object (`None`: absent). `no_patch` demands that the reply carries no patch at all.
+    Allow {
+        after: Vec<(&'static str, Option<Value>)>,
+        no_patch: bool,
+        warning: Option<&'static str>,
+    },
+    Deny {
+        code: u16,
+        mentions: &'static [&'static str],
+    },
+}
+
+struct Case {
+    fixture: &'static str,
+    hook: Hook,
+    default_queue: Option<&'static str>,
+    expect: Expect,
+}
+
+fn ours_after() -> Vec<(&'static str, Option<Value>)> {
+    vec![
+        ("/spec/suspend", Some(json!(true))),
+        ("/spec/managedBy", Some(json!("switchyard.dev/dispatcher"))),
+    ]
+}
+
+fn cases() -> Vec<Case> {
+    use Expect::*;
+    use Hook::*;
+    vec![
+        Case {
+            fixture: "admission-mutate-create-basic",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: ours_after(),
+                no_patch: false,
+                warning: Some("spec.suspend set to true"),
+            },
+        },
+        Case {
+            fixture: "mutate-create-no-labels",
+            hook: Mutate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "mutate-create-other-labels",
+            hook: Mutate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "mutate-create-managedby-jobcontroller",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: ours_after(),
+                no_patch: false,
+                warning: None,
+            },
+        },
+        Case {
+            // Another controller's Job: never overwritten; the validating hook explains.
+            fixture: "mutate-create-managedby-other",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: vec![
+                    ("/spec/suspend", Some(Value::Bool(true))),
+                    ("/spec/managedBy", Some(json!("kueue.x-k8s.io/multikueue"))),
+                ],
+                no_patch: false,
+                warning: None,
+            },
+        },
+        Case {
+            fixture: "mutate-create-already-suspended",
+            hook: Mutate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "mutate-create-unknown-fields",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: ours_after(),
+                no_patch: false,
+                warning: None,
+            },
+        },
+        Case {
+            fixture: "mutate-create-dry-run",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: ours_after(),
+                no_patch: false,
+                warning: None,
+            },
+        },
+        Case {
+            fixture: "mutate-create-generate-name",
+            hook: Mutate,
+            default_queue: None,
+            expect: Allow {
+                after: ours_after(),
+                no_patch: false,
+                warning: None,
+            },
+        },
+        Case {
+            // No labels map at all: the patch must create it, with the escaped key.
+            fixture: "mutate-create-default-namespace",
+            hook: Mutate,
+            default_queue: Some("team-queue"),
+            expect: Allow {
+                after: vec![
+                    (
+                        "/metadata/labels/switchyard.dev~1queue-name",
+                        Some(json!("team-queue")),
+                    ),
+                    ("/spec/suspend", Some(Value::Bool(true))),
+                ],
+                no_patch: false,
+                warning: Some("default queue"),
+            },
+        },
+        Case {
+            // A default queue only for matching namespaces: research does not match team-a.
+            fixture: "mutate-create-no-labels",
+            hook: Mutate,
+            default_queue: Some("team-queue"),
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "admission-validate-create-basic",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &["spec.managedBy", "switchyard-mutating"],
+            },
+        },
+        Case {
+            fixture: "validate-create-mutated",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "validate-create-bad-queue",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &[
+                    "metadata.labels[switchyard.dev/queue-name]",
+                    "Research_Team",
+                    "DNS-1123",
+                ],
+            },
+        },
+        Case {
+            fixture: "validate-create-managedby-other",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &["spec.managedBy", "kueue.x-k8s.io/multikueue", "remove"],
+            },
+        },
+        Case {
+            fixture: "validate-update-unsuspend-dispatcher",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "validate-update-unsuspend-alice-managed",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 403,
+                mentions: &["spec.suspend", "alice", "dispatcher"],
+            },
+        },
+        Case {
+            // The real capture: a Job of ours (labelled) without managedBy, created before
+            // the webhook existed; unsuspending it is still the dispatcher's decision.
+            fixture: "admission-validate-update-unsuspend-alice",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 403,
+                mentions: &["spec.suspend", "alice"],
+            },
+        },
+        Case {
+            fixture: "validate-update-relabel-suspended",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "validate-update-relabel-running",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &["metadata.labels[switchyard.dev/queue-name]", "admitted"],
+            },
+        },
+        Case {
+            fixture: "validate-update-unlabel-dispatched",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &["worker-1", "dispatched"],
+            },
+        },
+        Case {
+            fixture: "validate-update-status-subresource",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "admission-validate-update-status-external-running-admin",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "validate-update-unrelated-job",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+    ]
+}
+
+fn unchanged() -> Expect {
+    Expect::Allow {
+        after: Vec::new(),
+        no_patch: true,
+        warning: None,
+    }
+}
+
+fn policy(default_queue: Option<&str>) -> AdmissionPolicy {
+    AdmissionPolicy {
+        default_queue: default_queue.map(String::from),
+        managed_namespaces: default_queue.map(|_| {
+            serde_json::from_value(json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}
+            ]}))
+            .unwrap()
+        }),
+        ..AdmissionPolicy::default()
+    }
+}
+
+/// Runs one case the way the server does, with the Namespace's labels as the standalone
+/// lookup would give them.
+fn run(case: &Case) -> (Value, Value) {
+    let review = fixture_json(case.fixture);
+    let policy = policy(case.default_queue);
+    let ns = review["request"]["namespace"].as_str().unwrap_or_default();
+    let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.to_string())]);
+    let (reply, _) = review_body(case.hook, &fixture(case.fixture), &policy, Some(&labels))
+        .unwrap_or_else(|e| panic!("{}: {e:?}", case.fixture));
+    (
+        review,
+        serde_json::from_slice(&reply).expect("reply is JSON"),
+    )
+}
+
+#[test]
+fn every_rule_answers_as_documented() {
+    let mut failures = Vec::new();
+    for case in cases() {
+        let (review, reply) = run(&case);
+        assert_echo(&review, &reply);
+        let response = &reply["response"];
+        let name = case.fixture;
+        match &case.expect {
+            Expect::Allow {
+                after,
+                no_patch,
+                warning,
+            } => {
+                if response["allowed"] != true {
+                    failures.push(format!("{name}: expected allowed, got {response}"));
+                    continue;
+                }
+                if *no_patch && patch_of(&reply).is_some() {
+                    failures.push(format!("{name}: expected no patch, got {response}"));
+                }
+                let object = patched_object(&review, &reply);
+                for (pointer, want) in after.iter() {
+                    let got = object.pointer(pointer);
+                    let ok = match (want, got) {
+                        (Some(w), Some(g)) => w == g,
+                        (None, None) => true,
+                        _ => false,
+                    };
+                    if !ok {
+                        failures.push(format!("{name}: {pointer} is {got:?}, expected {want:?}"));
+                    }
+                }
+                if let Some(w) = warning {
+                    let warnings = response["warnings"].to_string();
+                    if !warnings.contains(w) {
+                        failures.push(format!("{name}: no warning mentioning {w:?}: {warnings}"));
+                    }
+                }
+            }
+            Expect::Deny { code, mentions } => {
+                if response["allowed"] != false {
+                    failures.push(format!("{name}: expected denied, got {response}"));
+                    continue;
+                }
+                if response["status"]["code"] != *code {
+                    failures.push(format!(
+                        "{name}: code {} != {code}",
+                        response["status"]["code"]
+                    ));
+                }
+                let message = response["status"]["message"].as_str().unwrap_or_default();
+                for m in mentions.iter() {
+                    if !message.contains(m) {
+                        failures.push(format!("{name}: message lacks {m:?}: {message}"));
+                    }
+                }
+                if response.get("patch").is_some() {
+                    failures.push(format!("{name}: a denial carries no patch"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn default_queue_creates_the_labels_map_with_an_escaped_key() {
+    let case = Case {
+        fixture: "mutate-create-default-namespace",
+        hook: Hook::Mutate,
+        default_queue: Some("team-queue"),
+        expect: unchanged(),
+    };
+    let (review, reply) = run(&case);
+    let ops = serde_json::to_value(patch_of(&reply).unwrap()).unwrap();
+    assert!(
+        ops.as_array()
+            .unwrap()
+            .iter()
+            .any(|op| op["path"] == "/metadata/labels"
+                && op["value"] == json!({"switchyard.dev/queue-name": "team-queue"})),
+        "the labels map is added whole when absent: {ops}"
+    );
+    let object = patched_object(&review, &reply);
+    assert_eq!(
+        object["metadata"]["labels"]["switchyard.dev/queue-name"],
+        "team-queue"
+    );
+
+    // With a labels map present, only the key is added, escaped as ~1.
+    let mut other = fixture_json("mutate-create-other-labels");
+    other["request"]["namespace"] = json!("team-a");
+    other["request"]["object"]["metadata"]["namespace"] = json!("team-a");
+    let labels = BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        "team-a".to_string(),
+    )]);
+    let (reply, _) = review_body(
+        Hook::Mutate,
+        &serde_json::to_vec(&other).unwrap(),
+        &policy(Some("team-queue")),
+        Some(&labels),
+    )
+    .unwrap();
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let ops = serde_json::to_value(patch_of(&reply).unwrap()).unwrap();
+    assert!(ops
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|op| op["path"] == "/metadata/labels/switchyard.dev~1queue-name"));
+    let object = patched_object(&other, &reply);
+    assert_eq!(object["metadata"]["labels"]["app"], "trainer");
+    assert_eq!(
+        object["metadata"]["labels"]["switchyard.dev/queue-name"],
+        "team-queue"
+    );
+}
+
+#[test]
+fn patches_touch_only_what_they_change() {
+    for name in [
+        "admission-mutate-create-basic",
+        "mutate-create-unknown-fields",
+        "mutate-create-generate-name",
+    ] {
+        let case = Case {
+            fixture: name,
+            hook: Hook::Mutate,
+            default_queue: None,
+            expect: unchanged(),
+        };
+        let (review, reply) = run(&case);
+        let mut before = review["request"]["object"].clone();
+        let mut after = patched_object(&review, &reply);
+        for v in [&mut before, &mut after] {
+            let spec = v["spec"].as_object_mut().unwrap();
+            spec.remove("suspend");
+            spec.remove("managedBy");
+        }
+        assert_eq!(
+            before, after,
+            "{name}: the patch changed more than suspend and managedBy"
+        );
+    }
+    let review = fixture_json("mutate-create-unknown-fields");
+    let (_, reply) = run(&Case {
+        fixture: "mutate-create-unknown-fields",
+        hook: Hook::Mutate,
+        default_queue: None,
+        expect: unchanged(),
+    });
+    let object = patched_object(&review, &reply);
+    assert_eq!(object["spec"]["futureField"], json!({"x": 1}));
+    assert_eq!(object["metadata"]["futureMeta"], "y");
+    assert_eq!(
+        object["spec"]["template"]["spec"]["containers"][0]["futureContainerField"],
+        true
+    );
+}
+
+#[test]
+fn dry_run_gets_the_same_answer() {
+    let dry = fixture_json("mutate-create-dry-run");
+    assert_eq!(dry["request"]["dryRun"], true);
+    let (dry_reply, _) = review_body(
+        Hook::Mutate,
+        &fixture("mutate-create-dry-run"),
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    let (real_reply, _) = review_body(
+        Hook::Mutate,
+        &fixture("admission-mutate-create-basic"),
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    let dry_reply: Value = serde_json::from_slice(&dry_reply).unwrap();
+    let real_reply: Value = serde_json::from_slice(&real_reply).unwrap();
+    assert_eq!(patch_of(&dry_reply), patch_of(&real_reply));
+}
