@@ -48,6 +48,10 @@ impl Metrics {
             request_duration.clone(),
         );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
+        // Both series exist from the start, so an alert on errors has something to read.
+        for result in ["success", "error"] {
+            let _ = tls_reloads.get_or_create(&ResultLabels { result });
+        }
         registry.register(
             "tls_reloads",
             "Serving certificate reloads: success, or error when the new pair was refused and the old one kept",

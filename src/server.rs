@@ -62,8 +62,26 @@ fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Binds both listeners and starts serving; returns once both accept connections.
+/// Binds both listeners and starts serving; returns once both accept connections. Without
+/// `--standalone` the Kubernetes client comes from the environment (KUBECONFIG or in-cluster).
 pub async fn start(settings: ServeSettings) -> crate::Result<Running> {
+    let client = if settings.standalone {
+        None
+    } else {
+        Some(
+            kube::Client::try_default()
+                .await
+                .map_err(|e| crate::Error::KubeClient(e.to_string()))?,
+        )
+    };
+    start_with_client(settings, client).await
+}
+
+/// [`start`] with a given Kubernetes client (`None`: standalone).
+pub async fn start_with_client(
+    settings: ServeSettings,
+    client: Option<kube::Client>,
+) -> crate::Result<Running> {
     let (cert_path, key_path) = match &settings.tls {
         TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
         TlsSource::Dev(dir) => crate::certs::ensure_dev(dir)?,
@@ -73,15 +91,14 @@ pub async fn start(settings: ServeSettings) -> crate::Result<Running> {
     let metrics = Arc::new(Metrics::new());
 
     let mut notes = Vec::new();
-    let namespaces = if settings.standalone {
-        notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
-        tracing::warn!("standalone: no Kubernetes API server is contacted; managedNamespaces matches on kubernetes.io/metadata.name only");
-        NamespaceLabels::Standalone
-    } else {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(|e| crate::Error::KubeClient(e.to_string()))?;
-        NamespaceLabels::live(client, settings.namespace_cache_ttl)
+    let standalone = client.is_none();
+    let namespaces = match client {
+        None => {
+            notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
+            tracing::warn!("standalone: no Kubernetes API server is contacted; managedNamespaces matches on kubernetes.io/metadata.name only");
+            NamespaceLabels::Standalone
+        }
+        Some(client) => NamespaceLabels::live(client, settings.namespace_cache_ttl),
     };
     if settings.policy.default_queue.is_some() && settings.policy.managed_namespaces.is_none() {
         tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
@@ -168,7 +185,7 @@ pub async fn start(settings: ServeSettings) -> crate::Result<Running> {
         stop_rx,
     ));
     let servers = vec![tokio::spawn(https), tokio::spawn(probe)];
-    tracing::info!(%https_addr, %probe_addr, standalone = settings.standalone, "serving");
+    tracing::info!(%https_addr, %probe_addr, standalone, "serving");
     Ok(Running {
         https_addr,
         probe_addr,

@@ -74,7 +74,7 @@ pub mod tls_client {
             roots.add(c.unwrap()).unwrap();
         }
         let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-        let config = match client {
+        let mut config = match client {
             None => builder.with_no_client_auth(),
             Some((cert, key)) => builder
                 .with_client_auth_cert(
@@ -85,6 +85,9 @@ pub mod tls_client {
                 )
                 .unwrap(),
         };
+        // Go's TLS client (kube-apiserver's) keeps no session cache: every connection is a
+        // full handshake that shows the certificate being served now.
+        config.resumption = rustls::client::Resumption::disabled();
         TlsConnector::from(Arc::new(config))
     }
 
