@@ -1,0 +1,198 @@
+//! The `switchyard` binary as a user runs it: certificates, configuration errors, and a
+//! graceful stop on SIGTERM that lets an in-flight review finish.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn switchyard() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+#[test]
+fn certs_writes_a_ca_and_a_serving_pair_that_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pki");
+    let status = switchyard()
+        .args(["certs", "--out"])
+        .arg(&out)
+        .args([
+            "--dns",
+            "switchyard-webhook.switchyard-system.svc",
+            "--ip",
+            "10.0.0.7",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for f in ["ca.crt", "tls.crt", "tls.key"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(out.join("tls.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "the key is private to its owner");
+    switchyard::install_crypto_provider();
+    switchyard::tls::load_certified_key(&out.join("tls.crt"), &out.join("tls.key")).unwrap();
+}
+
+#[test]
+fn configuration_mistakes_are_reported_by_name_and_exit_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = switchyard()
+        .args(["serve", "--standalone"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dev-tls"));
+
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "listen: 127.0.0.1:0\ndefaultQeue: research\n").unwrap();
+    let out = switchyard()
+        .args(["serve", "--standalone", "--dev-tls"])
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("defaultQeue") && err.contains("config.yaml"),
+        "{err}"
+    );
+
+    let out = switchyard()
+        .args([
+            "serve",
+            "--standalone",
+            "--tls-cert",
+            "/nonexistent/tls.crt",
+            "--tls-key",
+            "/nonexistent/tls.key",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/tls.crt"));
+
+    // A kubeconfig that does not parse: a clear error, no panic.
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, "apiVersion: v1\nclusters: [[[\n").unwrap();
+    let out = switchyard()
+        .args(["serve", "--dev-tls"])
+        .arg(dir.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--standalone") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_in_flight_review_then_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = switchyard()
+        .args(["--log-format", "json", "serve", "--standalone", "--dev-tls"])
+        .arg(dir.path())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--probe-listen",
+            "127.0.0.1:0",
+            "--shutdown-timeout",
+            "10s",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The JSON log line "serving" carries the bound addresses.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("serve logs before exiting").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["message"] == "serving" {
+            break v["https_addr"]
+                .as_str()
+                .unwrap()
+                .parse::<std::net::SocketAddr>()
+                .unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+
+    // Start a review, send half its body, then SIGTERM.
+    let tls = common::tls_client::connector_from_dir(dir.path());
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tls
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let body = common::fixture("admission-mutate-create-basic");
+    let head = format!(
+        "POST /mutate-batch-v1-job HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..body.len() / 2]).await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The server no longer accepts new connections...
+    let refused = tokio::time::timeout(Duration::from_secs(2), async {
+        match tokio::net::TcpStream::connect(addr).await {
+            Err(_) => true,
+            Ok(tcp) => tls
+                .connect(
+                    rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+                    tcp,
+                )
+                .await
+                .is_err(),
+        }
+    })
+    .await
+    .unwrap_or(true);
+    assert!(refused, "new connections are refused while shutting down");
+
+    // ...but the in-flight review completes.
+    stream.write_all(&body[body.len() / 2..]).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("\"allowed\":true"), "{reply}");
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
