@@ -12,6 +12,9 @@
 //!   LOAD_RATE [5000]         open-loop requests/s (all connections together)
 //!   LOAD_WORKERS [2]         server worker threads (switchyard and baseline alike)
 //!   LOAD_CLIENT_THREADS [1]  load-generator runtime threads
+//!   LOAD_BODY [stored]       `stored`: the fixture as kept (pretty-printed, 4.2 KB);
+//!                            `compact`: the same JSON without whitespace (2.2 KB), as
+//!                            kube-apiserver sends it
 //!   LOAD_LOG [info]          switchyard's log filter; JSON lines into a sink, as `serve` would
 //!                            format them (but not write them); `off` installs no subscriber
 //!
@@ -64,6 +67,7 @@ struct Params {
     rate: u64,
     workers: usize,
     client_threads: usize,
+    compact: bool,
     log: String,
 }
 
@@ -86,6 +90,11 @@ impl Params {
             rate: env("LOAD_RATE", 5000)?,
             workers: env("LOAD_WORKERS", 2)?,
             client_threads: env("LOAD_CLIENT_THREADS", 1)?,
+            compact: match env("LOAD_BODY", "stored".to_string())?.as_str() {
+                "stored" => false,
+                "compact" => true,
+                other => bail!("LOAD_BODY={other:?}: expected stored or compact"),
+            },
             log: env("LOAD_LOG", "info".to_string())?,
         };
         if p.seconds == 0 || p.connections == 0 || p.rate == 0 || p.workers == 0 {
@@ -106,6 +115,7 @@ impl Params {
             rate: 100,
             workers: 1,
             client_threads: 1,
+            compact: false,
             log: "off".into(),
         }
     }
@@ -552,9 +562,12 @@ fn main() -> anyhow::Result<()> {
     let fixture_path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/admission")
         .join(format!("{FIXTURE}.json"));
-    let body = Bytes::from(
-        std::fs::read(&fixture_path).with_context(|| fixture_path.display().to_string())?,
-    );
+    let mut body =
+        std::fs::read(&fixture_path).with_context(|| fixture_path.display().to_string())?;
+    if p.compact {
+        body = serde_json::to_vec(&serde_json::from_slice::<serde_json::Value>(&body)?)?;
+    }
+    let body = Bytes::from(body);
 
     let (ours, base) = control.block_on(async {
         let mut settings = ServeSettings::for_tests(TlsSource::Dev(dir.path().to_path_buf()));
@@ -593,6 +606,9 @@ fn main() -> anyhow::Result<()> {
     load.shutdown_timeout(Duration::from_secs(5));
 
     report(&p, body.len(), &ours, &base);
+    if !bench {
+        println!("(harness check without --bench: a debug build and tiny load, not a measurement)");
+    }
     let errors = [&ours.closed, &ours.open, &base.closed, &base.open]
         .iter()
         .map(|s| s.errors + s.dropped)
@@ -616,12 +632,18 @@ fn report(p: &Params, body_len: usize, ours: &ServerResult, base: &ServerResult)
     println!();
     println!("machine: {nproc} CPUs, {cpu}");
     println!(
-        "servers: {} workers each; generator: {} thread(s), {} keep-alive TLS connections; body {} B ({FIXTURE}); {} s measured after {} s warm-up per mode",
-        p.workers, p.client_threads, p.connections, body_len, p.seconds, p.warmup
+        "servers: {} workers each; generator: {} thread(s), {} keep-alive TLS connections; body {} B ({FIXTURE}, {}); {} s measured after {} s warm-up per mode",
+        p.workers,
+        p.client_threads,
+        p.connections,
+        body_len,
+        if p.compact { "compact" } else { "as stored" },
+        p.seconds,
+        p.warmup
     );
     println!();
-    println!("{:<30} {:>12} {:>12}", "", "switchyard", "baseline");
-    let row = |label: &str, a: f64, b: f64| println!("{label:<30} {a:>12.1} {b:>12.1}");
+    println!("{:<34} {:>12} {:>12}", "", "switchyard", "baseline");
+    let row = |label: &str, a: f64, b: f64| println!("{label:<34} {a:>12.1} {b:>12.1}");
     row("closed loop: replies/s", ours.closed.rps, base.closed.rps);
     row(
         "closed loop: p50 ms",
@@ -633,12 +655,12 @@ fn report(p: &Params, body_len: usize, ours: &ServerResult, base: &ServerResult)
         ours.closed.p99 / 1e3,
         base.closed.p99 / 1e3,
     );
-    println!("{:<30} {:>12.2}", "closed loop: ratio", ratio);
+    println!("{:<34} {:>12.2}", "closed loop: ratio", ratio);
     let open = format!("open loop @{}/s", p.rate);
     row(&format!("{open}: achieved/s"), ours.open.rps, base.open.rps);
     let ms = |label: &str, a: f64, b: f64| {
         println!(
-            "{:<30} {:>12.3} {:>12.3}",
+            "{:<34} {:>12.3} {:>12.3}",
             format!("{open}: {label} ms"),
             a / 1e3,
             b / 1e3
@@ -679,6 +701,7 @@ fn report(p: &Params, body_len: usize, ours: &ServerResult, base: &ServerResult)
             "server_workers": p.workers,
             "client_threads": p.client_threads,
             "log": p.log,
+            "body": if p.compact { "compact" } else { "stored" },
             "body_bytes": body_len,
             "fixture": FIXTURE,
         },
