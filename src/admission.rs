@@ -191,8 +191,143 @@ struct WireUserInfo {
 
 const DEFAULT_API_VERSION: &str = "admission.k8s.io/v1";
 
+#[derive(Deserialize)]
+struct FastReview {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<FastRequest>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FastRequest {
+    uid: Option<String>,
+    kind: Option<WireGvk>,
+    operation: Option<String>,
+    sub_resource: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    #[serde(default)]
+    user_info: WireUserInfo,
+    object: Option<JobView>,
+    old_object: Option<JobView>,
+    dry_run: Option<bool>,
+}
+
 /// Reads an AdmissionReview body. Never panics; every failure says what was wrong in one line.
+///
+/// A well-formed review is read in one pass over the body; only a body that fails it is read
+/// again, step by step, to name the problem (and the uid, when it can be found).
 pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
+    let Ok(FastReview {
+        api_version,
+        kind,
+        request: Some(req),
+    }) = serde_json::from_slice::<FastReview>(body)
+    else {
+        return parse_slow(body);
+    };
+    let Some(uid) = req.uid.filter(|u| !u.is_empty()) else {
+        return parse_slow(body);
+    };
+    let echo = EnvelopeEcho {
+        api_version: api_version
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| DEFAULT_API_VERSION.into()),
+        kind: kind
+            .filter(|k| !k.is_empty())
+            .unwrap_or_else(|| "AdmissionReview".into()),
+        uid,
+    };
+    check_request(
+        echo,
+        CheckedParts {
+            kind: req.kind,
+            operation: req.operation,
+            sub_resource: req.sub_resource,
+            namespace: req.namespace,
+            name: req.name,
+            username: req.user_info.username,
+            dry_run: req.dry_run,
+            object: req.object,
+            old_object: req.old_object,
+        },
+    )
+}
+
+/// A request's parts once parsed, before the semantic checks.
+struct CheckedParts {
+    kind: Option<WireGvk>,
+    operation: Option<String>,
+    sub_resource: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    username: String,
+    dry_run: Option<bool>,
+    object: Option<JobView>,
+    old_object: Option<JobView>,
+}
+
+fn check_request(echo: EnvelopeEcho, req: CheckedParts) -> Result<Review, BadReview> {
+    let reject = |message: String| BadReview::Rejected {
+        envelope: echo.clone(),
+        message,
+    };
+    match &req.kind {
+        Some(k) if k.group == "batch" && k.version == "v1" && k.kind == "Job" => {}
+        Some(k) => {
+            return Err(reject(format!(
+                "this webhook reviews batch/v1 Jobs, not {}/{} {}; check the webhook configuration's rules",
+                if k.group.is_empty() { "core" } else { &k.group },
+                k.version,
+                k.kind
+            )))
+        }
+        None => return Err(reject("request.kind is missing".into())),
+    }
+    let op_text = req.operation.as_deref().unwrap_or_default();
+    let operation = Operation::parse(op_text).ok_or_else(|| {
+        reject(format!(
+            "request.operation {op_text:?} is not one of CREATE, UPDATE, DELETE, CONNECT"
+        ))
+    })?;
+    if let Some(kind) = req.object.as_ref().and_then(|o| o.kind.as_deref()) {
+        if kind != "Job" {
+            return Err(reject(format!(
+                "request.object is a {kind}, not a batch/v1 Job"
+            )));
+        }
+    }
+    match operation {
+        Operation::Create | Operation::Update if req.object.is_none() => {
+            return Err(reject(format!(
+                "request.object is missing from a {} review",
+                operation.as_str()
+            )))
+        }
+        Operation::Update if req.old_object.is_none() => {
+            return Err(reject(
+                "request.oldObject is missing from an UPDATE review".into(),
+            ))
+        }
+        _ => {}
+    }
+    Ok(Review {
+        envelope: echo.into(),
+        operation,
+        sub_resource: req.sub_resource.filter(|s| !s.is_empty()),
+        namespace: req.namespace.filter(|s| !s.is_empty()),
+        name: req.name.filter(|s| !s.is_empty()),
+        username: req.username,
+        dry_run: req.dry_run.unwrap_or(false),
+        object: req.object,
+        old_object: req.old_object,
+    })
+}
+
+/// The careful path: reads the review step by step to say exactly what is wrong with it.
+fn parse_slow(body: &[u8]) -> Result<Review, BadReview> {
     let wire: WireReview = serde_json::from_slice(body)
         .map_err(|e| BadReview::Unreadable(format!("body is not a JSON AdmissionReview: {e}")))?;
     let request = wire.request.ok_or_else(|| {
@@ -220,24 +355,6 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
     };
     let req: WireRequest = serde_json::from_str(request.get())
         .map_err(|e| reject(format!("request could not be read: {e}")))?;
-    match &req.kind {
-        Some(k) if k.group == "batch" && k.version == "v1" && k.kind == "Job" => {}
-        Some(k) => {
-            return Err(reject(format!(
-                "this webhook reviews batch/v1 Jobs, not {}/{} {}; check the webhook configuration's rules",
-                if k.group.is_empty() { "core" } else { &k.group },
-                k.version,
-                k.kind
-            )))
-        }
-        None => return Err(reject("request.kind is missing".into())),
-    }
-    let op_text = req.operation.as_deref().unwrap_or_default();
-    let operation = Operation::parse(op_text).ok_or_else(|| {
-        reject(format!(
-            "request.operation {op_text:?} is not one of CREATE, UPDATE, DELETE, CONNECT"
-        ))
-    })?;
     let read_job = |raw: Option<&RawValue>, field: &str| -> Result<Option<JobView>, BadReview> {
         raw.map(|r| {
             serde_json::from_str::<JobView>(r.get())
@@ -247,38 +364,20 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
     };
     let object = read_job(req.object, "object")?;
     let old_object = read_job(req.old_object, "oldObject")?;
-    if let Some(kind) = object.as_ref().and_then(|o| o.kind.as_deref()) {
-        if kind != "Job" {
-            return Err(reject(format!(
-                "request.object is a {kind}, not a batch/v1 Job"
-            )));
-        }
-    }
-    match operation {
-        Operation::Create | Operation::Update if object.is_none() => {
-            return Err(reject(format!(
-                "request.object is missing from a {} review",
-                operation.as_str()
-            )))
-        }
-        Operation::Update if old_object.is_none() => {
-            return Err(reject(
-                "request.oldObject is missing from an UPDATE review".into(),
-            ))
-        }
-        _ => {}
-    }
-    Ok(Review {
-        envelope: echo.into(),
-        operation,
-        sub_resource: req.sub_resource.filter(|s| !s.is_empty()),
-        namespace: req.namespace.filter(|s| !s.is_empty()),
-        name: req.name.filter(|s| !s.is_empty()),
-        username: req.user_info.username,
-        dry_run: req.dry_run.unwrap_or(false),
-        object,
-        old_object,
-    })
+    check_request(
+        echo,
+        CheckedParts {
+            kind: req.kind,
+            operation: req.operation,
+            sub_resource: req.sub_resource,
+            namespace: req.namespace,
+            name: req.name,
+            username: req.user_info.username,
+            dry_run: req.dry_run,
+            object,
+            old_object,
+        },
+    )
 }
 
 impl Review {

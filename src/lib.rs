@@ -10,12 +10,15 @@ pub mod admission;
 pub mod certs;
 pub mod cli;
 pub mod config;
+pub mod inventory;
 pub mod metrics;
 pub mod namespaces;
+pub mod quantity;
 pub mod selector;
 pub mod server;
 pub mod telemetry;
 pub mod tls;
+pub mod topology;
 pub mod wellknown;
 
 /// Errors that end a command. Each message names the object and what to do about it.

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    /// The route pattern, never the raw URL, so a scanner cannot blow up the label space.
-    pub path: String,
+    /// The route, never the raw URL, so a scanner cannot blow up the label space.
+    pub path: &'static str,
     /// `allowed`, `patched`, `denied`, `bad_request`, `error` or the HTTP status class.
-    pub result: String,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,11 +70,8 @@ impl Metrics {
         }
     }
 
-    pub fn observe_request(&self, path: &str, result: &str, elapsed: Duration) {
-        let labels = RequestLabels {
-            path: path.to_string(),
-            result: result.to_string(),
-        };
+    pub fn observe_request(&self, path: &'static str, result: &'static str, elapsed: Duration) {
+        let labels = RequestLabels { path, result };
         self.requests.get_or_create(&labels).inc();
         self.request_duration
             .get_or_create(&labels)

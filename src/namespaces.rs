@@ -24,21 +24,24 @@ pub struct NamespaceError {
 pub enum NamespaceLabels {
     /// No API server: a Namespace's only known label is `kubernetes.io/metadata.name`.
     Standalone,
-    Live {
-        api: kube::Api<Namespace>,
-        cache: moka::future::Cache<String, Option<Labels>>,
-    },
+    Live(Box<LiveLookup>),
+}
+
+#[derive(Clone)]
+pub struct LiveLookup {
+    api: kube::Api<Namespace>,
+    cache: moka::future::Cache<String, Option<Labels>>,
 }
 
 impl NamespaceLabels {
     pub fn live(client: kube::Client, ttl: Duration) -> Self {
-        Self::Live {
+        Self::Live(Box::new(LiveLookup {
             api: kube::Api::all(client),
             cache: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(ttl)
                 .build(),
-        }
+        }))
     }
 
     /// The labels of Namespace `name`; `None` when it does not exist.
@@ -48,7 +51,8 @@ impl NamespaceLabels {
                 NAMESPACE_NAME_LABEL.to_string(),
                 name.to_string(),
             )])))),
-            Self::Live { api, cache } => {
+            Self::Live(live) => {
+                let LiveLookup { api, cache } = live.as_ref();
                 // Concurrent reviews for one namespace share a single request; failures are
                 // not cached, so the next review tries again.
                 cache

@@ -16,7 +16,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::Instrument;
 
 /// The admission surface's state.
 pub struct Webhooks {
@@ -38,9 +37,12 @@ struct State {
     metrics: Arc<Metrics>,
 }
 
-/// The result label a handler leaves for the metrics middleware.
+/// The route and result labels a handler leaves for the metrics middleware.
 #[derive(Clone, Copy)]
-struct Outcome(&'static str);
+struct Outcome {
+    path: &'static str,
+    result: &'static str,
+}
 
 /// A started server. Dropping it does not stop it; call [`Running::shutdown`].
 pub struct Running {
@@ -126,7 +128,6 @@ pub async fn start_with_client(
             .app_data(state.clone())
             .wrap_fn(|req, srv| {
                 let started = Instant::now();
-                let path = req.match_pattern().unwrap_or_else(|| "unmatched".into());
                 let metrics = req
                     .app_data::<web::Data<State>>()
                     .map(|s| s.metrics.clone());
@@ -138,9 +139,12 @@ pub async fn start_with_client(
                             .response()
                             .extensions()
                             .get::<Outcome>()
-                            .map(|o| o.0)
-                            .unwrap_or_else(|| status_class(res.status()));
-                        metrics.observe_request(&path, outcome, started.elapsed());
+                            .copied()
+                            .unwrap_or(Outcome {
+                                path: "unmatched",
+                                result: status_class(res.status()),
+                            });
+                        metrics.observe_request(outcome.path, outcome.result, started.elapsed());
                     }
                     Ok(res)
                 }
@@ -248,18 +252,21 @@ fn status_class(status: StatusCode) -> &'static str {
     }
 }
 
-fn plain(status: StatusCode, outcome: &'static str, line: String) -> HttpResponse {
+fn plain(status: StatusCode, outcome: Outcome, line: String) -> HttpResponse {
     let mut res = HttpResponse::build(status)
         .content_type("text/plain; charset=utf-8")
         .body(line + "\n");
-    res.extensions_mut().insert(Outcome(outcome));
+    res.extensions_mut().insert(outcome);
     res
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
     plain(
         StatusCode::NOT_FOUND,
-        "not_found",
+        Outcome {
+            path: "unmatched",
+            result: "not_found",
+        },
         format!(
             "no such path {:?}: this server answers POST {MUTATE_JOB_PATH} and POST {VALIDATE_JOB_PATH}",
             req.path()
@@ -270,7 +277,10 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     let mut res = plain(
         StatusCode::METHOD_NOT_ALLOWED,
-        "bad_request",
+        Outcome {
+            path: "unmatched",
+            result: "bad_request",
+        },
         format!("{} {}: only POST is served here", req.method(), req.path()),
     );
     res.headers_mut()
@@ -292,11 +302,16 @@ async fn read_body(
     mut payload: web::Payload,
     limit: usize,
     timeout: Duration,
+    path: &'static str,
 ) -> Result<Vec<u8>, HttpResponse> {
+    let bad = Outcome {
+        path,
+        result: "bad_request",
+    };
     let too_large = |n: String| {
         plain(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "bad_request",
+            bad,
             format!("AdmissionReview body of {n} bytes is over the {limit}-byte limit"),
         )
     };
@@ -314,7 +329,7 @@ async fn read_body(
             let chunk = chunk.map_err(|e| {
                 plain(
                     StatusCode::BAD_REQUEST,
-                    "bad_request",
+                    bad,
                     format!("request body could not be read: {e}"),
                 )
             })?;
@@ -330,108 +345,118 @@ async fn read_body(
         Ok(Err(res)) => Err(res),
         Err(_) => Err(plain(
             StatusCode::REQUEST_TIMEOUT,
-            "bad_request",
+            bad,
             format!("request body did not arrive within {timeout:?}"),
         )),
     }
 }
 
+/// One admission review. Logging is per event, not per span: a span per request costs as
+/// much as the review itself with the JSON formatter, and only denials and refusals are
+/// logged at info.
 async fn review(
     hook: Hook,
     state: web::Data<State>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let span = tracing::info_span!(
-        "admission",
-        hook = hook.as_str(),
-        uid = tracing::field::Empty,
-        namespace = tracing::field::Empty,
-        name = tracing::field::Empty,
-        operation = tracing::field::Empty,
-        dry_run = tracing::field::Empty,
-        allowed = tracing::field::Empty,
-        mutated = tracing::field::Empty,
-    );
-    review_in_span(hook, &state.webhooks, &req, payload)
-        .instrument(span)
-        .await
-}
-
-async fn review_in_span(
-    hook: Hook,
-    webhooks: &Webhooks,
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> HttpResponse {
-    if !is_json(req) {
+    let webhooks = &state.webhooks;
+    let path = match hook {
+        Hook::Mutate => MUTATE_JOB_PATH,
+        Hook::Validate => VALIDATE_JOB_PATH,
+    };
+    let outcome = |result| Outcome { path, result };
+    let hook_name = hook.as_str();
+    if !is_json(&req) {
         let found = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("none");
-        tracing::warn!(content_type = found, "refused: not JSON");
+        tracing::warn!(hook = hook_name, content_type = found, "refused: not JSON");
         return plain(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "bad_request",
+            outcome("bad_request"),
             format!("Content-Type {found:?} is not application/json: send an admission.k8s.io/v1 AdmissionReview"),
         );
     }
-    let body = match read_body(req, payload, webhooks.max_body, webhooks.body_timeout).await {
+    let body = match read_body(
+        &req,
+        payload,
+        webhooks.max_body,
+        webhooks.body_timeout,
+        path,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(res) => {
-            tracing::warn!(status = res.status().as_u16(), "refused: body");
+            tracing::warn!(
+                hook = hook_name,
+                status = res.status().as_u16(),
+                "refused: body"
+            );
             return res;
         }
     };
-    let span = tracing::Span::current();
     let review = match admission::parse(&body) {
         Ok(r) => r,
         Err(BadReview::Unreadable(line)) => {
-            tracing::warn!(reason = %line, "refused: unreadable review");
-            return plain(StatusCode::BAD_REQUEST, "bad_request", line);
+            tracing::warn!(hook = hook_name, reason = %line, "refused: unreadable review");
+            return plain(StatusCode::BAD_REQUEST, outcome("bad_request"), line);
         }
         Err(BadReview::Rejected { envelope, message }) => {
-            span.record("uid", envelope.uid.as_str());
-            tracing::warn!(reason = %message, "denied: malformed request");
+            tracing::warn!(hook = hook_name, uid = %envelope.uid, reason = %message, "denied: malformed request");
             let d = Decision::deny(Denial::bad_request(message));
-            return reply(&envelope.into(), &d, "bad_request");
+            return reply(&envelope.into(), &d, outcome("bad_request"));
         }
     };
-    span.record("uid", review.envelope.uid.as_str());
-    span.record("namespace", review.namespace.as_deref().unwrap_or(""));
-    span.record("name", review.object_name());
-    span.record("operation", review.operation.as_str());
-    span.record("dry_run", review.dry_run);
 
     let labels = match review.namespace_to_look_up(hook, &webhooks.policy) {
         None => None,
         Some(ns) => match webhooks.namespaces.get(ns).await {
             Ok(labels) => labels,
             Err(e) => {
-                tracing::error!(error = %e, "denied: namespace lookup failed");
+                tracing::error!(hook = hook_name, uid = %review.envelope.uid, error = %e, "denied: namespace lookup failed");
                 let d = Decision::deny(Denial::unavailable(format!(
                     "{e}; the default queue cannot be decided, retry shortly"
                 )));
-                return reply(&review.envelope, &d, "error");
+                return reply(&review.envelope, &d, outcome("error"));
             }
         },
     };
     let decision = admission::decide(hook, &review, &webhooks.policy, labels.as_deref());
-    span.record("allowed", decision.allowed());
-    span.record("mutated", decision.mutated());
     match &decision.denial {
-        Some(d) => tracing::info!(code = d.code, reason = %d.message, "denied"),
-        None => tracing::debug!(ops = decision.patch.0.len(), "allowed"),
+        Some(d) => tracing::info!(
+            hook = hook_name,
+            uid = %review.envelope.uid,
+            namespace = review.namespace.as_deref().unwrap_or(""),
+            name = review.object_name(),
+            operation = review.operation.as_str(),
+            user = %review.username,
+            dry_run = review.dry_run,
+            code = d.code,
+            reason = %d.message,
+            "denied"
+        ),
+        None => tracing::debug!(
+            hook = hook_name,
+            uid = %review.envelope.uid,
+            namespace = review.namespace.as_deref().unwrap_or(""),
+            name = review.object_name(),
+            operation = review.operation.as_str(),
+            mutated = decision.mutated(),
+            "allowed"
+        ),
     }
-    reply(&review.envelope, &decision, decision.outcome())
+    reply(&review.envelope, &decision, outcome(decision.outcome()))
 }
 
-fn reply(envelope: &admission::Envelope, d: &Decision, outcome: &'static str) -> HttpResponse {
+fn reply(envelope: &admission::Envelope, d: &Decision, outcome: Outcome) -> HttpResponse {
     let mut res = HttpResponse::Ok()
         .content_type("application/json")
         .body(admission::render(envelope, d));
-    res.extensions_mut().insert(Outcome(outcome));
+    res.extensions_mut().insert(outcome);
     res
 }
 

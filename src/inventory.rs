@@ -1,0 +1,228 @@
+//! The clusters Switchyard places work on, node by node and NUMA zone by NUMA zone.
+//!
+//! One model serves the extender (one cluster: the one it runs in, or one virtual node per
+//! worker) and the dispatcher (every worker). It loads from the inventory file format
+//! (`--inventory FILE`) and, in a later step, from watches; readers take cheap consistent
+//! snapshots from an [`InventoryStore`] while one writer replaces them.
+//!
+//! Amounts are dense vectors indexed by a [`ResourceId`] from the inventory's own
+//! [`ResourceTable`], so a fit check is a few integer comparisons.
+
+pub(crate) mod file;
+
+pub use file::{load_file, parse_yaml, InventoryError};
+
+use crate::quantity::Milli;
+use crate::topology::{NumaInfo, Policy, PolicyOptions};
+use arc_swap::ArcSwap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub type ResourceId = usize;
+
+/// Resource names seen in an inventory, each with a dense id.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceTable {
+    names: Vec<String>,
+    ids: HashMap<String, ResourceId>,
+}
+
+impl ResourceTable {
+    pub fn intern(&mut self, name: &str) -> ResourceId {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), self.names.len() - 1);
+        self.names.len() - 1
+    }
+    pub fn id(&self, name: &str) -> Option<ResourceId> {
+        self.ids.get(name).copied()
+    }
+    pub fn name(&self, id: ResourceId) -> &str {
+        self.names.get(id).map_or("?", String::as_str)
+    }
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// How the kubelet's Topology Manager is configured on a node, and its NUMA zones.
+#[derive(Debug, Clone)]
+pub struct NumaTopology {
+    pub policy: Policy,
+    pub scope: Scope,
+    pub options: PolicyOptions,
+    pub info: NumaInfo,
+    pub zones: Vec<NumaZone>,
+    /// Resources the zones list: the ones the kubelet aligns on this node.
+    pub managed: Vec<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Container,
+    Pod,
+}
+
+#[derive(Debug, Clone)]
+pub struct NumaZone {
+    pub name: String,
+    /// The NUMA node id (from the zone name `node-N`, else its position).
+    pub id: u32,
+    pub allocatable: Vec<i64>,
+    pub available: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Indexed by [`ResourceId`]; missing resources are 0.
+    pub allocatable: Vec<i64>,
+    pub requested: Vec<i64>,
+    pub numa: Option<NumaTopology>,
+}
+
+impl Node {
+    pub fn free(&self, r: ResourceId) -> i64 {
+        self.allocatable.get(r).copied().unwrap_or(0) - self.requested.get(r).copied().unwrap_or(0)
+    }
+}
+
+/// Per-cluster bounds for O(1) rejection: no pod needing more than these fits anywhere.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSummary {
+    pub nodes: usize,
+    pub numa_nodes: usize,
+    pub allocatable: Vec<i64>,
+    /// The largest free amount of each resource on one node.
+    pub max_free_on_node: Vec<i64>,
+    /// The largest allocatable amount of each resource on one node (preemption cannot beat it).
+    pub max_allocatable_on_node: Vec<i64>,
+    /// The largest available amount of each resource in one NUMA zone.
+    pub max_free_in_zone: Vec<i64>,
+    pub max_allocatable_in_zone: Vec<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub nodes: Vec<Node>,
+    pub summary: ClusterSummary,
+}
+
+impl Cluster {
+    pub fn summarize(&mut self, resources: usize) {
+        let mut s = ClusterSummary {
+            nodes: self.nodes.len(),
+            allocatable: vec![0; resources],
+            max_free_on_node: vec![0; resources],
+            max_allocatable_on_node: vec![0; resources],
+            max_free_in_zone: vec![0; resources],
+            max_allocatable_in_zone: vec![0; resources],
+            ..Default::default()
+        };
+        for node in &self.nodes {
+            for r in 0..resources {
+                let alloc = node.allocatable.get(r).copied().unwrap_or(0);
+                s.allocatable[r] += alloc;
+                s.max_free_on_node[r] = s.max_free_on_node[r].max(node.free(r));
+                s.max_allocatable_on_node[r] = s.max_allocatable_on_node[r].max(alloc);
+            }
+            if let Some(numa) = &node.numa {
+                s.numa_nodes += 1;
+                for zone in &numa.zones {
+                    for r in 0..resources {
+                        let a = zone.available.get(r).copied().unwrap_or(0);
+                        let c = zone.allocatable.get(r).copied().unwrap_or(0);
+                        s.max_free_in_zone[r] = s.max_free_in_zone[r].max(a);
+                        s.max_allocatable_in_zone[r] = s.max_allocatable_in_zone[r].max(c);
+                    }
+                }
+            }
+        }
+        self.summary = s;
+    }
+}
+
+/// A consistent picture of every cluster at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Inventory {
+    pub resources: ResourceTable,
+    pub clusters: Vec<Cluster>,
+    /// Node name to (cluster index, node index).
+    node_index: HashMap<String, (usize, usize)>,
+}
+
+impl Inventory {
+    /// Builds the indexes and summaries; call after changing clusters or nodes.
+    pub fn finish(mut self) -> Self {
+        let n = self.resources.len();
+        self.node_index.clear();
+        for (ci, cluster) in self.clusters.iter_mut().enumerate() {
+            for node in &mut cluster.nodes {
+                node.allocatable.resize(n, 0);
+                node.requested.resize(n, 0);
+                if let Some(numa) = &mut node.numa {
+                    numa.managed.resize(n, false);
+                    for z in &mut numa.zones {
+                        z.allocatable.resize(n, 0);
+                        z.available.resize(n, 0);
+                    }
+                }
+            }
+            cluster.summarize(n);
+            for (ni, node) in cluster.nodes.iter().enumerate() {
+                self.node_index.entry(node.name.clone()).or_insert((ci, ni));
+            }
+        }
+        self
+    }
+
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.iter().find(|c| c.name == name)
+    }
+
+    pub fn node(&self, name: &str) -> Option<(&Cluster, &Node)> {
+        let (ci, ni) = *self.node_index.get(name)?;
+        let cluster = self.clusters.get(ci)?;
+        Some((cluster, cluster.nodes.get(ni)?))
+    }
+
+    pub fn quantity(&self, name: &str, m: Milli) -> String {
+        crate::quantity::display(name, m)
+    }
+}
+
+/// Many readers, one writer: readers get an `Arc` snapshot that never changes under them.
+#[derive(Debug, Default)]
+pub struct InventoryStore {
+    current: ArcSwap<Inventory>,
+}
+
+impl InventoryStore {
+    pub fn new(inventory: Inventory) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(inventory),
+        }
+    }
+    pub fn snapshot(&self) -> Arc<Inventory> {
+        self.current.load_full()
+    }
+    pub fn replace(&self, inventory: Inventory) {
+        self.current.store(Arc::new(inventory));
+    }
+}

@@ -1,0 +1,364 @@
+//! The inventory file format (see `tests/data/formats/inventory.example.yaml`).
+
+use super::{Cluster, Inventory, Node, NumaTopology, NumaZone, ResourceTable, Scope, Taint};
+use crate::quantity;
+use crate::topology::{NumaInfo, Policy, PolicyOptions};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("cannot read inventory {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("inventory is not valid YAML for the inventory format: {0}")]
+    Parse(String),
+    #[error("inventory: {at}: {message}")]
+    Invalid { at: String, message: String },
+}
+
+/// A quantity written as a string ("64Gi") or a bare YAML number (8).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum QuantityText {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+impl QuantityText {
+    pub(crate) fn parse(&self) -> Result<i64, quantity::QuantityError> {
+        match self {
+            Self::Text(t) => quantity::parse(t).map(|m| m.0),
+            Self::Int(n) => quantity::parse(&n.to_string()).map(|m| m.0),
+            Self::Float(f) => quantity::parse(&f.to_string()).map(|m| m.0),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct InventoryFile {
+    #[serde(default)]
+    pub clusters: Vec<ClusterSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ClusterSpec {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub nodes: Vec<NodeSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct NodeSpec {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<TaintSpec>,
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, QuantityText>,
+    #[serde(default)]
+    pub requested: Option<BTreeMap<String, QuantityText>>,
+    pub topology: Option<TopologySpec>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TaintSpec {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TopologySpec {
+    #[serde(default)]
+    pub attributes: Vec<NameValue>,
+    #[serde(default)]
+    pub zones: Vec<ZoneSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct NameValue {
+    pub name: String,
+    pub value: serde_yaml::Value,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ZoneSpec {
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub zone_type: Option<String>,
+    #[serde(default)]
+    pub costs: Vec<NameValue>,
+    #[serde(default)]
+    pub resources: Vec<ZoneResource>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ZoneResource {
+    pub name: String,
+    pub capacity: Option<QuantityText>,
+    pub allocatable: Option<QuantityText>,
+    pub available: Option<QuantityText>,
+}
+
+pub fn load_file(path: &Path) -> Result<Inventory, InventoryError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_yaml(&text)
+}
+
+pub fn parse_yaml(text: &str) -> Result<Inventory, InventoryError> {
+    let file: InventoryFile =
+        serde_yaml::from_str(text).map_err(|e| InventoryError::Parse(e.to_string()))?;
+    build(file.clusters)
+}
+
+fn scalar(v: &serde_yaml::Value) -> String {
+    match v {
+        serde_yaml::Value::String(s) => s.clone(),
+        serde_yaml::Value::Bool(b) => b.to_string(),
+        serde_yaml::Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryError> {
+    let mut resources = ResourceTable::default();
+    // cpu, memory and pods first, so their ids are stable across inventories.
+    for r in ["cpu", "memory", "pods"] {
+        resources.intern(r);
+    }
+    let mut out = Vec::with_capacity(clusters.len());
+    let mut seen_clusters = std::collections::HashSet::new();
+    for c in clusters {
+        if !seen_clusters.insert(c.name.clone()) {
+            return Err(InventoryError::Invalid {
+                at: format!("cluster {}", c.name),
+                message: "appears twice; cluster names must be unique".into(),
+            });
+        }
+        let mut nodes = Vec::with_capacity(c.nodes.len());
+        for n in c.nodes {
+            nodes.push(build_node(&c.name, n, &mut resources)?);
+        }
+        out.push(Cluster {
+            name: c.name,
+            labels: c.labels,
+            nodes,
+            summary: Default::default(),
+        });
+    }
+    Ok(Inventory {
+        resources,
+        clusters: out,
+        node_index: Default::default(),
+    }
+    .finish())
+}
+
+fn amounts(
+    at: &str,
+    map: &BTreeMap<String, QuantityText>,
+    resources: &mut ResourceTable,
+) -> Result<Vec<i64>, InventoryError> {
+    let mut v = Vec::new();
+    for (name, q) in map {
+        let id = resources.intern(name);
+        let amount = q.parse().map_err(|e| InventoryError::Invalid {
+            at: format!("{at} {name}"),
+            message: e.to_string(),
+        })?;
+        if v.len() <= id {
+            v.resize(id + 1, 0);
+        }
+        v[id] = amount;
+    }
+    Ok(v)
+}
+
+fn build_node(
+    cluster: &str,
+    n: NodeSpec,
+    resources: &mut ResourceTable,
+) -> Result<Node, InventoryError> {
+    let at = format!("cluster {cluster} node {}", n.name);
+    let allocatable = amounts(&format!("{at} allocatable"), &n.allocatable, resources)?;
+    let requested = amounts(
+        &format!("{at} requested"),
+        &n.requested.unwrap_or_default(),
+        resources,
+    )?;
+    let numa = match n.topology {
+        Some(t) if !t.zones.is_empty() => Some(build_topology(&at, t, resources)?),
+        _ => None,
+    };
+    Ok(Node {
+        name: n.name,
+        labels: n.labels,
+        taints: n
+            .taints
+            .into_iter()
+            .map(|t| Taint {
+                key: t.key,
+                value: t.value,
+                effect: t.effect,
+            })
+            .collect(),
+        allocatable,
+        requested,
+        numa,
+    })
+}
+
+fn build_topology(
+    at: &str,
+    t: TopologySpec,
+    resources: &mut ResourceTable,
+) -> Result<NumaTopology, InventoryError> {
+    let invalid = |message: String| InventoryError::Invalid {
+        at: at.to_string(),
+        message,
+    };
+    let mut policy = Policy::None;
+    let mut scope = Scope::Container;
+    let mut options = PolicyOptions::default();
+    for a in &t.attributes {
+        let value = scalar(&a.value);
+        match a.name.as_str() {
+            "topologyManagerPolicy" => {
+                policy = value
+                    .parse()
+                    .map_err(|_| invalid(format!("unknown topologyManagerPolicy {value:?}")))?
+            }
+            "topologyManagerScope" => {
+                scope = match value.as_str() {
+                    "container" => Scope::Container,
+                    "pod" => Scope::Pod,
+                    other => {
+                        return Err(invalid(format!("unknown topologyManagerScope {other:?}")))
+                    }
+                }
+            }
+            "topologyManagerMaxNUMANodes" => {
+                let n: i64 = value.parse().map_err(|_| {
+                    invalid(format!(
+                        "topologyManagerMaxNUMANodes {value:?} is not a number"
+                    ))
+                })?;
+                options
+                    .set_max_allowable(n)
+                    .map_err(|e| invalid(e.to_string()))?;
+            }
+            "topologyManagerOptionPreferClosestNUMANodes" => {
+                options.prefer_closest_numa = value == "true";
+            }
+            // Other attributes (node-feature-discovery publishes several) do not matter here.
+            _ => {}
+        }
+    }
+    let zones_only = t
+        .zones
+        .into_iter()
+        .filter(|z| z.zone_type.as_deref().is_none_or(|ty| ty == "Node"));
+    let mut zones = Vec::new();
+    let mut managed = Vec::new();
+    let mut names = Vec::new();
+    let mut raw_costs = Vec::new();
+    for (i, z) in zones_only.enumerate() {
+        let id = z
+            .name
+            .strip_prefix("node-")
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(i as u32);
+        if id > 63 {
+            return Err(invalid(format!(
+                "zone {} has NUMA id {id}; ids go up to 63",
+                z.name
+            )));
+        }
+        let mut allocatable = Vec::new();
+        let mut available = Vec::new();
+        for r in &z.resources {
+            let rid = resources.intern(&r.name);
+            let parse = |q: &Option<QuantityText>| -> Result<Option<i64>, InventoryError> {
+                q.as_ref()
+                    .map(|q| {
+                        q.parse().map_err(|e| InventoryError::Invalid {
+                            at: format!("{at} zone {} {}", z.name, r.name),
+                            message: e.to_string(),
+                        })
+                    })
+                    .transpose()
+            };
+            let cap = parse(&r.capacity)?;
+            let alloc = parse(&r.allocatable)?.or(cap).unwrap_or(0);
+            let avail = parse(&r.available)?.unwrap_or(alloc);
+            if allocatable.len() <= rid {
+                allocatable.resize(rid + 1, 0);
+                available.resize(rid + 1, 0);
+            }
+            if managed.len() <= rid {
+                managed.resize(rid + 1, false);
+            }
+            allocatable[rid] = alloc;
+            available[rid] = avail;
+            managed[rid] = true;
+        }
+        names.push((z.name.clone(), id));
+        raw_costs.push(z.costs);
+        zones.push(NumaZone {
+            name: z.name,
+            id,
+            allocatable,
+            available,
+        });
+    }
+    let ids: Vec<u32> = zones.iter().map(|z| z.id).collect();
+    let mut distances = BTreeMap::new();
+    for (zone, costs) in zones.iter().zip(raw_costs) {
+        if costs.is_empty() {
+            continue;
+        }
+        let max_id = ids.iter().copied().max().unwrap_or(0) as usize;
+        let mut row = vec![0u64; max_id + 1];
+        for c in costs {
+            let target = names.iter().find(|(n, _)| *n == c.name).map(|(_, id)| *id);
+            let value: u64 = scalar(&c.value).parse().map_err(|_| {
+                invalid(format!(
+                    "zone {} cost to {} is not a number",
+                    zone.name, c.name
+                ))
+            })?;
+            if let Some(t) = target {
+                row[t as usize] = value;
+            }
+        }
+        distances.insert(zone.id, row);
+    }
+    let info = if distances.is_empty() {
+        NumaInfo::new(ids)
+    } else {
+        NumaInfo::with_distances(ids, distances)
+    };
+    if options.prefer_closest_numa && info.distances.len() < info.nodes.len() {
+        // The kubelet would refuse to start; treat the option as off rather than fail the node.
+        options.prefer_closest_numa = false;
+    }
+    Ok(NumaTopology {
+        policy,
+        scope,
+        options,
+        info,
+        zones,
+        managed,
+    })
+}

@@ -1,0 +1,300 @@
+//! What a pod asks for, read once from the Pod as kube-scheduler sends it, in the terms the
+//! scheduler (node-level fit) and the kubelet (NUMA alignment) each use.
+
+use crate::inventory::file::QuantityText;
+use crate::inventory::{ResourceId, ResourceTable};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Pod fields the engine reads; everything else is skipped while parsing.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodView {
+    #[serde(default)]
+    pub metadata: PodMeta,
+    #[serde(default)]
+    pub spec: PodSpecView,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecView {
+    #[serde(default)]
+    pub containers: Vec<ContainerView>,
+    #[serde(default)]
+    pub init_containers: Vec<ContainerView>,
+    pub overhead: Option<BTreeMap<String, QuantityText>>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub affinity: Option<AffinityView>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerView {
+    #[serde(default)]
+    pub name: String,
+    pub resources: Option<ResourcesView>,
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResourcesView {
+    pub requests: Option<BTreeMap<String, QuantityText>>,
+    pub limits: Option<BTreeMap<String, QuantityText>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AffinityView {
+    pub node_affinity: Option<NodeAffinityView>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeAffinityView {
+    pub required_during_scheduling_ignored_during_execution: Option<NodeSelectorView>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorView {
+    #[serde(default)]
+    pub node_selector_terms: Vec<NodeSelectorTerm>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorTerm {
+    #[serde(default)]
+    pub match_expressions: Vec<SelectorRequirement>,
+    #[serde(default)]
+    pub match_fields: Vec<SelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Toleration {
+    pub key: Option<String>,
+    pub operator: Option<String>,
+    pub value: Option<String>,
+    pub effect: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    /// A restartable init container (`restartPolicy: Always`): runs beside the app containers.
+    Sidecar,
+    App,
+}
+
+/// One container's requests, by resource name, in milli-units.
+#[derive(Debug, Clone)]
+pub struct ContainerRequest {
+    pub name: String,
+    pub kind: ContainerKind,
+    pub requests: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("pod {pod}: container {container}: resource {resource}: {message}")]
+pub struct PodError {
+    pub pod: String,
+    pub container: String,
+    pub resource: String,
+    pub message: String,
+}
+
+/// A pod, analysed once: cached between filter and prioritize.
+#[derive(Debug, Clone)]
+pub struct PodShape {
+    pub name: String,
+    pub containers: Vec<ContainerRequest>,
+    /// Guaranteed QoS: CPU and memory managers align only these pods.
+    pub guaranteed: bool,
+    /// What the scheduler's NodeResourcesFit counts (with init containers, sidecars and
+    /// overhead), which is also the kubelet's pod-scope effective request plus overhead.
+    pub node_request: BTreeMap<String, i64>,
+    /// The kubelet's effective request for the pod scope (no overhead).
+    pub effective: BTreeMap<String, i64>,
+    pub node_selector: BTreeMap<String, String>,
+    pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub tolerations: Vec<Toleration>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn container_requests(pod: &str, c: &ContainerView) -> Result<BTreeMap<String, i64>, PodError> {
+    let mut out = BTreeMap::new();
+    let Some(res) = &c.resources else {
+        return Ok(out);
+    };
+    let parse = |name: &str, q: &QuantityText| {
+        q.parse().map_err(|e| PodError {
+            pod: pod.to_string(),
+            container: c.name.clone(),
+            resource: name.to_string(),
+            message: e.to_string(),
+        })
+    };
+    // Requests default to limits when only limits are set, as the API server defaults them.
+    for (name, q) in res.limits.iter().flatten() {
+        out.insert(name.clone(), parse(name, q)?);
+    }
+    for (name, q) in res.requests.iter().flatten() {
+        out.insert(name.clone(), parse(name, q)?);
+    }
+    Ok(out)
+}
+
+fn is_guaranteed(pod: &str, spec: &PodSpecView) -> Result<bool, PodError> {
+    for c in spec.containers.iter().chain(&spec.init_containers) {
+        let Some(res) = &c.resources else {
+            return Ok(false);
+        };
+        let requests = container_requests(pod, c)?;
+        for r in ["cpu", "memory"] {
+            let limit = res.limits.as_ref().and_then(|l| l.get(r));
+            let Some(limit) = limit else { return Ok(false) };
+            let limit = limit.parse().unwrap_or(-1);
+            if requests.get(r) != Some(&limit) || limit <= 0 {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(!spec.containers.is_empty())
+}
+
+/// The kubelet's and the scheduler's pod-level request for each resource: the larger of the
+/// long-running containers (app containers plus sidecars) and the peak while init containers
+/// run (each init container plus the sidecars started before it).
+pub fn effective_request(containers: &[ContainerRequest]) -> BTreeMap<String, i64> {
+    let names: std::collections::BTreeSet<&String> =
+        containers.iter().flat_map(|c| c.requests.keys()).collect();
+    let mut out = BTreeMap::new();
+    for name in names {
+        let get = |c: &ContainerRequest| c.requests.get(name).copied().unwrap_or(0);
+        let mut sidecars = 0;
+        let mut init_peak = 0;
+        let mut apps = 0;
+        for c in containers {
+            match c.kind {
+                ContainerKind::Sidecar => {
+                    sidecars += get(c);
+                    init_peak = init_peak.max(sidecars);
+                }
+                ContainerKind::Init => init_peak = init_peak.max(sidecars + get(c)),
+                ContainerKind::App => apps += get(c),
+            }
+        }
+        let value = init_peak.max(apps + sidecars);
+        if value > 0 {
+            out.insert(name.clone(), value);
+        }
+    }
+    out
+}
+
+impl PodShape {
+    pub fn from_view(pod: &PodView) -> Result<Self, PodError> {
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        let spec = &pod.spec;
+        let mut containers = Vec::new();
+        for c in &spec.init_containers {
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
+            containers.push(ContainerRequest {
+                name: c.name.clone(),
+                kind,
+                requests: container_requests(&name, c)?,
+            });
+        }
+        for c in &spec.containers {
+            containers.push(ContainerRequest {
+                name: c.name.clone(),
+                kind: ContainerKind::App,
+                requests: container_requests(&name, c)?,
+            });
+        }
+        let effective = effective_request(&containers);
+        let mut node_request = effective.clone();
+        for (r, q) in spec.overhead.iter().flatten() {
+            let q = q.parse().map_err(|e| PodError {
+                pod: name.clone(),
+                container: "(overhead)".into(),
+                resource: r.clone(),
+                message: e.to_string(),
+            })?;
+            *node_request.entry(r.clone()).or_insert(0) += q;
+        }
+        Ok(Self {
+            guaranteed: is_guaranteed(&name, spec)?,
+            containers,
+            node_request,
+            effective,
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            required_terms: spec
+                .affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .map(|s| s.node_selector_terms.clone()),
+            tolerations: spec.tolerations.clone(),
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            name,
+        })
+    }
+
+    /// Resolves names to an inventory's resource ids. A resource the inventory has never seen
+    /// cannot be on any of its nodes.
+    pub fn bind(&self, table: &ResourceTable) -> BoundPod {
+        let ids = |m: &BTreeMap<String, i64>| -> Vec<(Option<ResourceId>, String, i64)> {
+            m.iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| (table.id(k), k.clone(), *v))
+                .collect()
+        };
+        BoundPod {
+            node_request: ids(&self.node_request),
+            effective: ids(&self.effective),
+            containers: self
+                .containers
+                .iter()
+                .map(|c| (c.kind, c.name.clone(), ids(&c.requests)))
+                .collect(),
+        }
+    }
+}
+
+/// A [`PodShape`]'s amounts as (resource id if known, name, amount).
+#[derive(Debug, Clone)]
+pub struct BoundPod {
+    pub node_request: Vec<(Option<ResourceId>, String, i64)>,
+    pub effective: Vec<(Option<ResourceId>, String, i64)>,
+    pub containers: Vec<(ContainerKind, String, Vec<(Option<ResourceId>, String, i64)>)>,
+}

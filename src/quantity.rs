@@ -1,0 +1,151 @@
+//! Kubernetes resource quantities ("500m", "64Gi", "1.5", "2e3") as integer milli-units, so
+//! CPU, memory and device counts are compared exactly, without floating point.
+
+use std::fmt;
+
+/// A quantity in thousandths of its unit: 1 CPU = 1000, 1 byte of memory = 1000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Milli(pub i64);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a Kubernetes quantity (e.g. 500m, 2, 64Gi, 1.5G)")]
+pub struct QuantityError(pub String);
+
+impl Milli {
+    pub const ZERO: Milli = Milli(0);
+
+    /// Whole units (e.g. an integer CPU count), when the quantity is one.
+    pub fn whole(self) -> Option<i64> {
+        (self.0 % 1000 == 0).then_some(self.0 / 1000)
+    }
+}
+
+/// Parses a quantity. Fractions below a milli-unit round up, as Kubernetes does for requests.
+pub fn parse(text: &str) -> Result<Milli, QuantityError> {
+    let err = || QuantityError(text.to_string());
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    if number.is_empty() || number.starts_with('-') {
+        return Err(err());
+    }
+    let number = number.strip_prefix('+').unwrap_or(number);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty()
+        || !int_part.bytes().all(|b| b.is_ascii_digit())
+        || !frac_part.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(err());
+    }
+    // value = digits × 10^(-frac_len) × multiplier × 1000, kept in i128 until the end.
+    let digits: i128 = format!("{int_part}{frac_part}")
+        .parse()
+        .map_err(|_| err())?;
+    let (num, den): (i128, i128) = match suffix {
+        "" => (1000, 1),
+        "m" => (1, 1),
+        "k" => (1_000_000, 1),
+        "M" => (1_000_000_000, 1),
+        "G" => (1_000_000_000_000, 1),
+        "T" => (1_000_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1000 << 10, 1),
+        "Mi" => (1000 << 20, 1),
+        "Gi" => (1000 << 30, 1),
+        "Ti" => (1000 << 40, 1),
+        "Pi" => (1000 << 50, 1),
+        "u" => (1, 1000),
+        "n" => (1, 1_000_000),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().map_err(|_| err())?;
+            if !(-9..=15).contains(&exp) {
+                return Err(err());
+            }
+            if exp >= 0 {
+                (1000 * 10i128.pow(exp as u32), 1)
+            } else {
+                (1000, 10i128.pow((-exp) as u32))
+            }
+        }
+        _ => return Err(err()),
+    };
+    let frac_den = 10i128.checked_pow(frac_part.len() as u32).ok_or_else(err)?;
+    let scaled_num = digits.checked_mul(num).ok_or_else(err)?;
+    let scaled_den = den.checked_mul(frac_den).ok_or_else(err)?;
+    // Round up: a request of 0.1m is 1m.
+    let value = (scaled_num + scaled_den - 1) / scaled_den;
+    i64::try_from(value).map(Milli).map_err(|_| err())
+}
+
+impl fmt::Display for Milli {
+    /// Whole units when exact, milli-units otherwise (`4`, `500m`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.whole() {
+            Some(n) => write!(f, "{n}"),
+            None => write!(f, "{}m", self.0),
+        }
+    }
+}
+
+/// Renders an amount of `resource` for people: bytes as Gi/Mi when exact, CPUs as cores.
+pub fn display(resource: &str, m: Milli) -> String {
+    let is_bytes = resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-");
+    if is_bytes {
+        if let Some(bytes) = m.whole() {
+            for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+                if bytes != 0 && bytes % (1i64 << shift) == 0 {
+                    return format!("{}{unit}", bytes >> shift);
+                }
+            }
+        }
+    }
+    m.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_exactly() {
+        for (text, milli) in [
+            ("1", 1000),
+            ("500m", 500),
+            ("1.5", 1500),
+            ("0.1", 100),
+            ("64Gi", 64i64 * 1000 * (1 << 30)),
+            ("1G", 1_000_000_000_000),
+            ("2k", 2_000_000),
+            ("1e3", 1_000_000),
+            ("1.5e-3", 2),
+            ("100u", 1),
+            ("+3", 3000),
+            (".5", 500),
+        ] {
+            assert_eq!(parse(text), Ok(Milli(milli)), "{text}");
+        }
+        for bad in [
+            "",
+            "-1",
+            "1x",
+            "Gi",
+            "1.2.3",
+            "e3",
+            "1e99",
+            "99999999999999999999P",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn display_is_readable() {
+        assert_eq!(display("memory", parse("8Gi").unwrap()), "8Gi");
+        assert_eq!(display("cpu", parse("1500m").unwrap()), "1500m");
+        assert_eq!(display("nvidia.com/gpu", parse("4").unwrap()), "4");
+    }
+}

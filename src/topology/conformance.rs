@@ -1,0 +1,264 @@
+//! The JSON case/result format of the shared Topology Manager vectors
+//! (`conformance/topology/FORMAT.md`), and a runner over it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    merge, validate, ConfigError, NumaInfo, NumaMask, Policy, PolicyOptions, ProviderHints,
+    TopologyHint, MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
+};
+
+/// One provider: `null` and `{}` both mean "no preference for anything".
+pub type CaseProvider = Option<BTreeMap<String, Option<Vec<CaseHint>>>>;
+
+/// A merge to perform, with the machine and configuration it runs under.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Case {
+    pub policy: String,
+    /// Option name to value; a `null` value counts as not given.
+    #[serde(default)]
+    pub options: Option<BTreeMap<String, Value>>,
+    /// Kept signed so that a negative id is reported, not a parse failure.
+    pub numa_nodes: Vec<i64>,
+    /// NUMA id (as a string) to its row, indexed by NUMA id.
+    #[serde(default)]
+    pub distances: Option<BTreeMap<String, Option<Vec<u64>>>>,
+    #[serde(default)]
+    pub providers: Option<Vec<CaseProvider>>,
+}
+
+/// One hint: `numa` absent or `null` is no affinity; `[]` is an empty mask.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CaseHint {
+    #[serde(default)]
+    pub numa: Option<Vec<i64>>,
+    #[serde(default)]
+    pub preferred: bool,
+}
+
+/// The merged hint, the admission decision, or the configuration error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaseResult {
+    /// Ascending NUMA ids; `None` when the hint has no affinity.
+    pub affinity: Option<Vec<u32>>,
+    pub preferred: bool,
+    pub admit: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CaseResult {
+    fn failed(message: String) -> Self {
+        Self {
+            affinity: None,
+            preferred: false,
+            admit: false,
+            error: Some(message),
+        }
+    }
+
+    /// Whether `self` (got) matches `expected`: for errors only whether
+    /// one is present counts, not its text.
+    pub fn agrees_with(&self, expected: &CaseResult) -> bool {
+        self.affinity == expected.affinity
+            && self.preferred == expected.preferred
+            && self.admit == expected.admit
+            && self.error.is_some() == expected.error.is_some()
+    }
+}
+
+/// A case turned into the arguments of [`merge()`].
+#[derive(Clone, Debug)]
+pub struct MergeInput {
+    pub policy: Policy,
+    pub options: PolicyOptions,
+    pub numa_info: NumaInfo,
+    pub providers: Vec<ProviderHints>,
+}
+
+impl Case {
+    /// Parses the case and applies the kubelet's start-up checks.
+    pub fn to_merge_input(&self) -> Result<MergeInput, ConfigError> {
+        let policy: Policy = self.policy.parse()?;
+        let options = parse_options(self.options.as_ref())?;
+        let nodes = self
+            .numa_nodes
+            .iter()
+            .map(|&id| numa_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let numa_info = NumaInfo::with_distances(nodes, parse_distances(self.distances.as_ref()));
+        validate(policy, &options, &numa_info)?;
+        let providers = self
+            .providers
+            .iter()
+            .flatten()
+            .map(parse_provider)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MergeInput {
+            policy,
+            options,
+            numa_info,
+            providers,
+        })
+    }
+}
+
+/// Runs one case: the kubelet's start-up checks, then its merge.
+pub fn run_case(case: &Case) -> CaseResult {
+    match case.to_merge_input() {
+        Ok(input) => {
+            let out = merge(
+                input.policy,
+                &input.options,
+                &input.numa_info,
+                &input.providers,
+            );
+            CaseResult {
+                affinity: out.hint.affinity.map(|m| m.ids().collect()),
+                preferred: out.hint.preferred,
+                admit: out.admit,
+                error: None,
+            }
+        }
+        Err(e) => CaseResult::failed(e.to_string()),
+    }
+}
+
+fn numa_id(id: i64) -> Result<u32, ConfigError> {
+    u32::try_from(id)
+        .ok()
+        .filter(|&v| v <= NumaMask::MAX_ID)
+        .ok_or(ConfigError::InvalidNumaId(id))
+}
+
+fn parse_options(raw: Option<&BTreeMap<String, Value>>) -> Result<PolicyOptions, ConfigError> {
+    let mut opts = PolicyOptions::default();
+    for (name, value) in raw.into_iter().flatten() {
+        let bad = || ConfigError::BadOptionValue {
+            name: name.clone(),
+            value: value.to_string(),
+        };
+        match (name.as_str(), value) {
+            (_, Value::Null) => {}
+            // Strings go through the kubelet's own parsing of option values.
+            (_, Value::String(s)) => opts.set(name, s)?,
+            (PREFER_CLOSEST_NUMA_NODES, Value::Bool(b)) => opts.prefer_closest_numa = *b,
+            (MAX_ALLOWABLE_NUMA_NODES, Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+                (Some(v), _) => opts.set_max_allowable(v)?,
+                (None, Some(v)) => {
+                    opts.max_allowable_numa_nodes = usize::try_from(v).unwrap_or(usize::MAX);
+                }
+                _ => return Err(bad()),
+            },
+            (PREFER_CLOSEST_NUMA_NODES | MAX_ALLOWABLE_NUMA_NODES, _) => return Err(bad()),
+            _ => return Err(ConfigError::UnknownOption(name.clone())),
+        }
+    }
+    Ok(opts)
+}
+
+/// Rows under keys that are not NUMA ids could never be looked up, and
+/// `null` rows are missing rows; both are left out.
+fn parse_distances(raw: Option<&BTreeMap<String, Option<Vec<u64>>>>) -> BTreeMap<u32, Vec<u64>> {
+    raw.into_iter()
+        .flatten()
+        .filter_map(|(key, row)| Some((key.trim().parse::<u32>().ok()?, row.clone()?)))
+        .collect()
+}
+
+fn parse_provider(raw: &CaseProvider) -> Result<ProviderHints, ConfigError> {
+    let mut provider = ProviderHints::new();
+    for (resource, hints) in raw.iter().flatten() {
+        let hints = match hints {
+            None => None,
+            Some(list) => Some(list.iter().map(parse_hint).collect::<Result<Vec<_>, _>>()?),
+        };
+        provider.insert(resource.clone(), hints);
+    }
+    Ok(provider)
+}
+
+fn parse_hint(raw: &CaseHint) -> Result<TopologyHint, ConfigError> {
+    let affinity = match &raw.numa {
+        None => None,
+        Some(ids) => Some(NumaMask::from_ids(
+            ids.iter()
+                .map(|&id| numa_id(id))
+                .collect::<Result<Vec<_>, _>>()?,
+        )?),
+    };
+    Ok(TopologyHint {
+        affinity,
+        preferred: raw.preferred,
+    })
+}
+
+/// Maps a JSON array of cases to the JSON array of their results, one result
+/// per line. A case that does not fit the format gets an `error` result, so
+/// results stay aligned with cases; only input that is not a JSON array of
+/// values is an `Err`.
+pub fn run_cases(input: &str) -> Result<String, serde_json::Error> {
+    let cases: Vec<Value> = serde_json::from_str(input)?;
+    let mut out = String::from("[");
+    for (i, raw) in cases.into_iter().enumerate() {
+        let result = match serde_json::from_value::<Case>(raw) {
+            Ok(case) => run_case(&case),
+            Err(e) => CaseResult::failed(format!("invalid case: {e}")),
+        };
+        out.push_str(if i == 0 { "\n" } else { ",\n" });
+        out.push_str(&serde_json::to_string(&result)?);
+    }
+    out.push_str("\n]\n");
+    Ok(out)
+}
+
+/// A vector whose result differs from the expected one.
+#[derive(Clone, Debug)]
+pub struct Disagreement {
+    /// Position of the vector in its file.
+    pub index: usize,
+    pub case: Value,
+    pub expected: CaseResult,
+    pub got: CaseResult,
+}
+
+/// Outcome of running a vector file.
+#[derive(Clone, Debug, Default)]
+pub struct VectorReport {
+    pub total: usize,
+    pub disagreements: Vec<Disagreement>,
+}
+
+#[derive(Deserialize)]
+struct Vector {
+    case: Value,
+    expected: CaseResult,
+}
+
+/// Runs a vector file (a JSON array of `{"case", "expected"}`) and lists the
+/// vectors whose result disagrees with the expected one.
+pub fn check_vectors(input: &str) -> Result<VectorReport, serde_json::Error> {
+    let vectors: Vec<Vector> = serde_json::from_str(input)?;
+    let mut report = VectorReport {
+        total: vectors.len(),
+        disagreements: Vec::new(),
+    };
+    for (index, v) in vectors.into_iter().enumerate() {
+        let got = match serde_json::from_value::<Case>(v.case.clone()) {
+            Ok(case) => run_case(&case),
+            Err(e) => CaseResult::failed(format!("invalid case: {e}")),
+        };
+        if !got.agrees_with(&v.expected) {
+            report.disagreements.push(Disagreement {
+                index,
+                case: v.case,
+                expected: v.expected,
+                got,
+            });
+        }
+    }
+    Ok(report)
+}
