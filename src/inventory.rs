@@ -8,7 +8,7 @@
 //! Amounts are dense vectors indexed by a [`ResourceId`] from the inventory's own
 //! [`ResourceTable`], so a fit check is a few integer comparisons.
 
-pub(crate) mod file;
+mod file;
 
 pub use file::{load_file, parse_yaml, InventoryError};
 
@@ -114,6 +114,9 @@ pub struct ClusterSummary {
     /// The largest available amount of each resource in one NUMA zone.
     pub max_free_in_zone: Vec<i64>,
     pub max_allocatable_in_zone: Vec<i64>,
+    /// Every node is NUMA-aware with the single-numa-node policy, so the zone bounds above
+    /// bound every aligned resource request.
+    pub single_numa_everywhere: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +138,12 @@ impl Cluster {
             max_allocatable_in_zone: vec![0; resources],
             ..Default::default()
         };
+        s.single_numa_everywhere = !self.nodes.is_empty()
+            && self.nodes.iter().all(|n| {
+                n.numa
+                    .as_ref()
+                    .is_some_and(|t| t.policy == Policy::SingleNumaNode)
+            });
         for node in &self.nodes {
             for r in 0..resources {
                 let alloc = node.allocatable.get(r).copied().unwrap_or(0);

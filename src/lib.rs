@@ -13,6 +13,7 @@ pub mod config;
 pub mod inventory;
 pub mod metrics;
 pub mod namespaces;
+pub mod placement;
 pub mod quantity;
 pub mod selector;
 pub mod server;

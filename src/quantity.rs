@@ -1,6 +1,7 @@
 //! Kubernetes resource quantities ("500m", "64Gi", "1.5", "2e3") as integer milli-units, so
 //! CPU, memory and device counts are compared exactly, without floating point.
 
+use serde::Deserialize;
 use std::fmt;
 
 /// A quantity in thousandths of its unit: 1 CPU = 1000, 1 byte of memory = 1000.
@@ -104,6 +105,25 @@ pub fn display(resource: &str, m: Milli) -> String {
         }
     }
     m.to_string()
+}
+
+/// A quantity written as a string ("64Gi") or a bare YAML number (8).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum QuantityText {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+impl QuantityText {
+    pub fn parse(&self) -> Result<i64, QuantityError> {
+        match self {
+            Self::Text(t) => parse(t).map(|m| m.0),
+            Self::Int(n) => parse(&n.to_string()).map(|m| m.0),
+            Self::Float(f) => parse(&f.to_string()).map(|m| m.0),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The inventory file format (see `tests/data/formats/inventory.example.yaml`).
 
 use super::{Cluster, Inventory, Node, NumaTopology, NumaZone, ResourceTable, Scope, Taint};
-use crate::quantity;
+use crate::quantity::QuantityText;
 use crate::topology::{NumaInfo, Policy, PolicyOptions};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -18,25 +18,6 @@ pub enum InventoryError {
     Parse(String),
     #[error("inventory: {at}: {message}")]
     Invalid { at: String, message: String },
-}
-
-/// A quantity written as a string ("64Gi") or a bare YAML number (8).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum QuantityText {
-    Text(String),
-    Int(i64),
-    Float(f64),
-}
-
-impl QuantityText {
-    pub(crate) fn parse(&self) -> Result<i64, quantity::QuantityError> {
-        match self {
-            Self::Text(t) => quantity::parse(t).map(|m| m.0),
-            Self::Int(n) => quantity::parse(&n.to_string()).map(|m| m.0),
-            Self::Float(f) => quantity::parse(&f.to_string()).map(|m| m.0),
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,8 +1,8 @@
 //! What a pod asks for, read once from the Pod as kube-scheduler sends it, in the terms the
 //! scheduler (node-level fit) and the kubelet (NUMA alignment) each use.
 
-use crate::inventory::file::QuantityText;
 use crate::inventory::{ResourceId, ResourceTable};
+use crate::quantity::QuantityText;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -262,7 +262,10 @@ impl PodShape {
                 .affinity
                 .as_ref()
                 .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .and_then(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
                 .map(|s| s.node_selector_terms.clone()),
             tolerations: spec.tolerations.clone(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
@@ -296,5 +299,9 @@ impl PodShape {
 pub struct BoundPod {
     pub node_request: Vec<(Option<ResourceId>, String, i64)>,
     pub effective: Vec<(Option<ResourceId>, String, i64)>,
-    pub containers: Vec<(ContainerKind, String, Vec<(Option<ResourceId>, String, i64)>)>,
+    pub containers: Vec<(
+        ContainerKind,
+        String,
+        Vec<(Option<ResourceId>, String, i64)>,
+    )>,
 }

@@ -1,0 +1,67 @@
+//! The placement engine: does this pod, or this gang of N identical pods, fit NUMA-aligned on
+//! this node or in this cluster, and how well. Pure: an inventory snapshot and a pod in, a
+//! verdict out. The extender serves it; the dispatcher calls it in-process.
+
+pub mod fit;
+pub mod inflight;
+pub mod pod;
+pub mod score;
+#[cfg(test)]
+mod tests;
+
+pub use fit::{fit_cluster, fit_node, ClusterFit, Misfit, NodeFit, NodeState, UnitTrace};
+pub use pod::{BoundPod, PodShape, PodView};
+pub use score::Strategy;
+
+/// Annotation a pod uses to pick a scoring strategy.
+pub const STRATEGY_ANNOTATION: &str = "switchyard.dev/placement-strategy";
+/// Annotation giving the number of identical pods that must fit at once.
+pub const GANG_SIZE_ANNOTATION: &str = "switchyard.dev/gang-size";
+
+/// What to do with a node that publishes no NUMA data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NumaUnknown {
+    /// Judge it on node-level resources only (and say so).
+    #[default]
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    pub numa_unknown: NumaUnknown,
+    pub strategy: Strategy,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            numa_unknown: NumaUnknown::Allow,
+            strategy: Strategy::LeastAllocated,
+        }
+    }
+}
+
+impl PodShape {
+    /// The strategy the pod asks for, or the configured default.
+    pub fn strategy(&self, default: Strategy) -> Strategy {
+        self.annotations
+            .get(STRATEGY_ANNOTATION)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// The gang size from the pod's annotation (default 1).
+    pub fn gang_size(&self) -> Result<usize, String> {
+        match self.annotations.get(GANG_SIZE_ANNOTATION) {
+            None => Ok(1),
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+                _ => Err(format!(
+                    "annotation {GANG_SIZE_ANNOTATION}={v:?} is not a pod count between 1 and 100000"
+                )),
+            },
+        }
+    }
+}

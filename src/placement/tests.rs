@@ -1,0 +1,344 @@
+use super::pod::effective_request;
+use super::*;
+use crate::inventory::{parse_yaml, Inventory};
+use crate::quantity::parse as q;
+use std::time::{Duration, Instant};
+
+const EXAMPLE: &str = include_str!("../../tests/data/formats/inventory.example.yaml");
+
+fn shape(json: serde_json::Value) -> PodShape {
+    let view: PodView = serde_json::from_value(json).unwrap();
+    PodShape::from_view(&view).unwrap()
+}
+
+/// A Guaranteed pod with one container asking for `gpus` GPUs (plus 1 CPU, 1Gi).
+fn gpu_pod(gpus: u32) -> PodShape {
+    let r = serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()});
+    shape(serde_json::json!({
+        "metadata": {"name": "train", "namespace": "ml", "uid": "u"},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"requests": r, "limits": r}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        }
+    }))
+}
+
+fn node_fit(inv: &Inventory, node: &str, pod: &PodShape, n: usize) -> NodeFit {
+    let (_, node) = inv.node(node).unwrap();
+    fit_node(
+        node,
+        &inv.resources,
+        pod,
+        &pod.bind(&inv.resources),
+        n,
+        &EngineConfig::default(),
+        true,
+    )
+}
+
+fn cluster_fit(inv: &Inventory, cluster: &str, pod: &PodShape, n: usize) -> ClusterFit {
+    fit_cluster(
+        inv.cluster(cluster).unwrap(),
+        &inv.resources,
+        pod,
+        &pod.bind(&inv.resources),
+        n,
+        &EngineConfig::default(),
+        Strategy::LeastAllocated,
+    )
+}
+
+/// Two-zone GPU nodes: `zones` lists (free GPUs in zone 0, in zone 1) per node, 4 allocatable
+/// per zone, under `policy` and `scope`.
+fn gpu_cluster(policy: &str, scope: &str, zones: &[(u32, u32)]) -> Inventory {
+    let mut yaml = String::from("clusters:\n  - name: c\n    nodes:\n");
+    for (i, (a, b)) in zones.iter().enumerate() {
+        let used = 8 - a - b;
+        yaml += &format!(
+            "      - name: n{i}\n        allocatable: {{cpu: \"64\", memory: 256Gi, nvidia.com/gpu: \"8\", pods: \"110\"}}\n        requested: {{nvidia.com/gpu: \"{used}\"}}\n        topology:\n          attributes:\n            - {{name: topologyManagerPolicy, value: {policy}}}\n            - {{name: topologyManagerScope, value: {scope}}}\n          zones:\n"
+        );
+        for (z, free) in [(0, a), (1, b)] {
+            yaml += &format!(
+                "            - name: node-{z}\n              type: Node\n              resources:\n                - {{name: cpu, capacity: \"32\", allocatable: \"32\", available: \"32\"}}\n                - {{name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}}\n                - {{name: nvidia.com/gpu, capacity: \"4\", allocatable: \"4\", available: \"{free}\"}}\n"
+            );
+        }
+    }
+    parse_yaml(&yaml).unwrap()
+}
+
+#[test]
+fn seed_001_effective_request_is_cpu_3_memory_3g() {
+    let pod = shape(serde_json::json!({"spec": {
+        "containers": [
+            {"name": "appContainer1", "resources": {"requests": {"cpu": "2", "memory": "1G"}}},
+            {"name": "appContainer2", "resources": {"requests": {"cpu": "1", "memory": "1G"}}}
+        ],
+        "initContainers": [
+            {"name": "initContainer1", "resources": {"requests": {"cpu": "2", "memory": "1G"}}},
+            {"name": "initContainer2", "resources": {"requests": {"cpu": "2", "memory": "3G"}}}
+        ]
+    }}));
+    assert_eq!(pod.effective["cpu"], q("3").unwrap().0);
+    assert_eq!(pod.effective["memory"], q("3G").unwrap().0);
+    assert!(!pod.guaranteed, "requests without limits are Burstable");
+}
+
+#[test]
+fn sidecars_count_as_the_kubelet_counts_them() {
+    let pod = shape(serde_json::json!({"spec": {
+        "initContainers": [
+            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "migrate", "resources": {"requests": {"cpu": "4"}}}
+        ],
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]
+    }}));
+    // While migrate runs the sidecar runs too (1 + 4); afterwards sidecar + app (1 + 2).
+    assert_eq!(pod.effective["cpu"], 5000);
+    let containers = pod.containers.clone();
+    assert_eq!(effective_request(&containers[..1])["cpu"], 1000);
+}
+
+#[test]
+fn requests_default_to_limits_and_guaranteed_needs_equal_cpu_and_memory() {
+    let limits_only = shape(serde_json::json!({"spec": {"containers": [
+        {"name": "a", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}
+    ]}}));
+    assert!(limits_only.guaranteed);
+    assert_eq!(limits_only.node_request["cpu"], 2000);
+    let burstable = shape(serde_json::json!({"spec": {"containers": [
+        {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2", "memory": "1Gi"}}}
+    ]}}));
+    assert!(!burstable.guaranteed);
+}
+
+#[test]
+fn the_example_inventory_loads_with_its_numa_zones() {
+    let inv = parse_yaml(EXAMPLE).unwrap();
+    assert_eq!(inv.clusters.len(), 2);
+    let (_, node) = inv.node("eu-1-gpu-a").unwrap();
+    let numa = node.numa.as_ref().unwrap();
+    assert_eq!(numa.policy, crate::topology::Policy::SingleNumaNode);
+    assert_eq!(
+        numa.zones.iter().map(|z| z.id).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let gpu = inv.resources.id("nvidia.com/gpu").unwrap();
+    assert_eq!(
+        inv.cluster("eu-1").unwrap().summary.max_free_in_zone[gpu],
+        4000
+    );
+    assert!(inv.node("eu-1-cpu-a").unwrap().1.numa.is_none());
+}
+
+#[test]
+fn single_numa_node_places_a_gpu_pod_in_the_zone_that_can_hold_it() {
+    let inv = parse_yaml(EXAMPLE).unwrap();
+    // Zone 0 has 2 GPUs free, zone 1 has 4: three GPUs fit only in zone 1.
+    let fit = node_fit(&inv, "eu-1-gpu-a", &gpu_pod(3), 1);
+    assert_eq!(fit.count, 1, "{:?}", fit.misfit);
+    assert_eq!(fit.zones_used.ids().collect::<Vec<_>>(), vec![1]);
+    // Six never fit on one NUMA node of 4: preemption cannot help.
+    let fit = node_fit(&inv, "eu-1-gpu-a", &gpu_pod(6), 1);
+    let misfit = fit.misfit.unwrap();
+    assert!(misfit.unresolvable());
+    let text = misfit.to_string();
+    assert!(
+        text.contains("needs 6 nvidia.com/gpu on one NUMA node under single-numa-node")
+            && text.contains("4 allocatable"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_untolerated_taint_is_unresolvable() {
+    let inv = parse_yaml(EXAMPLE).unwrap();
+    let mut pod = gpu_pod(1);
+    pod.tolerations.clear();
+    let misfit = node_fit(&inv, "eu-1-gpu-a", &pod, 1).misfit.unwrap();
+    assert!(
+        matches!(misfit, Misfit::Taint { .. }) && misfit.unresolvable(),
+        "{misfit}"
+    );
+}
+
+#[test]
+fn summed_free_resources_that_no_packing_can_use_are_rejected() {
+    // Two nodes with 3 free GPUs each (6 in all): a 4-GPU pod fits on neither.
+    let inv = gpu_cluster("none", "container", &[(3, 0), (0, 3)]);
+    let fit = cluster_fit(&inv, "c", &gpu_pod(4), 1);
+    assert!(!fit.fits());
+    let text = fit.misfit.unwrap().to_string();
+    assert!(
+        text.contains("needs 4 nvidia.com/gpu on one node"),
+        "{text}"
+    );
+    // But two 3-GPU pods do fit, one per node.
+    let fit = cluster_fit(&inv, "c", &gpu_pod(3), 2);
+    assert!(fit.fits(), "{:?}", fit.misfit);
+    assert_eq!(fit.placements, vec![(0, 1), (1, 1)]);
+}
+
+#[test]
+fn only_a_numa_aware_packing_fits_and_is_found() {
+    // n0 has 4 GPUs free but split 2+2; n1 has 4 free in one zone. Node-level fit accepts both,
+    // yet under single-numa-node only n1 can take a 4-GPU pod.
+    let inv = gpu_cluster("single-numa-node", "container", &[(2, 2), (4, 0)]);
+    let fit = cluster_fit(&inv, "c", &gpu_pod(4), 1);
+    assert!(fit.fits(), "{:?}", fit.misfit);
+    assert_eq!(fit.placements, vec![(1, 1)]);
+    // A gang of two such pods does not fit: n0 cannot take one.
+    let fit = cluster_fit(&inv, "c", &gpu_pod(4), 2);
+    let m = fit.misfit.unwrap();
+    assert!(
+        matches!(
+            &m,
+            Misfit::Gang {
+                fitted: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_gang_fills_numa_zones_one_pod_at_a_time() {
+    let inv = gpu_cluster("single-numa-node", "container", &[(3, 3)]);
+    // Two 2-GPU pods: one per zone. The node still has 2 GPUs free, but split 1+1, so a
+    // third is refused by the Topology Manager, not by node-level fit.
+    let fit = node_fit(&inv, "n0", &gpu_pod(2), 3);
+    assert_eq!(fit.count, 2);
+    assert_eq!(fit.zones_used.count(), 2);
+    let why = fit.misfit.unwrap().to_string();
+    assert!(why.contains("1 free of 4 allocatable"), "{why}");
+}
+
+#[test]
+fn container_scope_aligns_each_container_pod_scope_the_whole_pod() {
+    let two_containers = |gpus: &str| {
+        let r = serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus});
+        shape(serde_json::json!({"spec": {"containers": [
+            {"name": "a", "resources": {"requests": r, "limits": r}},
+            {"name": "b", "resources": {"requests": r, "limits": r}}
+        ]}}))
+    };
+    let container = gpu_cluster("single-numa-node", "container", &[(2, 2)]);
+    let fit = node_fit(&container, "n0", &two_containers("2"), 1);
+    assert_eq!(fit.count, 1, "{:?}", fit.misfit);
+    assert_eq!(fit.traces.len(), 2, "one merge per container");
+    let pod = gpu_cluster("single-numa-node", "pod", &[(2, 2)]);
+    let fit = node_fit(&pod, "n0", &two_containers("2"), 1);
+    assert_eq!(fit.count, 0, "4 GPUs in one zone of 2 free");
+    assert_eq!(fit.traces.len(), 1, "one merge for the pod");
+}
+
+#[test]
+fn restricted_and_best_effort_differ_on_a_spanning_placement() {
+    // 3 GPUs with zones of 2 free each: only both zones together can hold them; preferred
+    // needs one zone (4 allocatable), so restricted rejects and best-effort admits.
+    let restricted = gpu_cluster("restricted", "container", &[(2, 2)]);
+    assert_eq!(node_fit(&restricted, "n0", &gpu_pod(3), 1).count, 0);
+    let best_effort = gpu_cluster("best-effort", "container", &[(2, 2)]);
+    let fit = node_fit(&best_effort, "n0", &gpu_pod(3), 1);
+    assert_eq!(fit.count, 1);
+    assert_eq!(fit.zones_used.count(), 2);
+}
+
+#[test]
+fn strategies_rank_placements_as_named() {
+    let inv = gpu_cluster("single-numa-node", "container", &[(4, 4), (1, 1)]);
+    let pod = gpu_pod(1);
+    let bound = pod.bind(&inv.resources);
+    let cluster = inv.cluster("c").unwrap();
+    let score = |node: usize, s: Strategy| {
+        let fit = fit_node(
+            &cluster.nodes[node],
+            &inv.resources,
+            &pod,
+            &bound,
+            1,
+            &EngineConfig::default(),
+            false,
+        );
+        score::node_score(
+            s,
+            &cluster.nodes[node],
+            &fit.state,
+            &score::scored_resources(&bound),
+            fit.zones_used,
+        )
+    };
+    assert!(score(0, Strategy::LeastAllocated) > score(1, Strategy::LeastAllocated));
+    assert!(score(0, Strategy::MostAllocated) < score(1, Strategy::MostAllocated));
+    assert_eq!(score(0, Strategy::LeastNumaNodes), 10);
+    assert!(pod.strategy(Strategy::LeastAllocated) == Strategy::LeastAllocated);
+}
+
+#[test]
+fn in_flight_placements_are_not_booked_twice() {
+    let inv = gpu_cluster("single-numa-node", "container", &[(4, 0)]);
+    let (_, node) = inv.node("n0").unwrap();
+    let pod = gpu_pod(4);
+    let bound = pod.bind(&inv.resources);
+    let now = Instant::now();
+    let first = fit_node(
+        node,
+        &inv.resources,
+        &pod,
+        &bound,
+        1,
+        &EngineConfig::default(),
+        false,
+    );
+    assert_eq!(first.count, 1);
+    let mut inflight = inflight::InFlight::new(Duration::from_secs(30));
+    inflight.reserve(inflight::Reservation::between(
+        "pod-1",
+        node,
+        &inv.resources,
+        &NodeState::of(node),
+        &first.state,
+        now + Duration::from_secs(30),
+    ));
+    let adjusted = inflight.node(node, &inv.resources, now);
+    let second = fit_node(
+        &adjusted,
+        &inv.resources,
+        &pod,
+        &bound,
+        1,
+        &EngineConfig::default(),
+        false,
+    );
+    assert_eq!(second.count, 0, "the zone is taken by the first placement");
+    // Expired or released, the space is free again.
+    let later = inflight.node(node, &inv.resources, now + Duration::from_secs(31));
+    assert_eq!(
+        fit_node(
+            &later,
+            &inv.resources,
+            &pod,
+            &bound,
+            1,
+            &EngineConfig::default(),
+            false
+        )
+        .count,
+        1
+    );
+    inflight.release("pod-1");
+    assert!(inflight.is_empty());
+}
+
+#[test]
+fn gang_size_annotation_is_validated() {
+    let mut pod = gpu_pod(1);
+    assert_eq!(pod.gang_size(), Ok(1));
+    pod.annotations
+        .insert(GANG_SIZE_ANNOTATION.into(), "8".into());
+    assert_eq!(pod.gang_size(), Ok(8));
+    pod.annotations
+        .insert(GANG_SIZE_ANNOTATION.into(), "zero".into());
+    assert!(pod.gang_size().unwrap_err().contains("gang-size"));
+}
