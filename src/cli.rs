@@ -35,6 +35,43 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Write a development CA and a serving certificate: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
+    /// Kubelet Topology Manager emulation.
+    #[command(subcommand)]
+    Topology(TopologyCommand),
+    /// Why a pod fits or not on each node or cluster of an inventory.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// Read a JSON array of merge cases on stdin, write the array of results on stdout
+    /// (the format of the conformance vectors).
+    Merge,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Inventory file.
+    #[arg(long)]
+    pub inventory: PathBuf,
+    /// Pod manifest (YAML or JSON).
+    #[arg(long)]
+    pub pod: PathBuf,
+    /// Only this node.
+    #[arg(long, conflicts_with = "cluster")]
+    pub node: Option<String>,
+    /// Only this cluster (judged for the pod's gang size).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// What to do with nodes without NUMA data.
+    #[arg(long, value_enum, default_value = "allow")]
+    pub numa_unknown: NumaUnknownArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum NumaUnknownArg {
+    Allow,
+    Deny,
 }
 
 #[derive(Debug, Args, Default)]
@@ -78,6 +115,9 @@ pub struct ServeArgs {
     /// How often the certificate files are re-read (e.g. 10s) [default: 10s].
     #[arg(long)]
     pub tls_reload_interval: Option<String>,
+    /// Inventory file (clusters, nodes, NUMA zones) the scheduler extender judges nodes against.
+    #[arg(long, env = "SWITCHYARD_INVENTORY")]
+    pub inventory: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

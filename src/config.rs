@@ -49,6 +49,11 @@ pub struct FileConfig {
     pub tls_reload_interval: Option<String>,
     pub max_review_bytes: Option<usize>,
     pub namespace_cache_ttl: Option<String>,
+    pub inventory: Option<PathBuf>,
+    pub virtual_node_prefix: Option<String>,
+    pub numa_unknown: Option<crate::placement::NumaUnknown>,
+    pub placement_strategy: Option<crate::placement::Strategy>,
+    pub inflight_ttl: Option<String>,
 }
 
 impl FileConfig {
@@ -99,6 +104,9 @@ pub struct ServeSettings {
     pub namespace_cache_ttl: Duration,
     /// How long a request body may take to arrive before the request is refused.
     pub body_timeout: Duration,
+    /// The inventory file the extender judges nodes against.
+    pub inventory: Option<PathBuf>,
+    pub extender: crate::extender::ExtenderConfig,
 }
 
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
@@ -121,6 +129,8 @@ impl ServeSettings {
             max_review_bytes: DEFAULT_MAX_REVIEW_BYTES,
             namespace_cache_ttl: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
+            inventory: None,
+            extender: Default::default(),
         }
     }
 
@@ -241,6 +251,24 @@ impl ServeSettings {
                 Duration::from_secs(30),
             )?,
             body_timeout: Duration::from_secs(10),
+            inventory: args.inventory.clone().or(file.inventory),
+            extender: crate::extender::ExtenderConfig {
+                engine: crate::placement::EngineConfig {
+                    numa_unknown: file.numa_unknown.unwrap_or_default(),
+                    strategy: file
+                        .placement_strategy
+                        .unwrap_or(crate::placement::Strategy::LeastAllocated),
+                },
+                virtual_node_prefix: file
+                    .virtual_node_prefix
+                    .unwrap_or_else(|| "switchyard-".into()),
+                inflight_ttl: duration(
+                    "inflightTtl",
+                    &None,
+                    file.inflight_ttl,
+                    Duration::from_secs(30),
+                )?,
+            },
         })
     }
 }

@@ -10,6 +10,8 @@ pub mod admission;
 pub mod certs;
 pub mod cli;
 pub mod config;
+pub mod explain;
+pub mod extender;
 pub mod inventory;
 pub mod metrics;
 pub mod namespaces;
@@ -38,6 +40,8 @@ pub enum Error {
     },
     #[error("cannot build a Kubernetes client: {0}; set KUBECONFIG or run in a pod, or pass --standalone to run without a cluster")]
     KubeClient(String),
+    #[error(transparent)]
+    Inventory(#[from] inventory::InventoryError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use clap::Parser;
-use switchyard::cli::{Cli, Command, LogFormat};
+use std::io::Read;
+use switchyard::cli::{Cli, Command, LogFormat, NumaUnknownArg, TopologyCommand};
 use switchyard::config::{FileConfig, ServeSettings};
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +52,38 @@ fn main() -> anyhow::Result<()> {
                 args.out.display(),
                 names.join(", ")
             );
+        }
+        Command::Topology(TopologyCommand::Merge) => {
+            let mut input = String::new();
+            std::io::stdin()
+                .read_to_string(&mut input)
+                .context("cannot read merge cases from stdin")?;
+            let output = switchyard::topology::conformance::run_cases(&input)
+                .context("stdin is not a JSON array of Topology Manager merge cases")?;
+            println!("{output}");
+        }
+        Command::Explain(args) => {
+            let inventory = switchyard::inventory::load_file(&args.inventory)?;
+            let text = std::fs::read_to_string(&args.pod)
+                .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
+            let view: switchyard::placement::PodView = serde_yaml::from_str(&text)
+                .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
+            let shape = switchyard::placement::PodShape::from_view(&view)?;
+            let config = switchyard::placement::EngineConfig {
+                numa_unknown: match args.numa_unknown {
+                    NumaUnknownArg::Allow => switchyard::placement::NumaUnknown::Allow,
+                    NumaUnknownArg::Deny => switchyard::placement::NumaUnknown::Deny,
+                },
+                ..Default::default()
+            };
+            let target = match (&args.node, &args.cluster) {
+                (Some(n), _) => switchyard::explain::Target::Node(n),
+                (_, Some(c)) => switchyard::explain::Target::Cluster(c),
+                _ => switchyard::explain::Target::Everything,
+            };
+            let report = switchyard::explain::render(&inventory, &shape, target, &config)
+                .map_err(anyhow::Error::msg)?;
+            print!("{report}");
         }
     }
     Ok(())

@@ -32,16 +32,17 @@ pub struct Readiness {
     notes: Vec<String>,
 }
 
-struct State {
+pub(crate) struct State {
     webhooks: Webhooks,
+    pub(crate) extender: Arc<crate::extender::Extender>,
     metrics: Arc<Metrics>,
 }
 
 /// The route and result labels a handler leaves for the metrics middleware.
 #[derive(Clone, Copy)]
-struct Outcome {
-    path: &'static str,
-    result: &'static str,
+pub(crate) struct Outcome {
+    pub(crate) path: &'static str,
+    pub(crate) result: &'static str,
 }
 
 /// A started server. Dropping it does not stop it; call [`Running::shutdown`].
@@ -94,6 +95,7 @@ pub async fn start_with_client(
 
     let mut notes = Vec::new();
     let standalone = client.is_none();
+    let client_for_extender = client.clone();
     let namespaces = match client {
         None => {
             notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
@@ -105,11 +107,30 @@ pub async fn start_with_client(
     if settings.policy.default_queue.is_some() && settings.policy.managed_namespaces.is_none() {
         tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
     }
+
+    let inventory = match &settings.inventory {
+        Some(path) => {
+            let inv = crate::inventory::load_file(path)?;
+            tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
+            inv
+        }
+        None => {
+            notes.push(
+                "extender: no inventory (--inventory FILE): every node is reported as unknown"
+                    .to_string(),
+            );
+            Default::default()
+        }
+    };
     let readiness = Arc::new(Readiness {
         shutting_down: AtomicBool::new(false),
         notes,
     });
-
+    let extender = Arc::new(crate::extender::Extender::new(
+        Arc::new(crate::inventory::InventoryStore::new(inventory)),
+        settings.extender.clone(),
+        client_for_extender,
+    ));
     let state = web::Data::new(State {
         webhooks: Webhooks {
             policy: settings.policy.clone(),
@@ -118,6 +139,7 @@ pub async fn start_with_client(
             body_timeout: settings.body_timeout,
         },
         metrics: metrics.clone(),
+        extender: extender.clone(),
     });
 
     let https_listener = bind(settings.listen)?;
@@ -150,6 +172,7 @@ pub async fn start_with_client(
                 }
             })
             .configure(admission_routes)
+            .configure(crate::extender::http::routes)
             .default_service(web::to(not_found))
     })
     .workers(settings.workers)
@@ -252,7 +275,7 @@ fn status_class(status: StatusCode) -> &'static str {
     }
 }
 
-fn plain(status: StatusCode, outcome: Outcome, line: String) -> HttpResponse {
+pub(crate) fn plain(status: StatusCode, outcome: Outcome, line: String) -> HttpResponse {
     let mut res = HttpResponse::build(status)
         .content_type("text/plain; charset=utf-8")
         .body(line + "\n");
@@ -268,8 +291,11 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
             result: "not_found",
         },
         format!(
-            "no such path {:?}: this server answers POST {MUTATE_JOB_PATH} and POST {VALIDATE_JOB_PATH}",
-            req.path()
+            "no such path {:?}: this server answers POST {MUTATE_JOB_PATH}, {VALIDATE_JOB_PATH}, {}, {} and {}",
+            req.path(),
+            crate::extender::FILTER_PATH,
+            crate::extender::PRIORITIZE_PATH,
+            crate::extender::BIND_PATH
         ),
     )
 }
@@ -288,7 +314,7 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     res
 }
 
-fn is_json(req: &HttpRequest) -> bool {
+pub(crate) fn is_json(req: &HttpRequest) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -297,7 +323,7 @@ fn is_json(req: &HttpRequest) -> bool {
 }
 
 /// Reads the body within the size limit and the body timeout.
-async fn read_body(
+pub(crate) async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

@@ -78,6 +78,17 @@ impl fmt::Display for Misfit {
             Misfit::Insufficient {
                 resource,
                 need,
+                allocatable: 0,
+                scope,
+                ..
+            } => write!(
+                f,
+                "needs {} {resource}; {scope} has none",
+                display(resource, Milli(*need))
+            ),
+            Misfit::Insufficient {
+                resource,
+                need,
                 free,
                 allocatable,
                 scope,
@@ -313,19 +324,26 @@ fn hints_for(numa: &NumaTopology, zones: &[Vec<i64>], rid: usize, need: i64) -> 
     let n = numa.zones.len().min(16);
     let mut min_size = u32::MAX;
     let mut fitting = Vec::new();
-    for set in 1u64..(1u64 << n) {
-        let (mut alloc, mut avail) = (0i64, 0i64);
-        for i in 0..n {
-            if set & (1 << i) != 0 {
-                alloc += numa.zones[i].allocatable.get(rid).copied().unwrap_or(0);
-                avail += zones[i].get(rid).copied().unwrap_or(0);
-            }
-        }
-        if alloc >= need {
+    // Subset sums built from the subset without its lowest zone: one addition per set.
+    let size = 1usize << n;
+    let mut alloc_sum = vec![0i64; size];
+    let mut avail_sum = vec![0i64; size];
+    for set in 1..size {
+        let low = set.trailing_zeros() as usize;
+        let rest = set & (set - 1);
+        alloc_sum[set] =
+            alloc_sum[rest] + numa.zones[low].allocatable.get(rid).copied().unwrap_or(0);
+        avail_sum[set] = avail_sum[rest]
+            + zones
+                .get(low)
+                .and_then(|z| z.get(rid))
+                .copied()
+                .unwrap_or(0);
+        if alloc_sum[set] >= need {
             min_size = min_size.min(set.count_ones());
         }
-        if avail >= need {
-            fitting.push(set);
+        if avail_sum[set] >= need {
+            fitting.push(set as u64);
         }
     }
     fitting
@@ -397,24 +415,39 @@ fn admit_unit(
         });
     }
     if !result.admit {
+        // Name the resources that cannot be placed narrowly enough on their own; when each
+        // could, the conflict is between them.
         let mut details = Vec::new();
         let mut unresolvable = false;
         for (rid, name, q) in &managed {
             let (free, alloc) = largest_zone(numa, zones, *rid);
-            let where_ = if numa.policy == Policy::SingleNumaNode {
-                "on one NUMA node"
-            } else {
-                "NUMA-aligned"
-            };
             if numa.policy == Policy::SingleNumaNode && *q > alloc {
                 unresolvable = true;
             }
+            if *q > free {
+                let where_ = if numa.policy == Policy::SingleNumaNode {
+                    "on one NUMA node"
+                } else {
+                    "within its preferred NUMA zones"
+                };
+                details.push(format!(
+                    "needs {} {name} {where_} under {}; the largest NUMA zone has {} free of {} allocatable",
+                    display(name, Milli(*q)),
+                    numa.policy,
+                    display(name, Milli(free)),
+                    display(name, Milli(alloc))
+                ));
+            }
+        }
+        if details.is_empty() {
             details.push(format!(
-                "needs {} {name} {where_} under {}; the largest NUMA zone has {} free of {} allocatable",
-                display(name, Milli(*q)),
-                numa.policy,
-                display(name, Milli(free)),
-                display(name, Milli(alloc))
+                "{} cannot be aligned on a common NUMA zone set with a preferred hint under {}",
+                managed
+                    .iter()
+                    .map(|(_, n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                numa.policy
             ));
         }
         return Err(Misfit::Topology {
@@ -698,7 +731,7 @@ pub fn fit_cluster(
             }
         }
     }
-    let mut first_misfit: Option<Misfit> = None;
+    let mut first_misfit: Option<(bool, Misfit)> = None;
     let mut weighted = 0i64;
     let resources = scored_resources(pod);
     for (i, node) in cluster.nodes.iter().enumerate() {
@@ -711,12 +744,16 @@ pub fn fit_cluster(
             out.placements.push((i, fit.count));
             weighted += node_score(strategy, node, &fit.state, &resources, fit.zones_used)
                 * fit.count as i64;
-        } else if let Some(m) = fit.misfit {
-            if first_misfit
+        }
+        // The most telling reason: from a node that took part of the gang, else one that
+        // preemption could fix, else the first.
+        if let Some(m) = fit.misfit {
+            let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
+            let better = first_misfit
                 .as_ref()
-                .is_none_or(|f| f.unresolvable() && !m.unresolvable())
-            {
-                first_misfit = Some(m);
+                .is_none_or(|(p, f)| rank(fit.count > 0, &m) > rank(*p, f));
+            if better {
+                first_misfit = Some((fit.count > 0, m));
             }
         }
     }
@@ -725,6 +762,7 @@ pub fn fit_cluster(
         return out;
     }
     let cause = first_misfit
+        .map(|(_, m)| m)
         .unwrap_or_else(|| Misfit::BadPod(format!("cluster {} has no nodes", cluster.name)));
     out.misfit = Some(if n == 1 && out.fitted == 0 {
         cause

@@ -276,7 +276,7 @@ impl PodShape {
     /// Resolves names to an inventory's resource ids. A resource the inventory has never seen
     /// cannot be on any of its nodes.
     pub fn bind(&self, table: &ResourceTable) -> BoundPod {
-        let ids = |m: &BTreeMap<String, i64>| -> Vec<(Option<ResourceId>, String, i64)> {
+        let ids = |m: &BTreeMap<String, i64>| -> Amounts {
             m.iter()
                 .filter(|(_, v)| **v > 0)
                 .map(|(k, v)| (table.id(k), k.clone(), *v))
@@ -294,14 +294,13 @@ impl PodShape {
     }
 }
 
-/// A [`PodShape`]'s amounts as (resource id if known, name, amount).
+/// Amounts as (resource id if the inventory knows the resource, name, amount).
+pub type Amounts = Vec<(Option<ResourceId>, String, i64)>;
+
+/// A [`PodShape`]'s amounts in one inventory's resource ids.
 #[derive(Debug, Clone)]
 pub struct BoundPod {
-    pub node_request: Vec<(Option<ResourceId>, String, i64)>,
-    pub effective: Vec<(Option<ResourceId>, String, i64)>,
-    pub containers: Vec<(
-        ContainerKind,
-        String,
-        Vec<(Option<ResourceId>, String, i64)>,
-    )>,
+    pub node_request: Amounts,
+    pub effective: Amounts,
+    pub containers: Vec<(ContainerKind, String, Amounts)>,
 }

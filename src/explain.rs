@@ -1,0 +1,168 @@
+//! `switchyard explain`: for a person, why a pod fits or not on each node or cluster: per
+//! resource the hints, the merged hint, the policy's verdict, and the score.
+
+use crate::inventory::{Inventory, Node, Scope};
+use crate::placement::{fit_cluster, fit_node, score, EngineConfig, NodeFit, PodShape, Strategy};
+use crate::topology::{NumaMask, TopologyHint};
+use std::fmt::Write;
+
+/// What to explain.
+pub enum Target<'a> {
+    Node(&'a str),
+    Cluster(&'a str),
+    Everything,
+}
+
+fn mask(m: Option<NumaMask>) -> String {
+    match m {
+        None => "any".into(),
+        Some(m) => format!(
+            "{{{}}}",
+            m.ids().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+        ),
+    }
+}
+
+fn hint(h: &TopologyHint) -> String {
+    format!("{}{}", mask(h.affinity), if h.preferred { "*" } else { "" })
+}
+
+fn explain_node(
+    out: &mut String,
+    inv: &Inventory,
+    node: &Node,
+    shape: &PodShape,
+    config: &EngineConfig,
+    strategy: Strategy,
+) {
+    let bound = shape.bind(&inv.resources);
+    let fit: NodeFit = fit_node(node, &inv.resources, shape, &bound, 1, config, true);
+    let verdict = match &fit.misfit {
+        None => "fits".to_string(),
+        Some(m) => format!(
+            "does not fit ({}): {m}",
+            if m.unresolvable() {
+                "unresolvable"
+            } else {
+                "preemption could help"
+            }
+        ),
+    };
+    let _ = writeln!(out, "  node {}: {verdict}", node.name);
+    match &node.numa {
+        None => {
+            let _ = writeln!(out, "    no NUMA data: node-level resources only");
+        }
+        Some(numa) => {
+            let _ = writeln!(
+                out,
+                "    topology manager: policy {}, scope {}, NUMA zones {}",
+                numa.policy,
+                match numa.scope {
+                    Scope::Container => "container",
+                    Scope::Pod => "pod",
+                },
+                numa.zones.len()
+            );
+        }
+    }
+    for note in &fit.notes {
+        let _ = writeln!(out, "    note: {note}");
+    }
+    for t in &fit.traces {
+        let _ = writeln!(out, "    {}:", t.unit);
+        for (resource, hints) in &t.hints {
+            let list = match hints {
+                None => "no preference".to_string(),
+                Some(h) if h.is_empty() => "none possible".to_string(),
+                Some(h) => h.iter().map(hint).collect::<Vec<_>>().join(" "),
+            };
+            let _ = writeln!(out, "      {resource}: hints {list}");
+        }
+        let _ = writeln!(
+            out,
+            "      merged {} -> {}",
+            hint(&t.merged),
+            if t.admit {
+                "admit"
+            } else {
+                "reject (TopologyAffinityError)"
+            }
+        );
+    }
+    if fit.misfit.is_none() {
+        let s = score::node_score(
+            strategy,
+            node,
+            &fit.state,
+            &score::scored_resources(&bound),
+            fit.zones_used,
+        );
+        let _ = writeln!(out, "    score ({strategy:?}): {s} of 10");
+    }
+}
+
+/// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids).
+pub fn render(
+    inv: &Inventory,
+    shape: &PodShape,
+    target: Target<'_>,
+    config: &EngineConfig,
+) -> Result<String, String> {
+    let strategy = shape.strategy(config.strategy);
+    let gang = shape.gang_size()?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "pod {} ({}), gang of {gang}; * marks a preferred hint",
+        shape.name,
+        if shape.guaranteed {
+            "Guaranteed QoS"
+        } else {
+            "not Guaranteed: CPU and memory are not NUMA-aligned"
+        }
+    );
+    let clusters: Vec<_> = match target {
+        Target::Node(name) => {
+            let (cluster, node) = inv
+                .node(name)
+                .ok_or_else(|| format!("node {name:?} is not in the inventory"))?;
+            let _ = writeln!(out, "cluster {}:", cluster.name);
+            explain_node(&mut out, inv, node, shape, config, strategy);
+            return Ok(out);
+        }
+        Target::Cluster(name) => vec![inv
+            .cluster(name)
+            .ok_or_else(|| format!("cluster {name:?} is not in the inventory"))?],
+        Target::Everything => inv.clusters.iter().collect(),
+    };
+    let bound = shape.bind(&inv.resources);
+    for cluster in clusters {
+        let fit = fit_cluster(
+            cluster,
+            &inv.resources,
+            shape,
+            &bound,
+            gang,
+            config,
+            strategy,
+        );
+        let verdict = match &fit.misfit {
+            None => format!(
+                "{gang} pod(s) fit on {}; score ({strategy:?}) {} of 10",
+                fit.placements
+                    .iter()
+                    .map(|(i, n)| format!("{}×{n}", cluster.nodes[*i].name))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                fit.score
+            ),
+            Some(m) => format!("does not fit: {m}"),
+        };
+        let _ = writeln!(out, "cluster {}: {verdict}", cluster.name);
+        for node in &cluster.nodes {
+            explain_node(&mut out, inv, node, shape, config, strategy);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,517 @@
+//! The kube-scheduler extender (k8s.io/kube-scheduler/extender/v1) over the placement engine.
+//!
+//! The Go types carry no JSON tags, so the wire names are PascalCase (`Pod`, `NodeNames`,
+//! `FailedAndUnresolvableNodes`, `Host`, `Score`); any casing is accepted on input. A name that
+//! is a cluster's virtual node (`switchyard-<cluster>`) is judged as the whole cluster for a
+//! gang of `switchyard.dev/gang-size` pods; other names are real nodes of the inventory.
+
+pub mod http;
+
+use crate::inventory::{Inventory, InventoryStore};
+use crate::placement::inflight::{InFlight, Reservation};
+use crate::placement::{
+    fit_cluster, fit_node, score, EngineConfig, Misfit, NodeState, PodShape, PodView,
+};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const FILTER_PATH: &str = "/scheduler/filter";
+pub const PRIORITIZE_PATH: &str = "/scheduler/prioritize";
+pub const BIND_PATH: &str = "/scheduler/bind";
+
+#[derive(Debug, Clone)]
+pub struct ExtenderConfig {
+    pub engine: EngineConfig,
+    /// Virtual node names are this prefix followed by the cluster name.
+    pub virtual_node_prefix: String,
+    /// How long a bound placement is held in the in-flight accounting.
+    pub inflight_ttl: Duration,
+}
+
+impl Default for ExtenderConfig {
+    fn default() -> Self {
+        Self {
+            engine: EngineConfig::default(),
+            virtual_node_prefix: "switchyard-".into(),
+            inflight_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A node's verdict, as the extender reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Fits { score: i64 },
+    Fails { reason: String, unresolvable: bool },
+}
+
+/// The pure filter: every candidate name judged against one inventory snapshot.
+pub fn judge(
+    inventory: &Inventory,
+    inflight: &InFlight,
+    shape: &PodShape,
+    names: &[String],
+    config: &ExtenderConfig,
+    now: Instant,
+) -> Vec<Verdict> {
+    let bound = shape.bind(&inventory.resources);
+    let strategy = shape.strategy(config.engine.strategy);
+    let gang = shape.gang_size();
+    names
+        .iter()
+        .map(|name| {
+            let fails = |m: Misfit| Verdict::Fails {
+                unresolvable: m.unresolvable(),
+                reason: m.to_string(),
+            };
+            let cluster = name
+                .strip_prefix(config.virtual_node_prefix.as_str())
+                .and_then(|c| inventory.cluster(c));
+            if let Some(cluster) = cluster {
+                let n = match &gang {
+                    Ok(n) => *n,
+                    Err(e) => return fails(Misfit::BadPod(e.clone())),
+                };
+                let cluster = inflight.cluster(cluster, &inventory.resources, now);
+                let fit = fit_cluster(
+                    &cluster,
+                    &inventory.resources,
+                    shape,
+                    &bound,
+                    n,
+                    &config.engine,
+                    strategy,
+                );
+                return match fit.misfit {
+                    None => Verdict::Fits { score: fit.score },
+                    Some(m) => fails(m),
+                };
+            }
+            let Some((_, node)) = inventory.node(name) else {
+                return fails(Misfit::UnknownNode(name.clone()));
+            };
+            let node = inflight.node(node, &inventory.resources, now);
+            let fit = fit_node(
+                &node,
+                &inventory.resources,
+                shape,
+                &bound,
+                1,
+                &config.engine,
+                false,
+            );
+            match fit.misfit {
+                None => Verdict::Fits {
+                    score: score::node_score(
+                        strategy,
+                        &node,
+                        &fit.state,
+                        &score::scored_resources(&bound),
+                        fit.zones_used,
+                    ),
+                },
+                Some(m) => fails(m),
+            }
+        })
+        .collect()
+}
+
+/// The extender's state, shared by its handlers.
+pub struct Extender {
+    pub store: Arc<InventoryStore>,
+    pub config: ExtenderConfig,
+    inflight: Mutex<InFlight>,
+    /// Pod analysis and filter verdicts by (uid, resourceVersion): prioritize follows filter
+    /// for the same pod within milliseconds and reuses both.
+    memo: moka::sync::Cache<(String, String), Arc<Memo>>,
+    /// The last analysis of each pod by uid, for bind (which carries no resourceVersion).
+    by_uid: moka::sync::Cache<String, Arc<PodShape>>,
+    client: Option<kube::Client>,
+}
+
+struct Memo {
+    shape: Arc<PodShape>,
+    scores: Mutex<HashMap<String, i64>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExtenderError {
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Reads the top-level keys of an extender request in any casing.
+fn fields(body: &[u8]) -> Result<HashMap<String, Box<RawValue>>, ExtenderError> {
+    let map: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(body).map_err(|e| {
+        ExtenderError::BadRequest(format!("body is not a JSON extender request: {e}"))
+    })?;
+    Ok(map
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect())
+}
+
+fn field<'a>(f: &'a HashMap<String, Box<RawValue>>, name: &str) -> Option<&'a RawValue> {
+    f.get(name)
+        .map(Box::as_ref)
+        .filter(|v| v.get().trim() != "null")
+}
+
+#[derive(serde::Deserialize)]
+struct NodeItemName {
+    #[serde(default)]
+    metadata: NodeItemMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct NodeItemMeta {
+    #[serde(default)]
+    name: String,
+}
+
+/// The candidate nodes of a request, in whichever form they came.
+enum Candidates {
+    Names(Vec<String>),
+    /// Full Node objects, kept verbatim to be answered verbatim.
+    Nodes {
+        names: Vec<String>,
+        items: Vec<Box<RawValue>>,
+        list_meta: Option<Box<RawValue>>,
+    },
+}
+
+impl Candidates {
+    fn names(&self) -> &[String] {
+        match self {
+            Candidates::Names(n) | Candidates::Nodes { names: n, .. } => n,
+        }
+    }
+}
+
+fn candidates(f: &HashMap<String, Box<RawValue>>) -> Result<Candidates, ExtenderError> {
+    if let Some(raw) = field(f, "nodenames") {
+        let names: Vec<String> = serde_json::from_str(raw.get()).map_err(|e| {
+            ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}"))
+        })?;
+        return Ok(Candidates::Names(names));
+    }
+    if let Some(raw) = field(f, "nodes") {
+        let list: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw.get())
+            .map_err(|e| ExtenderError::BadRequest(format!("Nodes is not a NodeList: {e}")))?;
+        let items: Vec<Box<RawValue>> = match list.get("items") {
+            Some(v) if v.get().trim() != "null" => serde_json::from_str(v.get()).map_err(|e| {
+                ExtenderError::BadRequest(format!("Nodes.items is not a list: {e}"))
+            })?,
+            _ => Vec::new(),
+        };
+        let names = items
+            .iter()
+            .map(|i| {
+                serde_json::from_str::<NodeItemName>(i.get())
+                    .map(|n| n.metadata.name)
+                    .map_err(|e| {
+                        ExtenderError::BadRequest(format!(
+                            "a node in Nodes.items is not a Node: {e}"
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        return Ok(Candidates::Nodes {
+            names,
+            items,
+            list_meta: list.get("metadata").cloned(),
+        });
+    }
+    Ok(Candidates::Names(Vec::new()))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct FilterResult<'a> {
+    nodes: Option<NodeListOut<'a>>,
+    node_names: Vec<&'a str>,
+    failed_nodes: BTreeMap<&'a str, String>,
+    failed_and_unresolvable_nodes: BTreeMap<&'a str, String>,
+    error: String,
+}
+
+#[derive(Serialize)]
+struct NodeListOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a RawValue>,
+    items: Vec<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct HostPriority<'a> {
+    host: &'a str,
+    score: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct BindingResult {
+    error: String,
+}
+
+impl Extender {
+    pub fn new(
+        store: Arc<InventoryStore>,
+        config: ExtenderConfig,
+        client: Option<kube::Client>,
+    ) -> Self {
+        Self {
+            store,
+            inflight: Mutex::new(InFlight::new(config.inflight_ttl)),
+            config,
+            memo: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(30))
+                .build(),
+            by_uid: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(300))
+                .build(),
+            client,
+        }
+    }
+
+    fn pod(&self, f: &HashMap<String, Box<RawValue>>) -> Result<Arc<Memo>, ExtenderError> {
+        let raw = field(f, "pod")
+            .ok_or_else(|| ExtenderError::BadRequest("request has no Pod".into()))?;
+        let view: PodView = serde_json::from_str(raw.get())
+            .map_err(|e| ExtenderError::BadRequest(format!("Pod could not be read: {e}")))?;
+        let key = view
+            .metadata
+            .uid
+            .clone()
+            .zip(view.metadata.resource_version.clone());
+        if let Some(memo) = key.as_ref().and_then(|k| self.memo.get(k)) {
+            return Ok(memo);
+        }
+        let shape = Arc::new(
+            PodShape::from_view(&view).map_err(|e| ExtenderError::BadRequest(e.to_string()))?,
+        );
+        let memo = Arc::new(Memo {
+            shape: shape.clone(),
+            scores: Mutex::new(HashMap::new()),
+        });
+        if let Some(k) = key {
+            self.by_uid.insert(k.0.clone(), shape);
+            self.memo.insert(k, memo.clone());
+        }
+        Ok(memo)
+    }
+
+    fn verdicts(&self, shape: &PodShape, names: &[String], now: Instant) -> Vec<Verdict> {
+        let inventory = self.store.snapshot();
+        let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        judge(&inventory, &inflight, shape, names, &self.config, now)
+    }
+
+    /// `POST /scheduler/filter`: the reply body.
+    pub fn filter(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
+        let f = fields(body)?;
+        let candidates = candidates(&f)?;
+        let names = candidates.names();
+        let (verdicts, memo) = match self.pod(&f) {
+            Ok(memo) => (self.verdicts(&memo.shape, names, now), Some(memo)),
+            // A pod whose requests cannot be read fits nowhere; say why on every node.
+            Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => (
+                names
+                    .iter()
+                    .map(|_| Verdict::Fails {
+                        reason: reason.clone(),
+                        unresolvable: true,
+                    })
+                    .collect(),
+                None,
+            ),
+            Err(e) => return Err(e),
+        };
+        let mut result = FilterResult {
+            nodes: None,
+            node_names: Vec::new(),
+            failed_nodes: BTreeMap::new(),
+            failed_and_unresolvable_nodes: BTreeMap::new(),
+            error: String::new(),
+        };
+        let mut passed = Vec::new();
+        let mut scores = HashMap::new();
+        for (i, (name, verdict)) in names.iter().zip(verdicts).enumerate() {
+            match verdict {
+                Verdict::Fits { score } => {
+                    result.node_names.push(name);
+                    passed.push(i);
+                    scores.insert(name.clone(), score);
+                }
+                Verdict::Fails {
+                    reason,
+                    unresolvable: true,
+                } => {
+                    result.failed_and_unresolvable_nodes.insert(name, reason);
+                }
+                Verdict::Fails { reason, .. } => {
+                    result.failed_nodes.insert(name, reason);
+                }
+            }
+        }
+        if let Some(memo) = memo {
+            *memo.scores.lock().unwrap_or_else(|p| p.into_inner()) = scores;
+        }
+        if let Candidates::Nodes {
+            items, list_meta, ..
+        } = &candidates
+        {
+            result.nodes = Some(NodeListOut {
+                metadata: list_meta.as_deref(),
+                items: passed
+                    .iter()
+                    .filter_map(|i| items.get(*i).map(Box::as_ref))
+                    .collect(),
+            });
+        }
+        serde_json::to_vec(&result).map_err(|e| ExtenderError::BadRequest(e.to_string()))
+    }
+
+    /// `POST /scheduler/prioritize`: a score 0–10 for every candidate, reusing filter's
+    /// verdicts for the same pod version when it has them.
+    pub fn prioritize(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
+        let f = fields(body)?;
+        let candidates = candidates(&f)?;
+        let names = candidates.names();
+        let memo = self.pod(&f)?;
+        let known = memo
+            .scores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !known.contains_key(*n))
+            .cloned()
+            .collect();
+        let mut computed = HashMap::new();
+        if !missing.is_empty() {
+            for (name, v) in missing
+                .iter()
+                .zip(self.verdicts(&memo.shape, &missing, now))
+            {
+                computed.insert(
+                    name.clone(),
+                    match v {
+                        Verdict::Fits { score } => score,
+                        Verdict::Fails { .. } => 0,
+                    },
+                );
+            }
+        }
+        let list: Vec<HostPriority> = names
+            .iter()
+            .map(|n| HostPriority {
+                host: n,
+                score: known
+                    .get(n)
+                    .or_else(|| computed.get(n))
+                    .copied()
+                    .unwrap_or(0),
+            })
+            .collect();
+        serde_json::to_vec(&list).map_err(|e| ExtenderError::BadRequest(e.to_string()))
+    }
+
+    /// `POST /scheduler/bind`: records the placement in the in-flight accounting, then posts
+    /// the Binding when a Kubernetes API connection exists.
+    pub async fn bind(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
+        let f = fields(body)?;
+        let text = |k: &str| -> Result<String, ExtenderError> {
+            let raw = field(&f, k)
+                .ok_or_else(|| ExtenderError::BadRequest(format!("binding request has no {k}")))?;
+            serde_json::from_str::<String>(raw.get())
+                .map_err(|e| ExtenderError::BadRequest(format!("binding field {k}: {e}")))
+        };
+        let (name, namespace, uid, node) = (
+            text("podname")?,
+            text("podnamespace")?,
+            text("poduid")?,
+            text("node")?,
+        );
+        let mut error = String::new();
+        if let Some(shape) = self.by_uid.get(&uid) {
+            self.reserve(&uid, &shape, &node, now);
+        }
+        if let Some(client) = &self.client {
+            if let Err(e) = post_binding(client, &namespace, &name, &uid, &node).await {
+                self.inflight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .release(&uid);
+                error = format!("binding pod {namespace}/{name} to node {node}: {e}");
+            }
+        }
+        serde_json::to_vec(&BindingResult { error })
+            .map_err(|e| ExtenderError::BadRequest(e.to_string()))
+    }
+
+    fn reserve(&self, owner: &str, shape: &PodShape, node_name: &str, now: Instant) {
+        let inventory = self.store.snapshot();
+        let Some((_, node)) = inventory.node(node_name) else {
+            return;
+        };
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        inflight.expire(now);
+        let node = inflight.node(node, &inventory.resources, now).into_owned();
+        let bound = shape.bind(&inventory.resources);
+        let fit = fit_node(
+            &node,
+            &inventory.resources,
+            shape,
+            &bound,
+            1,
+            &self.config.engine,
+            false,
+        );
+        if fit.count == 1 {
+            inflight.reserve(Reservation::between(
+                owner,
+                &node,
+                &inventory.resources,
+                &NodeState::of(&node),
+                &fit.state,
+                now + self.config.inflight_ttl,
+            ));
+        }
+    }
+
+    pub fn inflight_len(&self) -> usize {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+}
+
+async fn post_binding(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let binding = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+    });
+    let _: serde_json::Value = api
+        .create_subresource("binding", name, &kube::api::PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
