@@ -196,3 +196,105 @@ async fn sigterm_finishes_the_in_flight_review_then_exits_zero() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn topology_merge_reads_cases_and_writes_results_as_the_vectors_do() {
+    use std::io::Write;
+    let vectors: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/topology/edge.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let cases: Vec<_> = vectors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["case"].clone())
+        .collect();
+    let mut child = switchyard()
+        .args(["topology", "merge"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&cases).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results.len(), cases.len());
+    for (got, v) in results.iter().zip(vectors.as_array().unwrap()) {
+        let want = &v["expected"];
+        assert_eq!(
+            got.get("error").is_some(),
+            want.get("error").is_some(),
+            "{got} vs {want}"
+        );
+        if want.get("error").is_none() {
+            assert_eq!(got, want);
+        }
+    }
+    let out = switchyard()
+        .args(["topology", "merge"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(b"{not json").unwrap();
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("merge cases"));
+}
+
+#[test]
+fn explain_shows_hints_merged_hint_verdict_and_score() {
+    let out = switchyard()
+        .args(["explain", "--inventory"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/inventory.yaml"
+        ))
+        .arg("--pod")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/gpu-pod.yaml"
+        ))
+        .args(["--node", "eu-1-gpu-a"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for part in [
+        "nvidia.com/gpu: hints {1}* {0,1}",
+        "merged {1}* -> admit",
+        "score (LeastAllocated)",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in\n{text}");
+    }
+    let out = switchyard()
+        .args([
+            "explain",
+            "--inventory",
+            "/nonexistent.yaml",
+            "--pod",
+            "/nonexistent.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
+}

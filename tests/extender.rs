@@ -1,0 +1,330 @@
+//! The kube-scheduler extender over TLS, with bodies exactly as kube-scheduler sends them
+//! (tests/fixtures/extender: real captures), both `nodeCacheCapable` forms, real and virtual
+//! nodes, bind with and without an API server, and bad input.
+
+mod common;
+
+use common::tls_client::{connect, connector_from_dir, Connection};
+use serde_json::{json, Value};
+use std::path::Path;
+use switchyard::config::{ServeSettings, TlsSource};
+use switchyard::server::{self, Running};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// node-gpu-1: 2 GPUs free in each NUMA zone. node-gpu-2: 1 free in each zone, so a
+/// 2-GPU Guaranteed pod fits it only across zones, which single-numa-node refuses.
+/// Cluster eu-1 has three 8-GPU nodes (4 per zone) for virtual-node gangs.
+const INVENTORY: &str = r#"
+clusters:
+  - name: local
+    nodes:
+      - name: node-gpu-1
+        allocatable: {cpu: "32", memory: 128Gi, nvidia.com/gpu: "4", pods: "110"}
+        requested: {}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+          zones:
+            - name: node-0
+              type: Node
+              resources:
+                - {name: cpu, capacity: "16", allocatable: "16", available: "16"}
+                - {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}
+                - {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}
+            - name: node-1
+              type: Node
+              resources:
+                - {name: cpu, capacity: "16", allocatable: "16", available: "16"}
+                - {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}
+                - {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}
+      - name: node-gpu-2
+        allocatable: {cpu: "32", memory: 128Gi, nvidia.com/gpu: "4", pods: "110"}
+        requested: {nvidia.com/gpu: "2"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+          zones:
+            - name: node-0
+              type: Node
+              resources:
+                - {name: cpu, capacity: "16", allocatable: "16", available: "16"}
+                - {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}
+                - {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "1"}
+            - name: node-1
+              type: Node
+              resources:
+                - {name: cpu, capacity: "16", allocatable: "16", available: "16"}
+                - {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}
+                - {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "1"}
+  - name: eu-1
+    nodes:
+      - {name: eu-1-a, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+      - {name: eu-1-b, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+      - {name: eu-1-c, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+"#;
+
+fn fixture(name: &str) -> Value {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/extender/{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+async fn start(dir: &Path, client: Option<kube::Client>) -> (Running, Connection) {
+    switchyard::install_crypto_provider();
+    let inventory = dir.join("inventory.yaml");
+    std::fs::write(&inventory, INVENTORY).unwrap();
+    let mut settings = ServeSettings::for_tests(TlsSource::Dev(dir.join("pki")));
+    settings.inventory = Some(inventory);
+    let running = server::start_with_client(settings, client).await.unwrap();
+    let tls = connector_from_dir(&dir.join("pki"));
+    let conn = connect(&tls, running.https_addr, "localhost")
+        .await
+        .unwrap();
+    (running, conn)
+}
+
+async fn call(conn: &mut Connection, path: &str, body: &Value) -> (u16, Value) {
+    let (status, body) = conn
+        .post_json(path, serde_json::to_vec(body).unwrap())
+        .await;
+    let v = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+    (status, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_with_node_names_answers_names_from_the_input_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut args = fixture("extender-filter-nodenames");
+    args["NodeNames"] = json!(["node-gpu-2", "node-gpu-1", "ghost"]);
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["NodeNames"], json!(["node-gpu-1"]));
+    assert_eq!(reply["Nodes"], Value::Null);
+    assert_eq!(reply["Error"], "");
+    let why = reply["FailedNodes"]["node-gpu-2"].as_str().unwrap();
+    assert!(
+        why.contains("needs 2 nvidia.com/gpu on one NUMA node under single-numa-node"),
+        "{why}"
+    );
+    assert!(why.contains("1 free of 2 allocatable"), "{why}");
+    let unknown = reply["FailedAndUnresolvableNodes"]["ghost"]
+        .as_str()
+        .unwrap();
+    assert!(
+        unknown.contains("not in Switchyard's inventory"),
+        "{unknown}"
+    );
+
+    // Nothing passes: NodeNames is an empty array, never null (null drops every node).
+    args["NodeNames"] = json!(["node-gpu-2"]);
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!([]));
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_with_full_nodes_answers_the_passing_node_objects_verbatim() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let args = fixture("extender-filter-nodes");
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(status, 200);
+    let items = reply["Nodes"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    let sent = args["Nodes"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["metadata"]["name"] == "node-gpu-1")
+        .unwrap();
+    assert_eq!(
+        &items[0], sent,
+        "a passing Node comes back exactly as it was sent"
+    );
+    assert_eq!(reply["NodeNames"], json!(["node-gpu-1"]));
+    assert!(reply["FailedNodes"]["node-gpu-2"].is_string());
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prioritize_scores_every_candidate_from_0_to_10() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    // kube-scheduler calls filter then prioritize for the same pod version.
+    let mut filter = fixture("extender-filter-nodenames");
+    filter["NodeNames"] = json!(["node-gpu-1", "node-gpu-2"]);
+    call(&mut conn, "/scheduler/filter", &filter).await;
+    let args = fixture("extender-prioritize-nodenames-guaranteed");
+    let (status, reply) = call(&mut conn, "/scheduler/prioritize", &args).await;
+    assert_eq!(status, 200);
+    let list = reply.as_array().expect("HostPriorityList is a bare array");
+    assert_eq!(list.len(), 2);
+    for entry in list {
+        let score = entry["Score"].as_i64().unwrap();
+        assert!((0..=10).contains(&score), "{entry}");
+        assert!(entry["Host"].is_string());
+    }
+    let score_of = |n: &str| {
+        list.iter().find(|e| e["Host"] == n).unwrap()["Score"]
+            .as_i64()
+            .unwrap()
+    };
+    assert!(score_of("node-gpu-1") > 0);
+    assert_eq!(
+        score_of("node-gpu-2"),
+        0,
+        "a node that does not fit scores 0"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_nodes_are_judged_as_whole_clusters_for_the_gang() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut args = fixture("extender-filter-nodenames");
+    args["NodeNames"] = json!(["switchyard-eu-1", "switchyard-local", "switchyard-nope"]);
+    // Six 4-GPU pods: eu-1 has 24 GPUs on three nodes (two pods each) ...
+    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "4"});
+    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "6"});
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!(["switchyard-eu-1"]));
+    // ... local has 8 GPUs in all (6 free), but no NUMA zone holds 4.
+    let why = reply["FailedAndUnresolvableNodes"]["switchyard-local"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("NUMA"), "{why}");
+    assert!(reply["FailedAndUnresolvableNodes"]["switchyard-nope"].is_string());
+
+    // Seven do not fit in eu-1 although it has 24 GPUs free.
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "7"});
+    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!([]));
+    let why = reply["FailedNodes"]["switchyard-eu-1"].as_str().unwrap();
+    assert!(why.contains("only 6 of 7 pods fit"), "{why}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_holds_the_space_and_posts_the_binding() {
+    let api = MockServer::start().await;
+    for pod in ["guaranteed-gpu-bind", "next-1"] {
+        Mock::given(method("POST"))
+            .and(path(format!("/api/v1/namespaces/sched/pods/{pod}/binding")))
+            .respond_with(ResponseTemplate::new(201).set_body_json(json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201
+            })))
+            .expect(1)
+            .mount(&api)
+            .await;
+    }
+    let client = kube::Client::try_from(kube::Config::new(api.uri().parse().unwrap())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), Some(client)).await;
+
+    let bind = fixture("extender-bind");
+    let mut filter = fixture("extender-filter-nodenames");
+    filter["Pod"]["metadata"]["uid"] = bind["PodUID"].clone();
+    filter["Pod"]["metadata"]["name"] = bind["PodName"].clone();
+    filter["NodeNames"] = json!(["node-gpu-1"]);
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &filter).await;
+    assert_eq!(reply["NodeNames"], json!(["node-gpu-1"]));
+
+    let mut bind_to_1 = bind.clone();
+    bind_to_1["Node"] = json!("node-gpu-1");
+    let (status, reply) = call(&mut conn, "/scheduler/bind", &bind_to_1).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply, json!({"Error": ""}));
+
+    // Two more 2-GPU pods right away, before any kubelet reports them: the first still fits
+    // (one zone left) and is bound; the second does not.
+    for (i, want) in [(1, json!(["node-gpu-1"])), (2, json!([]))] {
+        let mut next = fixture("extender-filter-nodenames");
+        next["Pod"]["metadata"]["uid"] = json!(format!("next-{i}"));
+        next["NodeNames"] = json!(["node-gpu-1"]);
+        let (_, reply) = call(&mut conn, "/scheduler/filter", &next).await;
+        assert_eq!(reply["NodeNames"], want, "{reply}");
+        if i == 1 {
+            let mut b = bind_to_1.clone();
+            b["PodUID"] = json!("next-1");
+            b["PodName"] = json!("next-1");
+            let (_, r) = call(&mut conn, "/scheduler/bind", &b).await;
+            assert_eq!(r, json!({"Error": ""}));
+        }
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_binding_is_reported_in_error() {
+    let api = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(409).set_body_json(json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "pods \"guaranteed-gpu-bind\" is already assigned to node \"node-gpu-2\"",
+            "reason": "Conflict", "code": 409
+        })))
+        .mount(&api)
+        .await;
+    let client = kube::Client::try_from(kube::Config::new(api.uri().parse().unwrap())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), Some(client)).await;
+    let (status, reply) = call(&mut conn, "/scheduler/bind", &fixture("extender-bind")).await;
+    assert_eq!(status, 200);
+    let err = reply["Error"].as_str().unwrap();
+    assert!(err.contains("already assigned"), "{err}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_400_with_a_reason_and_any_casing_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let tls = connector_from_dir(&dir.path().join("pki"));
+    for body in [
+        &b"{"[..],
+        b"[]",
+        b"not json",
+        br#"{"NodeNames": 5, "Pod": {}}"#,
+    ] {
+        let (status, text) = conn.post_json("/scheduler/filter", body.to_vec()).await;
+        assert_eq!(status, 400, "{}", String::from_utf8_lossy(&text));
+        assert_eq!(String::from_utf8_lossy(&text).trim_end().lines().count(), 1);
+    }
+    let (status, _) = conn
+        .post_json("/scheduler/prioritize", br#"{"NodeNames": []}"#.to_vec())
+        .await;
+    assert_eq!(status, 400, "prioritize without a Pod");
+    let (status, _) = conn
+        .post_json("/scheduler/bind", br#"{"PodName": "a"}"#.to_vec())
+        .await;
+    assert_eq!(status, 400, "bind without a node");
+
+    // camelCase and lowercase keys work too; a pod with an unreadable quantity fits nowhere.
+    let args = fixture("extender-filter-nodenames");
+    let lower = json!({"pod": args["Pod"], "nodenames": ["node-gpu-1"], "nodes": null});
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &lower).await;
+    assert_eq!(reply["NodeNames"], json!(["node-gpu-1"]));
+    let mut bad_pod = args.clone();
+    bad_pod["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("four");
+    bad_pod["NodeNames"] = json!(["node-gpu-1"]);
+    bad_pod["Pod"]["metadata"]["resourceVersion"] = json!("453");
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &bad_pod).await;
+    assert_eq!(reply["NodeNames"], json!([]));
+    let why = reply["FailedAndUnresolvableNodes"]["node-gpu-1"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("\"four\""), "{why}");
+
+    let mut conn = connect(&tls, running.https_addr, "localhost")
+        .await
+        .unwrap();
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(status, 200, "still serving: {reply}");
+    running.shutdown().await;
+}
