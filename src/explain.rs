@@ -134,7 +134,7 @@ pub fn render(
         Target::Cluster(name) => vec![inv
             .cluster(name)
             .ok_or_else(|| format!("cluster {name:?} is not in the inventory"))?],
-        Target::Everything => inv.clusters.iter().collect(),
+        Target::Everything => inv.clusters.iter().map(|c| c.as_ref()).collect(),
     };
     let bound = shape.bind(&inv.resources);
     for cluster in clusters {

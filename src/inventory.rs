@@ -8,7 +8,7 @@
 //! Amounts are dense vectors indexed by a [`ResourceId`] from the inventory's own
 //! [`ResourceTable`], so a fit check is a few integer comparisons.
 
-mod file;
+pub(crate) mod file;
 
 pub use file::{load_file, parse_yaml, InventoryError};
 
@@ -171,7 +171,8 @@ impl Cluster {
 #[derive(Debug, Clone, Default)]
 pub struct Inventory {
     pub resources: ResourceTable,
-    pub clusters: Vec<Cluster>,
+    /// Shared between snapshots: publishing a change to one cluster copies only that one.
+    pub clusters: Vec<Arc<Cluster>>,
     /// Node name to (cluster index, node index).
     node_index: HashMap<String, (usize, usize)>,
 }
@@ -182,6 +183,7 @@ impl Inventory {
         let n = self.resources.len();
         self.node_index.clear();
         for (ci, cluster) in self.clusters.iter_mut().enumerate() {
+            let cluster = Arc::make_mut(cluster);
             for node in &mut cluster.nodes {
                 node.allocatable.resize(n, 0);
                 node.requested.resize(n, 0);
@@ -202,7 +204,10 @@ impl Inventory {
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        self.clusters.iter().find(|c| c.name == name)
+        self.clusters
+            .iter()
+            .find(|c| c.name == name)
+            .map(Arc::as_ref)
     }
 
     pub fn node(&self, name: &str) -> Option<(&Cluster, &Node)> {

@@ -23,6 +23,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod topology;
 pub mod wellknown;
+pub mod workers;
 
 /// Errors that end a command. Each message names the object and what to do about it.
 #[derive(Debug, thiserror::Error)]

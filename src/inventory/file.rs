@@ -57,6 +57,7 @@ pub(crate) struct TaintSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct TopologySpec {
     #[serde(default)]
     pub attributes: Vec<NameValue>,
@@ -131,12 +132,12 @@ pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryEr
         for n in c.nodes {
             nodes.push(build_node(&c.name, n, &mut resources)?);
         }
-        out.push(Cluster {
+        out.push(std::sync::Arc::new(Cluster {
             name: c.name,
             labels: c.labels,
             nodes,
             summary: Default::default(),
-        });
+        }));
     }
     Ok(Inventory {
         resources,
@@ -200,7 +201,7 @@ fn build_node(
     })
 }
 
-fn build_topology(
+pub(crate) fn build_topology(
     at: &str,
     t: TopologySpec,
     resources: &mut ResourceTable,

@@ -1,0 +1,485 @@
+//! `DispatchQueue`: which Jobs a queue takes, how much they may use together, which worker
+//! clusters they go to and how they are placed there. Its spec is also the shape of a
+//! `queues:` entry in a `simulate` scenario (plus `name`, see [`NamedQueueSpec`]).
+
+use super::duration::KubeDuration;
+use super::names::{is_dns1123_subdomain, is_qualified_name};
+use super::schema;
+use crate::quantity::{self, Milli};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A queue of batch/v1 Jobs (labelled `switchyard.dev/queue-name: <name>`), admitted under
+/// its quota and dispatched, each whole, to one of its worker clusters.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "switchyard.dev",
+    version = "v1alpha1",
+    kind = "DispatchQueue",
+    status = "DispatchQueueStatus",
+    shortname = "dq",
+    category = "switchyard",
+    derive = "PartialEq",
+    doc = "A queue of Jobs dispatched to worker clusters.",
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Active")].status"#
+    ),
+    printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pending"),
+    printcolumn(name = "Admitted", type_ = "integer", json_path = ".status.admitted"),
+    printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
+    printcolumn(
+        name = "Clusters",
+        type_ = "string",
+        json_path = ".spec.clusters",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
+pub struct DispatchQueueSpec {
+    /// Names of the WorkerClusters the queue's Jobs may run on.
+    #[schemars(length(min = 1, max = schema::MAX_QUEUE_CLUSTERS), transform = schema::name_set)]
+    pub clusters: Vec<String>,
+    /// The namespaces whose Jobs may use the queue; absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// The most the queue's admitted Jobs may request together, per resource. Absent:
+    /// automatic, the sum of the allocatable of the queue's active clusters. A resource not
+    /// listed is not limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::quantity_map)]
+    pub quota: Option<BTreeMap<String, Quantity>>,
+    /// All-or-nothing start: what happens when a dispatched Job's pods do not all become
+    /// Ready in time.
+    #[serde(default)]
+    pub wait_for_pods_ready: WaitForPodsReady,
+    /// How a Job's worker cluster is chosen.
+    #[serde(default)]
+    pub placement: Placement,
+    /// How long a Job's worker cluster may be unreachable before the Job is taken back and
+    /// queued again.
+    #[serde(default = "default_worker_lost_timeout")]
+    pub worker_lost_timeout: KubeDuration,
+}
+
+fn spec_rules(s: &mut Schema) {
+    schema::add_rule(
+        s,
+        schema::cel_duration_positive("workerLostTimeout"),
+        "workerLostTimeout must be above 0",
+    );
+}
+
+/// Waiting for a dispatched Job's pods to be Ready.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = pods_ready_rules)]
+pub struct WaitForPodsReady {
+    /// Off: a dispatched Job keeps its place however long its pods take.
+    #[serde(default)]
+    pub enabled: bool,
+    /// How long after dispatch all the Job's pods must be Ready; past it the Job is taken
+    /// back from its worker and requeued.
+    #[serde(default = "default_pods_ready_timeout")]
+    pub timeout: KubeDuration,
+    /// How long a pod of a running Job may stay not Ready before the Job is requeued;
+    /// absent: no limit once the Job was Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_timeout: Option<KubeDuration>,
+    /// Admit no other Job of the queue while an admitted one is not yet Ready.
+    #[serde(default)]
+    pub block_admission: bool,
+    /// When a requeued Job may be admitted again.
+    #[serde(default)]
+    pub requeuing: Requeuing,
+}
+
+fn pods_ready_rules(s: &mut Schema) {
+    schema::add_rule(
+        s,
+        schema::cel_duration_positive("timeout"),
+        "waitForPodsReady.timeout must be above 0",
+    );
+    schema::add_rule(
+        s,
+        schema::cel_duration_positive("recoveryTimeout"),
+        "waitForPodsReady.recoveryTimeout must be above 0",
+    );
+}
+
+impl Default for WaitForPodsReady {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            timeout: default_pods_ready_timeout(),
+            recovery_timeout: None,
+            block_admission: false,
+            requeuing: Requeuing::default(),
+        }
+    }
+}
+
+/// Back-off between requeues: the n-th requeue of a Job waits backoffBase × 2^(n−1), at most
+/// backoffMax.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = requeuing_rules)]
+pub struct Requeuing {
+    /// The wait before the first requeue.
+    #[serde(default = "default_backoff_base")]
+    pub backoff_base: KubeDuration,
+    /// The longest wait between requeues; at least backoffBase.
+    #[serde(default = "default_backoff_max")]
+    pub backoff_max: KubeDuration,
+    /// How many times a Job is requeued before it is given up (left suspended, with a
+    /// condition saying why); absent: requeue forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub limit: Option<i32>,
+}
+
+fn requeuing_rules(s: &mut Schema) {
+    let p = super::duration::DURATION_PATTERN;
+    schema::add_rule(
+        s,
+        format!(
+            "!has(self.backoffBase) || !has(self.backoffMax) || !self.backoffBase.matches('{p}') || !self.backoffMax.matches('{p}') || duration(self.backoffBase) <= duration(self.backoffMax)"
+        ),
+        "requeuing.backoffBase must not be longer than requeuing.backoffMax",
+    );
+}
+
+impl Default for Requeuing {
+    fn default() -> Self {
+        Self {
+            backoff_base: default_backoff_base(),
+            backoff_max: default_backoff_max(),
+            limit: None,
+        }
+    }
+}
+
+/// How a Job's worker cluster is chosen among the queue's clusters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// How clusters that fit the Job are ranked.
+    #[serde(default)]
+    pub strategy: PlacementStrategy,
+    /// How many of the best-ranked clusters the Job is offered to at once; the first that
+    /// starts it keeps it. Capped at the number of clusters.
+    #[serde(default = "default_fanout")]
+    #[schemars(range(min = 1, max = schema::MAX_QUEUE_CLUSTERS))]
+    pub fanout: i32,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            strategy: PlacementStrategy::default(),
+            fanout: default_fanout(),
+        }
+    }
+}
+
+/// LeastAllocated: prefer the emptiest nodes (spread). MostAllocated: prefer the fullest
+/// (bin-pack, keeping big holes for big Jobs). BalancedAllocation: prefer nodes whose
+/// resources stay used in equal proportions. LeastNUMANodes: prefer placements over the
+/// fewest NUMA zones.
+// No doc comments on the variants: schemars would turn the enum into a oneOf.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PlacementStrategy {
+    #[default]
+    LeastAllocated,
+    MostAllocated,
+    BalancedAllocation,
+    #[serde(rename = "LeastNUMANodes")]
+    LeastNumaNodes,
+}
+
+impl From<PlacementStrategy> for crate::placement::Strategy {
+    fn from(s: PlacementStrategy) -> Self {
+        match s {
+            PlacementStrategy::LeastAllocated => Self::LeastAllocated,
+            PlacementStrategy::MostAllocated => Self::MostAllocated,
+            PlacementStrategy::BalancedAllocation => Self::BalancedAllocation,
+            PlacementStrategy::LeastNumaNodes => Self::LeastNumaNodes,
+        }
+    }
+}
+
+fn default_pods_ready_timeout() -> KubeDuration {
+    KubeDuration::new("5m")
+}
+fn default_backoff_base() -> KubeDuration {
+    KubeDuration::new("60s")
+}
+fn default_backoff_max() -> KubeDuration {
+    KubeDuration::new("1h")
+}
+fn default_worker_lost_timeout() -> KubeDuration {
+    KubeDuration::new("15m")
+}
+fn default_fanout() -> i32 {
+    1
+}
+
+/// What the dispatcher observed of a queue.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatchQueueStatus {
+    /// `Active`: True when the queue admits Jobs; its reason is one of Ready, InvalidSpec,
+    /// NoActiveCluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::conditions)]
+    pub conditions: Vec<Condition>,
+    /// Jobs waiting to be admitted.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub pending: i32,
+    /// Jobs admitted (holding quota), running or not yet.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub admitted: i32,
+    /// Of the admitted Jobs, those whose pods are all Ready on their worker.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub running: i32,
+    /// The quota in force, per resource: spec.quota, or the automatic one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub effective_quota: BTreeMap<String, Quantity>,
+    /// What the admitted Jobs request together, per resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quota_usage: BTreeMap<String, Quantity>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A `queues:` entry of a scenario file: the spec and the name that is `metadata.name` in
+/// the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NamedQueueSpec {
+    pub name: String,
+    #[serde(flatten)]
+    pub spec: DispatchQueueSpec,
+}
+
+impl NamedQueueSpec {
+    /// The spec's checks, and the name's (a DNS-1123 subdomain, as object names are).
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut errors = self.spec.validate().err().unwrap_or_default();
+        if !is_dns1123_subdomain(&self.name) {
+            errors.insert(
+                0,
+                format!(
+                    "name: {:?} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')",
+                    self.name
+                ),
+            );
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// A queue spec with every default applied and every value parsed: what the dispatcher and
+/// `simulate` work from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSettings {
+    pub clusters: Vec<String>,
+    pub namespace_selector: Option<LabelSelector>,
+    /// `None`: automatic (the sum of the active clusters' allocatable).
+    pub quota: Option<BTreeMap<String, Milli>>,
+    /// `None`: not waiting for pods to be Ready.
+    pub wait_for_pods_ready: Option<PodsReadySettings>,
+    pub strategy: crate::placement::Strategy,
+    /// At least 1, at most the number of clusters.
+    pub fanout: usize,
+    pub worker_lost_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodsReadySettings {
+    pub timeout: Duration,
+    pub recovery_timeout: Option<Duration>,
+    pub block_admission: bool,
+    pub requeuing: RequeuingSettings,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequeuingSettings {
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// `None`: requeue forever.
+    pub limit: Option<u32>,
+}
+
+impl RequeuingSettings {
+    /// The wait before requeue number `n` (1 for the first): base × 2^(n−1), at most max.
+    pub fn backoff(&self, n: u32) -> Duration {
+        let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff_base
+            .checked_mul(factor)
+            .map_or(self.backoff_max, |d| d.min(self.backoff_max))
+    }
+
+    /// Whether a Job already requeued `requeues` times may be requeued once more.
+    pub fn may_requeue(&self, requeues: u32) -> bool {
+        self.limit.is_none_or(|limit| requeues < limit)
+    }
+}
+
+/// Go's time.Duration, and so CEL's duration(), ends at 2^63−1 ns (about 292 years).
+const LONGEST_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+impl DispatchQueueSpec {
+    /// Every check the CRD schema makes, and those it cannot make (map keys, quantities our
+    /// arithmetic cannot hold, selector operators): for specs read without an API server and
+    /// for objects stored under an older schema. Each message starts with the field's path.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        self.resolve().map(|_| ())
+    }
+
+    /// Validates and parses the spec.
+    pub fn resolve(&self) -> Result<QueueSettings, Vec<String>> {
+        let mut errors = Vec::new();
+
+        let max_clusters = schema::MAX_QUEUE_CLUSTERS as usize;
+        if self.clusters.is_empty() {
+            errors.push("clusters: must name at least one WorkerCluster".to_string());
+        } else if self.clusters.len() > max_clusters {
+            errors.push(format!("clusters: at most {max_clusters} clusters"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, name) in self.clusters.iter().enumerate() {
+            if !is_dns1123_subdomain(name) {
+                errors.push(format!(
+                    "clusters[{i}]: {name:?} is not a WorkerCluster name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')"
+                ));
+            }
+            if !seen.insert(name) {
+                errors.push(format!("clusters[{i}]: {name:?} is listed twice"));
+            }
+        }
+
+        if let Some(selector) = &self.namespace_selector {
+            if let Err(e) = crate::selector::check(selector) {
+                errors.push(format!("namespaceSelector: {e}"));
+            }
+        }
+
+        let quota = self.quota.as_ref().map(|q| {
+            let mut parsed = BTreeMap::new();
+            for (resource, value) in q {
+                if !is_qualified_name(resource) {
+                    errors.push(format!(
+                        "quota: {resource:?} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)"
+                    ));
+                }
+                match quantity::parse(&value.0) {
+                    Ok(m) => {
+                        parsed.insert(resource.clone(), m);
+                    }
+                    Err(e) => errors.push(format!("quota[{resource}]: {e}")),
+                }
+            }
+            parsed
+        });
+
+        let mut duration = |field: &str, d: &KubeDuration, positive: bool| -> Duration {
+            match d.get() {
+                Ok(v) if v > LONGEST_DURATION => {
+                    errors.push(format!("{field}: {d} is longer than Kubernetes can hold"));
+                    v
+                }
+                Ok(v) if positive && v.is_zero() => {
+                    errors.push(format!("{field}: must be above 0"));
+                    v
+                }
+                Ok(v) => v,
+                Err(e) => {
+                    errors.push(format!("{field}: {e}"));
+                    Duration::ZERO
+                }
+            }
+        };
+        let w = &self.wait_for_pods_ready;
+        let timeout = duration("waitForPodsReady.timeout", &w.timeout, true);
+        let recovery_timeout = w
+            .recovery_timeout
+            .as_ref()
+            .map(|d| duration("waitForPodsReady.recoveryTimeout", d, true));
+        let r = &w.requeuing;
+        let backoff_base = duration(
+            "waitForPodsReady.requeuing.backoffBase",
+            &r.backoff_base,
+            false,
+        );
+        let backoff_max = duration(
+            "waitForPodsReady.requeuing.backoffMax",
+            &r.backoff_max,
+            false,
+        );
+        let worker_lost_timeout = duration("workerLostTimeout", &self.worker_lost_timeout, true);
+        if backoff_base > backoff_max {
+            errors.push(format!(
+                "waitForPodsReady.requeuing: backoffBase {} is longer than backoffMax {}",
+                r.backoff_base, r.backoff_max
+            ));
+        }
+        let limit = match r.limit.map(u32::try_from) {
+            None => None,
+            Some(Ok(l)) => Some(l),
+            Some(Err(_)) => {
+                errors.push("waitForPodsReady.requeuing.limit: must not be negative".to_string());
+                None
+            }
+        };
+
+        let fanout = self.placement.fanout;
+        if fanout < 1 || fanout > schema::MAX_QUEUE_CLUSTERS as i32 {
+            errors.push(format!(
+                "placement.fanout: {fanout} is out of range (1 to {})",
+                schema::MAX_QUEUE_CLUSTERS
+            ));
+        }
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(QueueSettings {
+            clusters: self.clusters.clone(),
+            namespace_selector: self.namespace_selector.clone(),
+            quota,
+            wait_for_pods_ready: w.enabled.then(|| PodsReadySettings {
+                timeout,
+                recovery_timeout,
+                block_admission: w.block_admission,
+                requeuing: RequeuingSettings {
+                    backoff_base,
+                    backoff_max,
+                    limit,
+                },
+            }),
+            strategy: self.placement.strategy.into(),
+            fanout: (fanout as usize).min(self.clusters.len()),
+            worker_lost_timeout,
+        })
+    }
+}

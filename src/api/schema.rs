@@ -1,0 +1,100 @@
+//! Schema pieces shared by the CRDs: the name and quantity patterns the API server checks, the
+//! CEL rules, and the schemars transforms that put them in place. The same checks exist in
+//! Rust (`names`) for what reads objects without an API server (the scenario reader) and for
+//! what a schema cannot say.
+
+use schemars::Schema;
+use serde_json::{json, Value};
+
+/// A DNS-1123 subdomain, as object names are: lowercase alphanumerics, `-` and `.`.
+pub const DNS1123_SUBDOMAIN_PATTERN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+pub const DNS1123_SUBDOMAIN_MAX_LENGTH: u32 = 253;
+
+/// A label value: empty, or up to 63 alphanumerics, `-`, `_` and `.` starting and ending with
+/// an alphanumeric.
+pub const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub const LABEL_VALUE_MAX_LENGTH: u32 = 63;
+
+/// A non-negative Kubernetes quantity (`500m`, `64Gi`, `1.5`, `2e3`): the API server's
+/// resource.Quantity grammar without the minus sign.
+pub const QUANTITY_PATTERN: &str =
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// The most worker clusters a queue may name.
+pub const MAX_QUEUE_CLUSTERS: u32 = 64;
+
+/// The longest kubeconfig location: a file path in the pod (PATH_MAX), or a Secret name.
+pub const LOCATION_MAX_LENGTH: u32 = 4096;
+
+/// Adds a CEL rule (`x-kubernetes-validations`) to a schema.
+pub(crate) fn add_rule(schema: &mut Schema, rule: String, message: &str) {
+    let entry = json!({ "rule": rule, "message": message });
+    match schema.ensure_object().get_mut("x-kubernetes-validations") {
+        Some(Value::Array(rules)) => rules.push(entry),
+        _ => {
+            schema.insert("x-kubernetes-validations".into(), json!([entry]));
+        }
+    }
+}
+
+/// A CEL expression that is true when the string field `field` of `self` is absent or is a
+/// duration above zero. Rules on durations are guarded by the pattern, so a malformed value is
+/// reported once, by the pattern, and not again as a CEL evaluation error (the API server
+/// runs the rules even when a pattern failed).
+pub(crate) fn cel_duration_positive(field: &str) -> String {
+    format!(
+        "!has(self.{field}) || !self.{field}.matches('{p}') || duration(self.{field}) > duration('0s')",
+        p = super::duration::DURATION_PATTERN
+    )
+}
+
+/// `schemars(transform)`: a map whose values are label values.
+pub(crate) fn label_map(schema: &mut Schema) {
+    schema.insert(
+        "additionalProperties".into(),
+        json!({
+            "type": "string",
+            "maxLength": LABEL_VALUE_MAX_LENGTH,
+            "pattern": LABEL_VALUE_PATTERN,
+        }),
+    );
+}
+
+/// `schemars(transform)`: a map from resource names to non-negative quantities, as the API
+/// server writes a resource.Quantity (an integer or a string) with the grammar checked:
+/// `pattern` applies to strings only and `minimum` to integers only.
+pub(crate) fn quantity_map(schema: &mut Schema) {
+    schema.insert(
+        "additionalProperties".into(),
+        json!({
+            "anyOf": [{ "type": "integer" }, { "type": "string" }],
+            "minimum": 0,
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": true,
+        }),
+    );
+}
+
+/// `schemars(transform)`: a list of object names, each a DNS-1123 subdomain, without
+/// duplicates (`x-kubernetes-list-type: set` makes the API server refuse them).
+pub(crate) fn name_set(schema: &mut Schema) {
+    if let Some(items) = schema.get_mut("items").and_then(Value::as_object_mut) {
+        items.insert("pattern".into(), DNS1123_SUBDOMAIN_PATTERN.into());
+        items.insert("maxLength".into(), DNS1123_SUBDOMAIN_MAX_LENGTH.into());
+    }
+    schema.insert("x-kubernetes-list-type".into(), "set".into());
+}
+
+/// `schemars(transform)`: an optional object name (DNS-1123 subdomain).
+pub(crate) fn object_name(schema: &mut Schema) {
+    schema.insert("pattern".into(), DNS1123_SUBDOMAIN_PATTERN.into());
+    schema.insert("maxLength".into(), DNS1123_SUBDOMAIN_MAX_LENGTH.into());
+}
+
+/// `schemars(transform)`: conditions keyed by type, so server-side apply merges them by type
+/// and the API server refuses two conditions of one type.
+pub(crate) fn conditions(schema: &mut Schema) {
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), json!(["type"]));
+}

@@ -1,0 +1,213 @@
+//! `WorkerCluster`: a cluster Jobs are dispatched to, how to reach it, and what it has.
+
+use super::names::{is_dns1123_subdomain, is_label_value, is_qualified_name};
+use super::schema;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A worker cluster: where its kubeconfig is, and the labels queues and pods select it by.
+/// Cluster-scoped; the dispatcher keeps one client per WorkerCluster and reports in
+/// `status.conditions` (type `Active`) whether it can use it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "switchyard.dev",
+    version = "v1alpha1",
+    kind = "WorkerCluster",
+    status = "WorkerClusterStatus",
+    shortname = "wc",
+    category = "switchyard",
+    derive = "PartialEq",
+    doc = "A cluster Switchyard dispatches Jobs to.",
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Active")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Active")].reason"#,
+        priority = 1
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.summary.nodes"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerClusterSpec {
+    /// How to connect to the cluster.
+    pub kube_config: KubeConfig,
+    /// Labels of the cluster: queues and pods select clusters by them, and the cluster's
+    /// virtual node carries them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::label_map)]
+    pub labels: BTreeMap<String, String>,
+    /// The scheduler profile (`spec.schedulerName`) the worker's scheduler should place
+    /// dispatched pods with; absent: the worker's default scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::object_name)]
+    pub scheduler_name: Option<String>,
+}
+
+/// Where a kubeconfig for the cluster is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = kube_config_rules)]
+pub struct KubeConfig {
+    /// The Secret's name (Secret) or the file's absolute path (Path).
+    #[schemars(length(min = 1, max = schema::LOCATION_MAX_LENGTH))]
+    pub location: String,
+    /// Secret: a Secret in Switchyard's namespace holding the kubeconfig under the key
+    /// `kubeconfig`. Path: a file in the Switchyard pod.
+    #[serde(default)]
+    pub location_type: LocationType,
+}
+
+fn kube_config_rules(s: &mut Schema) {
+    let is_path = "(has(self.locationType) && self.locationType == 'Path')";
+    schema::add_rule(
+        s,
+        format!(
+            "{is_path} || (size(self.location) <= {max} && self.location.matches('{p}'))",
+            max = schema::DNS1123_SUBDOMAIN_MAX_LENGTH,
+            p = schema::DNS1123_SUBDOMAIN_PATTERN
+        ),
+        "with locationType Secret, location must be the name of a Secret in Switchyard's namespace (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')",
+    );
+    schema::add_rule(
+        s,
+        format!("!{is_path} || self.location.startsWith('/')"),
+        "with locationType Path, location must be an absolute file path in the Switchyard pod",
+    );
+}
+
+/// Where [`KubeConfig::location`] points.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum LocationType {
+    #[default]
+    Secret,
+    Path,
+}
+
+/// The name of the Secret key that holds the kubeconfig (`locationType: Secret`).
+pub const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
+
+impl WorkerClusterSpec {
+    /// What the schema cannot check (label keys), and everything it checks, for specs read
+    /// without an API server. Each message starts with the field's path.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut errors = Vec::new();
+        let kc = &self.kube_config;
+        match kc.location_type {
+            _ if kc.location.is_empty() => {
+                errors.push("kubeConfig.location: must not be empty".to_string())
+            }
+            LocationType::Secret if !is_dns1123_subdomain(&kc.location) => errors.push(format!(
+                "kubeConfig.location: {:?} is not a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')",
+                kc.location
+            )),
+            LocationType::Path if !kc.location.starts_with('/') => errors.push(format!(
+                "kubeConfig.location: {:?} is not an absolute path",
+                kc.location
+            )),
+            _ => {}
+        }
+        if kc.location.len() > schema::LOCATION_MAX_LENGTH as usize {
+            errors.push(format!(
+                "kubeConfig.location: longer than {} characters",
+                schema::LOCATION_MAX_LENGTH
+            ));
+        }
+        for (k, v) in &self.labels {
+            if !is_qualified_name(k) {
+                errors.push(format!(
+                    "labels: key {k:?} is not a label key ([prefix/]name, the name up to 63 letters, digits, '-', '_' and '.')"
+                ));
+            }
+            if !is_label_value(v) {
+                errors.push(format!(
+                    "labels[{k}]: {v:?} is not a label value (up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+                ));
+            }
+        }
+        if let Some(name) = &self.scheduler_name {
+            if !is_dns1123_subdomain(name) {
+                errors.push(format!(
+                    "schedulerName: {name:?} is not a DNS-1123 subdomain"
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// What the dispatcher observed of a worker cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerClusterStatus {
+    /// `Active`: True when the cluster is connected and its inventory is fresh; its reason
+    /// is one of Connected, BadKubeConfig, InsecureKubeConfig, ClientConnectionFailed, Stale.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::conditions)]
+    pub conditions: Vec<Condition>,
+    /// What the cluster has, from its last inventory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<ClusterSummary>,
+    /// Present while the cluster cannot be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionStatus>,
+}
+
+/// The cluster's capacity, from its last inventory. Quantities are per resource name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSummary {
+    /// Ready, schedulable nodes.
+    #[schemars(range(min = 0))]
+    pub nodes: i32,
+    /// Of those, the nodes that publish NUMA topology (a NodeResourceTopology).
+    #[schemars(range(min = 0))]
+    pub numa_aware_nodes: i32,
+    /// Allocatable of all those nodes together.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// The most free on any one node, per resource: the biggest pod that could still start.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub largest_free_on_node: BTreeMap<String, Quantity>,
+    /// The most free in any one NUMA zone, per resource: the biggest pod a single-numa-node
+    /// policy could still admit.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub largest_free_in_numa_zone: BTreeMap<String, Quantity>,
+    /// When this summary was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
+
+/// A lost connection, for the user waiting for it to come back.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionStatus {
+    /// When the cluster was last reachable, or when the first attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disconnected_since: Option<Time>,
+    /// Failed attempts to connect since then.
+    #[schemars(range(min = 0))]
+    pub attempts: i32,
+    /// When the next attempt is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_time: Option<Time>,
+    /// The last attempt's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}

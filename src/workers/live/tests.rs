@@ -1,0 +1,187 @@
+use super::*;
+use serde_json::json;
+use std::collections::BTreeSet;
+
+/// A tiny deterministic generator, so a failure replays.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn node(name: &str, cpu: u64, gpus: u64, tainted: bool) -> KubeNode {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": if tainted { json!({"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}) } else { json!({}) },
+        "status": {"allocatable": {"cpu": cpu.to_string(), "memory": "64Gi", "nvidia.com/gpu": gpus.to_string(), "pods": "110"}}
+    }))
+    .unwrap()
+}
+
+fn pod(uid: &str, node: &str, cpu_milli: u64, phase: &str, sidecar: bool) -> Pod {
+    let mut init = vec![];
+    if sidecar {
+        init.push(json!({"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}));
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+        "spec": {
+            "nodeName": node,
+            "initContainers": init,
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": format!("{cpu_milli}m"), "memory": "1Gi"}}}]
+        },
+        "status": {"phase": phase}
+    }))
+    .unwrap()
+}
+
+fn nrt(gpus_free: (u64, u64)) -> serde_json::Value {
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+        "zones": [
+            {"name": "node-0", "type": "Node", "resources": [{"name": "nvidia.com/gpu", "capacity": "4", "allocatable": "4", "available": gpus_free.0.to_string()}]},
+            {"name": "node-1", "type": "Node", "resources": [{"name": "nvidia.com/gpu", "capacity": "4", "allocatable": "4", "available": gpus_free.1.to_string()}]}
+        ]
+    })
+}
+
+/// A cluster as names and amounts, independent of resource ids.
+fn comparable(state: &ClusterState) -> String {
+    let mut table = ResourceTable::default();
+    let (cluster, problems) = state.to_cluster(&mut table);
+    assert!(problems.is_empty(), "{problems:?}");
+    let named = |v: &[i64], table: &ResourceTable| -> BTreeMap<String, i64> {
+        v.iter()
+            .enumerate()
+            .filter(|(_, q)| **q != 0)
+            .map(|(i, q)| (table.name(i).to_string(), *q))
+            .collect()
+    };
+    let mut out = String::new();
+    for n in &cluster.nodes {
+        out += &format!(
+            "{} {:?} {:?} alloc={:?} req={:?}",
+            n.name,
+            n.labels,
+            n.taints,
+            named(&n.allocatable, &table),
+            named(&n.requested, &table)
+        );
+        if let Some(t) = &n.numa {
+            for z in &t.zones {
+                out += &format!(" zone {} {:?}", z.id, named(&z.available, &table));
+            }
+        }
+        out += "\n";
+    }
+    out
+}
+
+#[test]
+fn pod_requests_count_sidecars_and_one_pod() {
+    let reqs: BTreeMap<String, i64> = pod_requests(&pod("a", "n", 500, "Running", true))
+        .into_iter()
+        .collect();
+    assert_eq!(reqs["cpu"], 600);
+    assert_eq!(reqs["pods"], 1000);
+    assert_eq!(reqs["memory"], (1i64 << 30) * 1000);
+}
+
+#[test]
+fn finished_and_unbound_pods_hold_nothing() {
+    let mut s = ClusterState::new("c", Default::default());
+    s.apply_node(&node("n1", 8, 0, false));
+    s.apply_pod(&pod("done", "n1", 1000, "Succeeded", false));
+    s.apply_pod(&pod("failed", "n1", 1000, "Failed", false));
+    let mut pending = pod("pending", "n1", 1000, "Pending", false);
+    pending.spec.as_mut().unwrap().node_name = None;
+    s.apply_pod(&pending);
+    assert_eq!(s.pod_count(), 0);
+    // A running pod that later succeeds releases what it held.
+    s.apply_pod(&pod("p", "n1", 1000, "Running", false));
+    assert!(comparable(&s).contains("\"cpu\": 1000"));
+    s.apply_pod(&pod("p", "n1", 1000, "Succeeded", false));
+    assert!(!comparable(&s).contains("req={\"cpu\""));
+}
+
+#[test]
+fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state() {
+    for seed in 1..=20u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut live = ClusterState::new("c", Default::default());
+        let mut nodes: BTreeMap<String, KubeNode> = BTreeMap::new();
+        let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut topologies: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for step in 0..400 {
+            let n = format!("n{}", rng.below(6));
+            match rng.below(9) {
+                0 | 1 => {
+                    let k = node(&n, 4 + rng.below(60), rng.below(9), rng.below(2) == 0);
+                    live.apply_node(&k);
+                    nodes.insert(n, k);
+                }
+                2 => {
+                    live.delete_node(&n);
+                    nodes.remove(&n);
+                }
+                3..=5 => {
+                    let uid = format!("p{}", rng.below(40));
+                    let phase = ["Pending", "Running", "Running", "Succeeded", "Failed"]
+                        [rng.below(5) as usize];
+                    let p = pod(
+                        &uid,
+                        &n,
+                        100 * (1 + rng.below(20)),
+                        phase,
+                        rng.below(3) == 0,
+                    );
+                    live.apply_pod(&p);
+                    pods.insert(uid, p);
+                }
+                6 => {
+                    let uid = format!("p{}", rng.below(40));
+                    live.delete_pod(&uid);
+                    pods.remove(&uid);
+                }
+                7 => {
+                    let t = nrt((rng.below(5), rng.below(5)));
+                    live.apply_topology(&n, &t);
+                    topologies.insert(n, t);
+                }
+                _ => {
+                    live.delete_topology(&n);
+                    topologies.remove(&n);
+                }
+            }
+            // Now and then a relist replaces everything, as after a 410 Gone.
+            if step % 97 == 96 {
+                live.clear_pods();
+                for p in pods.values() {
+                    live.apply_pod(p);
+                }
+            }
+        }
+        let mut scratch = ClusterState::new("c", Default::default());
+        for k in nodes.values() {
+            scratch.apply_node(k);
+        }
+        for p in pods.values() {
+            scratch.apply_pod(p);
+        }
+        for (n, t) in &topologies {
+            scratch.apply_topology(n, t);
+        }
+        assert_eq!(comparable(&live), comparable(&scratch), "seed {seed}");
+        let names: BTreeSet<_> = nodes.keys().cloned().collect();
+        assert_eq!(comparable(&live).lines().count(), names.len());
+    }
+}
