@@ -40,6 +40,8 @@ pub enum Command {
     Topology(TopologyCommand),
     /// Why a pod fits or not on each node or cluster of an inventory.
     Explain(ExplainArgs),
+    /// Print the CustomResourceDefinitions (YAML).
+    Crds,
 }
 
 #[derive(Debug, Subcommand)]

@@ -90,9 +90,12 @@ pub fn judge(
                     Some(m) => fails(m),
                 };
             }
-            let Some((_, node)) = inventory.node(name) else {
+            let Some((cluster, node)) = inventory.node(name) else {
                 return fails(Misfit::UnknownNode(name.clone()));
             };
+            if let Some(why) = &cluster.unavailable {
+                return fails(Misfit::Unavailable(why.clone()));
+            }
             let node = inflight.node(node, &inventory.resources, now);
             let fit = fit_node(
                 &node,

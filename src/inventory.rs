@@ -125,6 +125,8 @@ pub struct Cluster {
     pub labels: BTreeMap<String, String>,
     pub nodes: Vec<Node>,
     pub summary: ClusterSummary,
+    /// Why nothing may be placed here now (a stale or lost worker), if so.
+    pub unavailable: Option<String>,
 }
 
 impl Cluster {
@@ -201,6 +203,22 @@ impl Inventory {
             }
         }
         self
+    }
+
+    /// An inventory from clusters that are already summarised (the live inventory publishes
+    /// this way: clusters that did not change are shared with the previous snapshot).
+    pub fn from_shared(resources: ResourceTable, clusters: Vec<Arc<Cluster>>) -> Self {
+        let mut node_index = HashMap::new();
+        for (ci, cluster) in clusters.iter().enumerate() {
+            for (ni, node) in cluster.nodes.iter().enumerate() {
+                node_index.entry(node.name.clone()).or_insert((ci, ni));
+            }
+        }
+        Self {
+            resources,
+            clusters,
+            node_index,
+        }
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {

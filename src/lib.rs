@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod api;
 pub mod certs;
 pub mod cli;
 pub mod config;

@@ -85,6 +85,7 @@ fn main() -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?;
             print!("{report}");
         }
+        Command::Crds => print!("{}", switchyard::api::crds_yaml()),
     }
     Ok(())
 }

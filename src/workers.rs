@@ -5,9 +5,11 @@
 //! clients and probes them with bounded timeouts, so a worker that hangs never delays another.
 
 pub mod connection;
+pub mod hub;
 pub mod kubeconfig;
 pub mod live;
 pub mod ratelimit;
+pub mod watch;
 
 pub use connection::{Backoff, ConnectionState, Health, Reason};
 pub use kubeconfig::{check, client_for, probe, KubeconfigError};

@@ -4,6 +4,7 @@
 
 use super::duration::KubeDuration;
 use super::names::{is_dns1123_subdomain, is_qualified_name};
+use crate::admission::is_dns1123_label;
 use super::schema;
 use crate::quantity::{self, Milli};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -26,6 +27,8 @@ use std::time::Duration;
     category = "switchyard",
     derive = "PartialEq",
     doc = "A queue of Jobs dispatched to worker clusters.",
+    validation = Rule::new("size(self.metadata.name) <= 63 && !self.metadata.name.contains('.')")
+        .message("a DispatchQueue's name must be a DNS-1123 label (at most 63 characters, no '.'): Jobs name their queue in a label value"),
     printcolumn(
         name = "Active",
         type_ = "string",
@@ -54,6 +57,7 @@ pub struct DispatchQueueSpec {
     pub clusters: Vec<String>,
     /// The namespaces whose Jobs may use the queue; absent: every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::label_selector)]
     pub namespace_selector: Option<LabelSelector>,
     /// The most the queue's admitted Jobs may request together, per resource. Absent:
     /// automatic, the sum of the allocatable of the queue's active clusters. A resource not
@@ -259,9 +263,11 @@ pub struct DispatchQueueStatus {
     pub running: i32,
     /// The quota in force, per resource: spec.quota, or the automatic one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::status_quantity_map)]
     pub effective_quota: BTreeMap<String, Quantity>,
     /// What the admitted Jobs request together, per resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::status_quantity_map)]
     pub quota_usage: BTreeMap<String, Quantity>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,14 +284,15 @@ pub struct NamedQueueSpec {
 }
 
 impl NamedQueueSpec {
-    /// The spec's checks, and the name's (a DNS-1123 subdomain, as object names are).
+    /// The spec's checks, and the name's: a DNS-1123 label, since Jobs name their queue in a
+    /// label value.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut errors = self.spec.validate().err().unwrap_or_default();
-        if !is_dns1123_subdomain(&self.name) {
+        if !is_dns1123_label(&self.name) {
             errors.insert(
                 0,
                 format!(
-                    "name: {:?} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')",
+                    "name: {:?} is not a DNS-1123 label (at most 63 lowercase letters, digits and '-')",
                     self.name
                 ),
             );

@@ -68,12 +68,61 @@ pub(crate) fn quantity_map(schema: &mut Schema) {
     schema.insert(
         "additionalProperties".into(),
         json!({
-            "anyOf": [{ "type": "integer" }, { "type": "string" }],
             "minimum": 0,
             "pattern": QUANTITY_PATTERN,
             "x-kubernetes-int-or-string": true,
         }),
     );
+}
+
+/// `schemars(transform)`: a map of quantities the dispatcher writes (status), without
+/// resource.Quantity's page-long description repeated in every one.
+pub(crate) fn status_quantity_map(schema: &mut Schema) {
+    schema.insert(
+        "additionalProperties".into(),
+        json!({ "x-kubernetes-int-or-string": true }),
+    );
+}
+
+/// `schemars(transform)`: a metav1.LabelSelector with what the API server checks for its
+/// own selectors: the operators, the values each operator takes, label-value syntax.
+pub(crate) fn label_selector(schema: &mut Schema) {
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let Some(item) = props
+        .get_mut("matchExpressions")
+        .and_then(|e| e.get_mut("items"))
+        .and_then(Value::as_object_mut)
+    {
+        if let Some(op) = item
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("operator"))
+            .and_then(Value::as_object_mut)
+        {
+            op.insert(
+                "enum".into(),
+                json!(["In", "NotIn", "Exists", "DoesNotExist"]),
+            );
+        }
+        item.insert(
+            "x-kubernetes-validations".into(),
+            json!([{
+                "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)",
+                "message": "operators In and NotIn need at least one value; Exists and DoesNotExist take none",
+            }]),
+        );
+    }
+    if let Some(labels) = props.get_mut("matchLabels").and_then(Value::as_object_mut) {
+        labels.insert(
+            "additionalProperties".into(),
+            json!({
+                "type": "string",
+                "maxLength": LABEL_VALUE_MAX_LENGTH,
+                "pattern": LABEL_VALUE_PATTERN,
+            }),
+        );
+    }
 }
 
 /// `schemars(transform)`: a list of object names, each a DNS-1123 subdomain, without

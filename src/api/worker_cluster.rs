@@ -181,13 +181,16 @@ pub struct ClusterSummary {
     pub numa_aware_nodes: i32,
     /// Allocatable of all those nodes together.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::status_quantity_map)]
     pub allocatable: BTreeMap<String, Quantity>,
     /// The most free on any one node, per resource: the biggest pod that could still start.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::status_quantity_map)]
     pub largest_free_on_node: BTreeMap<String, Quantity>,
     /// The most free in any one NUMA zone, per resource: the biggest pod a single-numa-node
     /// policy could still admit.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = schema::status_quantity_map)]
     pub largest_free_in_numa_zone: BTreeMap<String, Quantity>,
     /// When this summary was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]

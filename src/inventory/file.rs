@@ -137,6 +137,7 @@ pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryEr
             labels: c.labels,
             nodes,
             summary: Default::default(),
+            unavailable: None,
         }));
     }
     Ok(Inventory {

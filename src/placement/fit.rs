@@ -48,6 +48,8 @@ pub enum Misfit {
         cause: Box<Misfit>,
     },
     BadPod(String),
+    /// The whole cluster cannot take work now (stale or lost).
+    Unavailable(String),
 }
 
 impl Misfit {
@@ -59,6 +61,8 @@ impl Misfit {
             | Misfit::Selector { .. }
             | Misfit::NoNumaData { .. }
             | Misfit::BadPod(_) => true,
+            // It may come back; kube-scheduler should retry.
+            Misfit::Unavailable(_) => false,
             Misfit::Insufficient {
                 need, allocatable, ..
             } => need > allocatable,
@@ -129,7 +133,7 @@ impl fmt::Display for Misfit {
                 f,
                 "only {fitted} of {wanted} pods fit at once in cluster {cluster}; then: {cause}"
             ),
-            Misfit::BadPod(m) => write!(f, "{m}"),
+            Misfit::BadPod(m) | Misfit::Unavailable(m) => write!(f, "{m}"),
         }
     }
 }
@@ -677,6 +681,10 @@ pub fn fit_cluster(
         misfit: None,
         score: 0,
     };
+    if let Some(why) = &cluster.unavailable {
+        out.misfit = Some(Misfit::Unavailable(why.clone()));
+        return out;
+    }
     let s = &cluster.summary;
     for (rid, name, q) in &pod.node_request {
         let Some(rid) = *rid else {

@@ -276,6 +276,7 @@ impl ClusterState {
                 labels: self.labels.clone(),
                 nodes,
                 summary: Default::default(),
+                unavailable: None,
             },
             problems,
         )

@@ -1,6 +1,8 @@
-//! Shared test support: fixtures, patch application, and a TLS client that verifies the
+//! Shared test support: fixtures, patch application, a fake API server, and a TLS client that verifies the
 //! server certificate against the test CA.
 #![allow(dead_code)]
+
+pub mod fake_api;
 
 use base64::Engine;
 use serde_json::Value;

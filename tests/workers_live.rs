@@ -1,0 +1,203 @@
+//! Live inventories from worker clusters through the real `kube::Client` and kube-runtime
+//! watchers, against fake API servers on loopback: list then watch, watches that end and
+//! resume, 410 Gone, 500s, a worker that never answers, NodeResourceTopology arriving late.
+
+mod common;
+
+use common::fake_api::{self, FakeApi, NODES, NRTS, PODS};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use switchyard::inventory::{Inventory, InventoryStore};
+use switchyard::workers::hub::{self, Hub};
+use switchyard::workers::watch::{self, WatchOptions};
+
+struct Live {
+    store: Arc<InventoryStore>,
+    _hub: tokio::task::JoinHandle<()>,
+}
+
+fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
+    let store = Arc::new(InventoryStore::default());
+    let mut h = Hub::new(store.clone(), stale_after);
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    for (name, api) in workers {
+        h.add_worker(name, Default::default(), SystemTime::now());
+        let options = WatchOptions {
+            probe_every: Duration::from_millis(200),
+            probe_timeout: Duration::from_millis(500),
+        };
+        tokio::spawn(watch::run(
+            name.to_string(),
+            api.client(),
+            tx.clone(),
+            options,
+        ));
+    }
+    let hub = tokio::spawn(hub::run(h, rx, Duration::from_millis(50)));
+    Live { store, _hub: hub }
+}
+
+async fn wait_for(what: &str, store: &InventoryStore, cond: impl Fn(&Inventory) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if cond(&store.snapshot()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn free_cpu(inv: &Inventory, node: &str) -> Option<i64> {
+    let (_, n) = inv.node(node)?;
+    Some(n.free(inv.resources.id("cpu")?))
+}
+
+fn zones(inv: &Inventory, node: &str) -> usize {
+    inv.node(node)
+        .and_then(|(_, n)| n.numa.as_ref())
+        .map_or(0, |t| t.zones.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_then_watch_feeds_the_inventory_incrementally() {
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("w1-a", 32, 4));
+    api.upsert(PODS, fake_api::pod("p1", "w1-a", 4));
+    let live = start(&[("w1", &api)], Duration::from_secs(30));
+    wait_for("the listed node and pod", &live.store, |inv| {
+        free_cpu(inv, "w1-a") == Some(28_000)
+    })
+    .await;
+
+    // Events after start-up: a new node, a new pod, a NodeResourceTopology arriving late.
+    api.upsert(NODES, fake_api::node("w1-b", 16, 0));
+    api.upsert(PODS, fake_api::pod("p2", "w1-a", 2));
+    api.upsert(NRTS, fake_api::nrt("w1-a", (2, 4)));
+    wait_for("events after start", &live.store, |inv| {
+        free_cpu(inv, "w1-a") == Some(26_000)
+            && inv.node("w1-b").is_some()
+            && zones(inv, "w1-a") == 2
+    })
+    .await;
+
+    // The watches end every 2 s (timeoutSeconds) and resume from their resourceVersion:
+    // events emitted after that still arrive, and no relist was needed.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    api.delete(PODS, "p1");
+    api.delete(NODES, "w1-b");
+    wait_for("events after the watch resumed", &live.store, |inv| {
+        free_cpu(inv, "w1-a") == Some(30_000) && inv.node("w1-b").is_none()
+    })
+    .await;
+    let requests = api.requests();
+    let node_watches = requests
+        .iter()
+        .filter(|r| r.starts_with("/api/v1/nodes?") && r.contains("watch=true"))
+        .count();
+    assert!(node_watches >= 2, "the node watch resumed: {requests:?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("watch=true") && r.contains("resourceVersion=1")),
+        "resumed from a resourceVersion: {requests:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_watches_relist_and_failed_lists_are_retried() {
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("w1-a", 32, 4));
+    api.fail_next_lists(2);
+    let live = start(&[("w1", &api)], Duration::from_secs(30));
+    wait_for("the node after two failed lists", &live.store, |inv| {
+        inv.node("w1-a").is_some()
+    })
+    .await;
+
+    let lists_before = api
+        .requests()
+        .iter()
+        .filter(|r| !r.contains("watch=true") && r.starts_with("/api/v1/nodes"))
+        .count();
+    api.expire_next_watches(NODES, 1);
+    // Let the current node watch end so the next one meets the 410.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    api.upsert(NODES, fake_api::node("w1-c", 8, 0));
+    wait_for("the node added around the relist", &live.store, |inv| {
+        inv.node("w1-c").is_some()
+    })
+    .await;
+    let lists_after = api
+        .requests()
+        .iter()
+        .filter(|r| !r.contains("watch=true") && r.starts_with("/api/v1/nodes"))
+        .count();
+    assert!(
+        lists_after > lists_before,
+        "410 Gone made the watcher list again"
+    );
+    assert!(
+        live.store.snapshot().node("w1-a").is_some(),
+        "a relist keeps what still exists"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_never_answers_goes_stale_without_delaying_the_others() {
+    let (a, b, hung) = (
+        FakeApi::start().await,
+        FakeApi::start().await,
+        FakeApi::start().await,
+    );
+    a.upsert(NODES, fake_api::node("a-1", 8, 0));
+    b.upsert(NODES, fake_api::node("b-1", 8, 0));
+    hung.upsert(NODES, fake_api::node("h-1", 8, 0));
+    hung.set_hang(true);
+    let started = Instant::now();
+    let live = start(
+        &[("a", &a), ("b", &b), ("hung", &hung)],
+        Duration::from_millis(1500),
+    );
+    wait_for("both answering workers", &live.store, |inv| {
+        inv.node("a-1").is_some() && inv.node("b-1").is_some()
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the hung worker delayed the others"
+    );
+    wait_for("the hung worker marked stale", &live.store, |inv| {
+        inv.cluster("hung").is_some_and(|c| c.unavailable.is_some())
+    })
+    .await;
+    let inv = live.store.snapshot();
+    let why = inv.cluster("hung").unwrap().unavailable.clone().unwrap();
+    assert!(why.contains("stale"), "{why}");
+    assert!(inv.cluster("a").unwrap().unavailable.is_none());
+    // Once it answers again it is schedulable again.
+    hung.set_hang(false);
+    wait_for("the worker back", &live.store, |inv| {
+        inv.node("h-1").is_some() && inv.cluster("hung").is_some_and(|c| c.unavailable.is_none())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_topology_crd_nodes_still_arrive_and_numa_data_follows_it() {
+    let api = FakeApi::start().await;
+    api.set_nrt_missing(true);
+    api.upsert(NODES, fake_api::node("w1-a", 32, 4));
+    let live = start(&[("w1", &api)], Duration::from_secs(30));
+    wait_for("the node without NUMA data", &live.store, |inv| {
+        inv.node("w1-a").is_some()
+    })
+    .await;
+    assert_eq!(zones(&live.store.snapshot(), "w1-a"), 0);
+    api.set_nrt_missing(false);
+    api.upsert(NRTS, fake_api::nrt("w1-a", (4, 4)));
+    wait_for("NUMA zones once the CRD exists", &live.store, |inv| {
+        zones(inv, "w1-a") == 2
+    })
+    .await;
+}
