@@ -54,6 +54,7 @@ pub struct FileConfig {
     pub numa_unknown: Option<crate::placement::NumaUnknown>,
     pub placement_strategy: Option<crate::placement::Strategy>,
     pub inflight_ttl: Option<String>,
+    pub stale_after: Option<String>,
 }
 
 impl FileConfig {
@@ -107,6 +108,8 @@ pub struct ServeSettings {
     /// The inventory file the extender judges nodes against.
     pub inventory: Option<PathBuf>,
     pub extender: crate::extender::ExtenderConfig,
+    /// A live inventory silent for this long makes its cluster unschedulable.
+    pub stale_after: Duration,
 }
 
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
@@ -131,6 +134,7 @@ impl ServeSettings {
             body_timeout: Duration::from_secs(10),
             inventory: None,
             extender: Default::default(),
+            stale_after: Duration::from_secs(120),
         }
     }
 
@@ -252,6 +256,12 @@ impl ServeSettings {
             )?,
             body_timeout: Duration::from_secs(10),
             inventory: args.inventory.clone().or(file.inventory),
+            stale_after: duration(
+                "staleAfter",
+                &None,
+                file.stale_after,
+                Duration::from_secs(120),
+            )?,
             extender: crate::extender::ExtenderConfig {
                 engine: crate::placement::EngineConfig {
                     numa_unknown: file.numa_unknown.unwrap_or_default(),

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The name the cluster `serve` runs in has in its own live inventory.
+pub const LOCAL_CLUSTER: &str = "local";
+
 /// The admission surface's state.
 pub struct Webhooks {
     pub policy: AdmissionPolicy,
@@ -108,26 +111,48 @@ pub async fn start_with_client(
         tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
     }
 
-    let inventory = match &settings.inventory {
-        Some(path) => {
+    // The extender's inventory: a file, else the live cluster this server runs in, else none.
+    let store = Arc::new(crate::inventory::InventoryStore::default());
+    match (&settings.inventory, &client_for_extender) {
+        (Some(path), _) => {
             let inv = crate::inventory::load_file(path)?;
             tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
-            inv
+            store.replace(inv);
         }
-        None => {
-            notes.push(
-                "extender: no inventory (--inventory FILE): every node is reported as unknown"
-                    .to_string(),
+        (None, Some(client)) => {
+            let mut hub = crate::workers::hub::Hub::new(store.clone(), settings.stale_after);
+            hub.add_worker(
+                LOCAL_CLUSTER,
+                Default::default(),
+                std::time::SystemTime::now(),
             );
-            Default::default()
+            let (tx, rx) = tokio::sync::mpsc::channel(4096);
+            tokio::spawn(crate::workers::watch::run(
+                LOCAL_CLUSTER.to_string(),
+                client.clone(),
+                tx,
+                Default::default(),
+            ));
+            tokio::spawn(crate::workers::hub::run(
+                hub,
+                rx,
+                Duration::from_millis(100),
+            ));
+            notes.push(format!(
+                "extender: live inventory of this cluster (as {LOCAL_CLUSTER:?}) from watches"
+            ));
         }
-    };
+        (None, None) => notes.push(
+            "extender: no inventory (--inventory FILE): every node is reported as unknown"
+                .to_string(),
+        ),
+    }
     let readiness = Arc::new(Readiness {
         shutting_down: AtomicBool::new(false),
         notes,
     });
     let extender = Arc::new(crate::extender::Extender::new(
-        Arc::new(crate::inventory::InventoryStore::new(inventory)),
+        store,
         settings.extender.clone(),
         client_for_extender,
     ));

@@ -201,3 +201,50 @@ async fn without_the_topology_crd_nodes_still_arrive_and_numa_data_follows_it() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_standalone_feeds_the_extender_from_the_cluster_it_runs_in() {
+    use common::tls_client::{connect, connector_from_dir};
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("live-1", 8, 0));
+    api.upsert(NODES, fake_api::node("live-2", 2, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = switchyard::config::ServeSettings::for_tests(
+        switchyard::config::TlsSource::Dev(dir.path().into()),
+    );
+    settings.standalone = false;
+    let running = switchyard::server::start_with_client(settings, Some(api.client()))
+        .await
+        .unwrap();
+    let tls = connector_from_dir(dir.path());
+    let mut conn = connect(&tls, running.https_addr, "localhost")
+        .await
+        .unwrap();
+    let body = serde_json::json!({
+        "Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u1", "resourceVersion": "1"},
+                "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "4"}}}]}},
+        "NodeNames": ["live-1", "live-2"],
+        "Nodes": null
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, reply) = conn
+            .post_json("/scheduler/filter", serde_json::to_vec(&body).unwrap())
+            .await;
+        assert_eq!(status, 200);
+        let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+        if reply["NodeNames"] == serde_json::json!(["live-1"]) {
+            let why = reply["FailedAndUnresolvableNodes"]["live-2"]
+                .as_str()
+                .unwrap();
+            assert!(why.contains("needs 4 cpu"), "{why}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live inventory never reached the extender: {reply}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.shutdown().await;
+}
