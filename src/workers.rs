@@ -9,6 +9,7 @@ pub mod hub;
 pub mod kubeconfig;
 pub mod live;
 pub mod ratelimit;
+pub mod virtual_node;
 pub mod watch;
 
 pub use connection::{Backoff, ConnectionState, Health, Reason};
