@@ -4,8 +4,8 @@
 
 use super::duration::KubeDuration;
 use super::names::{is_dns1123_subdomain, is_qualified_name};
-use crate::admission::is_dns1123_label;
 use super::schema;
+use crate::admission::is_dns1123_label;
 use crate::quantity::{self, Milli};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// A queue of batch/v1 Jobs (labelled `switchyard.dev/queue-name: <name>`), admitted under
 /// its quota and dispatched, each whole, to one of its worker clusters.
+// Printer columns repeat `type_`, which clippy takes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "switchyard.dev",
@@ -474,7 +476,7 @@ impl DispatchQueueSpec {
             clusters: self.clusters.clone(),
             namespace_selector: self.namespace_selector.clone(),
             quota,
-            wait_for_pods_ready: w.enabled.then(|| PodsReadySettings {
+            wait_for_pods_ready: w.enabled.then_some(PodsReadySettings {
                 timeout,
                 recovery_timeout,
                 block_admission: w.block_admission,

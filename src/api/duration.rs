@@ -11,7 +11,8 @@ use std::time::Duration;
 /// bare `0`. It accepts nothing that `crate::config::parse_duration` or Go refuses, so CEL's
 /// `duration()` never fails on a value that passed it. `[.]` rather than `\.` so the same text
 /// can sit inside a CEL string literal.
-pub const DURATION_PATTERN: &str = "^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|ms|s|m|h))+)$";
+pub const DURATION_PATTERN: &str =
+    "^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|ms|s|m|h))+)$";
 
 /// The longest duration text accepted. It bounds the cost of the CEL rules that read durations.
 pub const DURATION_MAX_LENGTH: u32 = 32;
@@ -45,9 +46,9 @@ impl From<Duration> for KubeDuration {
         let ms = d.as_millis();
         let text = match ms {
             0 => "0s".to_string(),
-            _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-            _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-            _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+            _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+            _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+            _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
             _ => format!("{ms}ms"),
         };
         Self(text)
@@ -89,9 +90,14 @@ impl<'de> Deserialize<'de> for KubeDuration {
             }
 
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                u64::try_from(v).map(|s| KubeDuration(format!("{s}s"))).map_err(|_| {
-                    E::invalid_value(serde::de::Unexpected::Signed(v), &"a non-negative duration")
-                })
+                u64::try_from(v)
+                    .map(|s| KubeDuration(format!("{s}s")))
+                    .map_err(|_| {
+                        E::invalid_value(
+                            serde::de::Unexpected::Signed(v),
+                            &"a non-negative duration",
+                        )
+                    })
             }
         }
         deserializer.deserialize_any(Visitor)

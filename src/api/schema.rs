@@ -18,8 +18,7 @@ pub const LABEL_VALUE_MAX_LENGTH: u32 = 63;
 
 /// A non-negative Kubernetes quantity (`500m`, `64Gi`, `1.5`, `2e3`): the API server's
 /// resource.Quantity grammar without the minus sign.
-pub const QUANTITY_PATTERN: &str =
-    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 /// The most worker clusters a queue may name.
 pub const MAX_QUEUE_CLUSTERS: u32 = 64;
@@ -104,6 +103,8 @@ pub(crate) fn label_selector(schema: &mut Schema) {
                 "enum".into(),
                 json!(["In", "NotIn", "Exists", "DoesNotExist"]),
             );
+            // Bounds the cost the API server estimates for the rule below.
+            op.insert("maxLength".into(), json!(12));
         }
         item.insert(
             "x-kubernetes-validations".into(),

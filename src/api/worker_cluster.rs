@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 /// A worker cluster: where its kubeconfig is, and the labels queues and pods select it by.
 /// Cluster-scoped; the dispatcher keeps one client per WorkerCluster and reports in
 /// `status.conditions` (type `Active`) whether it can use it.
+// Printer columns repeat `type_`, which clippy takes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "switchyard.dev",
@@ -174,9 +176,11 @@ pub struct WorkerClusterStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSummary {
     /// Ready, schedulable nodes.
+    #[serde(default)]
     #[schemars(range(min = 0))]
     pub nodes: i32,
     /// Of those, the nodes that publish NUMA topology (a NodeResourceTopology).
+    #[serde(default)]
     #[schemars(range(min = 0))]
     pub numa_aware_nodes: i32,
     /// Allocatable of all those nodes together.
@@ -205,6 +209,7 @@ pub struct ConnectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disconnected_since: Option<Time>,
     /// Failed attempts to connect since then.
+    #[serde(default)]
     #[schemars(range(min = 0))]
     pub attempts: i32,
     /// When the next attempt is due.

@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 /// What a worker's tasks report.
 #[derive(Debug)]
 pub enum Update {
-    Node(String, Event<Node>),
-    Pod(String, Event<Pod>),
-    Topology(String, Event<DynamicObject>),
+    Node(String, Box<Event<Node>>),
+    Pod(String, Box<Event<Pod>>),
+    Topology(String, Box<Event<DynamicObject>>),
     /// The worker answered (a probe, a list, an event): it is not stale.
     Alive(String),
     /// The worker is gone from the configuration.
@@ -28,7 +28,6 @@ pub enum Update {
 #[derive(Default)]
 struct Relists {
     nodes: Option<Vec<Node>>,
-    pods: Option<Vec<Pod>>,
     topologies: Option<Vec<DynamicObject>>,
 }
 
@@ -70,11 +69,14 @@ impl Hub {
 
     /// Registers a worker (or updates its labels).
     pub fn add_worker(&mut self, name: &str, labels: BTreeMap<String, String>, now: SystemTime) {
-        let w = self.workers.entry(name.to_string()).or_insert_with(|| Worker {
-            state: ClusterState::new(name, BTreeMap::new()),
-            relists: Relists::default(),
-            last_seen: now,
-        });
+        let w = self
+            .workers
+            .entry(name.to_string())
+            .or_insert_with(|| Worker {
+                state: ClusterState::new(name, BTreeMap::new()),
+                relists: Relists::default(),
+                last_seen: now,
+            });
         w.state.labels = labels;
         self.dirty.insert(name.to_string());
     }
@@ -82,7 +84,9 @@ impl Hub {
     /// Applies one update; pure apart from the clock it is given.
     pub fn apply(&mut self, update: Update, now: SystemTime) {
         let cluster = match &update {
-            Update::Node(c, _) | Update::Pod(c, _) | Update::Topology(c, _) | Update::Alive(c) => c.clone(),
+            Update::Node(c, _) | Update::Pod(c, _) | Update::Topology(c, _) | Update::Alive(c) => {
+                c.clone()
+            }
             Update::Removed(c) => {
                 self.workers.remove(c);
                 self.published.remove(c);
@@ -96,13 +100,14 @@ impl Hub {
         w.last_seen = now;
         let changed = match update {
             Update::Alive(_) | Update::Removed(_) => false,
-            Update::Node(_, ev) => match ev {
+            Update::Node(_, ev) => match *ev {
                 Event::Apply(n) => {
                     w.state.apply_node(&n);
                     true
                 }
                 Event::Delete(n) => {
-                    w.state.delete_node(n.metadata.name.as_deref().unwrap_or_default());
+                    w.state
+                        .delete_node(n.metadata.name.as_deref().unwrap_or_default());
                     true
                 }
                 Event::Init => {
@@ -121,32 +126,31 @@ impl Hub {
                     true
                 }
             },
-            Update::Pod(_, ev) => match ev {
+            Update::Pod(_, ev) => match *ev {
                 Event::Apply(p) => {
                     w.state.apply_pod(&p);
                     true
                 }
                 Event::Delete(p) => {
-                    w.state.delete_pod(p.metadata.uid.as_deref().unwrap_or_default());
+                    w.state
+                        .delete_pod(p.metadata.uid.as_deref().unwrap_or_default());
                     true
                 }
+                // Pods are kept compact even while a relist is collected.
                 Event::Init => {
-                    w.relists.pods = Some(Vec::new());
+                    w.state.begin_pod_relist();
                     false
                 }
                 Event::InitApply(p) => {
-                    w.relists.pods.get_or_insert_with(Vec::new).push(p);
+                    w.state.relist_pod(&p);
                     false
                 }
                 Event::InitDone => {
-                    w.state.clear_pods();
-                    for p in w.relists.pods.take().unwrap_or_default() {
-                        w.state.apply_pod(&p);
-                    }
+                    w.state.end_pod_relist();
                     true
                 }
             },
-            Update::Topology(_, ev) => match ev {
+            Update::Topology(_, ev) => match *ev {
                 Event::Apply(o) => {
                     if let Some(n) = topology_name(&o) {
                         w.state.apply_topology(&n, &o.data);
@@ -185,9 +189,9 @@ impl Hub {
 
     /// Whether `cluster` has been silent for longer than `stale_after`.
     pub fn is_stale(&self, cluster: &str, now: SystemTime) -> bool {
-        self.workers.get(cluster).is_some_and(|w| {
-            now.duration_since(w.last_seen).unwrap_or_default() > self.stale_after
-        })
+        self.workers
+            .get(cluster)
+            .is_some_and(|w| now.duration_since(w.last_seen).unwrap_or_default() > self.stale_after)
     }
 
     /// Publishes a new snapshot if anything changed (including staleness).
@@ -238,11 +242,7 @@ impl Hub {
 /// Runs the hub until every sender is gone: applies updates as they come and publishes at
 /// most every `debounce` (and at least every `debounce` while anything is pending or a
 /// worker may have gone stale).
-pub async fn run(
-    mut hub: Hub,
-    mut rx: tokio::sync::mpsc::Receiver<Update>,
-    debounce: Duration,
-) {
+pub async fn run(mut hub: Hub, mut rx: tokio::sync::mpsc::Receiver<Update>, debounce: Duration) {
     let mut ticker = tokio::time::interval(debounce);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -17,12 +17,79 @@ struct NodeRecord {
     allocatable: BTreeMap<String, i64>,
 }
 
-/// What the inventory needs of a Pod: where it is and what it holds. Small on purpose: a
-/// worker can run tens of thousands of pods.
-#[derive(Debug, Clone, PartialEq)]
+/// A pod's key: its UID as 128 bits (real UIDs are UUIDs), or the text for anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum PodKey {
+    Uuid(u128),
+    Other(Box<str>),
+}
+
+impl PodKey {
+    fn of(uid: &str) -> Self {
+        let hex: String = uid.chars().filter(|c| *c != '-').collect();
+        match (hex.len(), u128::from_str_radix(&hex, 16)) {
+            (32, Ok(v)) => PodKey::Uuid(v),
+            _ => PodKey::Other(uid.into()),
+        }
+    }
+}
+
+/// What the inventory needs of a Pod: where it is and what it holds, as two small ids. A
+/// worker runs tens of thousands of pods and a manager watches a hundred workers: pods with
+/// the same requests share one interned shape, and node names are interned too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PodRecord {
-    node: String,
-    requests: Box<[(Box<str>, i64)]>,
+    node: u32,
+    shape: u32,
+}
+
+/// Interned strings and request shapes for one cluster.
+#[derive(Debug, Clone, Default)]
+struct Interner {
+    node_ids: HashMap<Box<str>, u32>,
+    node_names: Vec<Box<str>>,
+    resource_ids: HashMap<Box<str>, u16>,
+    resource_names: Vec<Box<str>>,
+    shape_ids: HashMap<Box<[(u16, i64)]>, u32>,
+    shapes: Vec<Box<[(u16, i64)]>>,
+}
+
+impl Interner {
+    fn node(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.node_ids.get(name) {
+            return *id;
+        }
+        let id = self.node_names.len() as u32;
+        self.node_names.push(name.into());
+        self.node_ids.insert(name.into(), id);
+        id
+    }
+
+    fn resource(&mut self, name: &str) -> u16 {
+        if let Some(id) = self.resource_ids.get(name) {
+            return *id;
+        }
+        let id = self.resource_names.len() as u16;
+        self.resource_names.push(name.into());
+        self.resource_ids.insert(name.into(), id);
+        id
+    }
+
+    fn shape(&mut self, requests: Vec<(String, i64)>) -> u32 {
+        let mut shape: Vec<(u16, i64)> = requests
+            .into_iter()
+            .map(|(k, v)| (self.resource(&k), v))
+            .collect();
+        shape.sort_unstable();
+        let shape: Box<[(u16, i64)]> = shape.into();
+        if let Some(id) = self.shape_ids.get(&shape) {
+            return *id;
+        }
+        let id = self.shapes.len() as u32;
+        self.shapes.push(shape.clone());
+        self.shape_ids.insert(shape, id);
+        id
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -30,10 +97,14 @@ pub struct ClusterState {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     nodes: BTreeMap<String, NodeRecord>,
-    pods: HashMap<String, PodRecord>,
+    interner: Interner,
+    pods: HashMap<PodKey, PodRecord>,
     topologies: BTreeMap<String, TopologySpecHolder>,
-    /// Sum of the pods' requests per node, kept as pods come and go.
-    requested: HashMap<String, BTreeMap<String, i64>>,
+    /// Sum of the pods' requests per interned node, by interned resource, kept as pods come
+    /// and go.
+    requested: HashMap<u32, Vec<i64>>,
+    /// Pods collected during a relist, applied when it completes.
+    relist: Option<Vec<(PodKey, PodRecord)>>,
 }
 
 /// A NodeResourceTopology's `attributes` and `zones`, as published.
@@ -141,42 +212,69 @@ impl ClusterState {
         self.nodes.remove(name);
     }
 
-    fn add_requests(&mut self, node: &str, requests: &[(Box<str>, i64)], sign: i64) {
-        let entry = self.requested.entry(node.to_string()).or_default();
-        for (k, v) in requests {
-            let slot = entry.entry(k.to_string()).or_insert(0);
-            *slot += sign * v;
-            if *slot == 0 {
-                entry.remove(k.as_ref());
+    fn add_requests(&mut self, rec: PodRecord, sign: i64) {
+        let Some(shape) = self.interner.shapes.get(rec.shape as usize) else {
+            return;
+        };
+        let entry = self.requested.entry(rec.node).or_default();
+        for (r, v) in shape.iter() {
+            let r = *r as usize;
+            if entry.len() <= r {
+                entry.resize(r + 1, 0);
             }
+            entry[r] += sign * v;
         }
-        if entry.is_empty() {
-            self.requested.remove(node);
+        if entry.iter().all(|v| *v == 0) {
+            self.requested.remove(&rec.node);
         }
+    }
+
+    fn record(&mut self, pod: &Pod) -> Option<(PodKey, Option<PodRecord>)> {
+        let key = PodKey::of(pod.metadata.uid.as_deref()?);
+        let Some(node) = holds_resources(pod) else {
+            return Some((key, None));
+        };
+        let node = self.interner.node(node);
+        let shape = self.interner.shape(pod_requests(pod));
+        Some((key, Some(PodRecord { node, shape })))
     }
 
     pub fn apply_pod(&mut self, pod: &Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else {
+        let Some((key, record)) = self.record(pod) else {
             return;
         };
-        self.delete_pod(&uid);
-        let Some(node) = holds_resources(pod) else {
-            return;
-        };
-        let record = PodRecord {
-            node: node.to_string(),
-            requests: pod_requests(pod)
-                .into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v))
-                .collect(),
-        };
-        self.add_requests(&record.node, &record.requests, 1);
-        self.pods.insert(uid, record);
+        if let Some(old) = self.pods.remove(&key) {
+            self.add_requests(old, -1);
+        }
+        if let Some(rec) = record {
+            self.add_requests(rec, 1);
+            self.pods.insert(key, rec);
+        }
     }
 
     pub fn delete_pod(&mut self, uid: &str) {
-        if let Some(old) = self.pods.remove(uid) {
-            self.add_requests(&old.node, &old.requests, -1);
+        if let Some(old) = self.pods.remove(&PodKey::of(uid)) {
+            self.add_requests(old, -1);
+        }
+    }
+
+    /// Starts a relist of pods: what arrives until [`Self::end_pod_relist`] replaces the set.
+    pub fn begin_pod_relist(&mut self) {
+        self.relist = Some(Vec::new());
+    }
+
+    pub fn relist_pod(&mut self, pod: &Pod) {
+        if let Some((key, Some(rec))) = self.record(pod) {
+            self.relist.get_or_insert_with(Vec::new).push((key, rec));
+        }
+    }
+
+    pub fn end_pod_relist(&mut self) {
+        let pods = self.relist.take().unwrap_or_default();
+        self.clear_pods();
+        for (key, rec) in pods {
+            self.add_requests(rec, 1);
+            self.pods.insert(key, rec);
         }
     }
 
@@ -219,7 +317,6 @@ impl ClusterState {
     /// returned beside the cluster so it can be reported.
     pub fn to_cluster(&self, table: &mut ResourceTable) -> (Cluster, Vec<InventoryError>) {
         let mut problems = Vec::new();
-        let empty = BTreeMap::new();
         let nodes = self
             .nodes
             .iter()
@@ -236,7 +333,20 @@ impl ClusterState {
                     v
                 };
                 let allocatable = amounts(&rec.allocatable, table);
-                let requested = amounts(self.requested.get(name).unwrap_or(&empty), table);
+                let requested_here: BTreeMap<String, i64> = self
+                    .interner
+                    .node_ids
+                    .get(name.as_str())
+                    .and_then(|id| self.requested.get(id))
+                    .map(|v| {
+                        v.iter()
+                            .enumerate()
+                            .filter(|(_, q)| **q != 0)
+                            .map(|(r, q)| (self.interner.resource_names[r].to_string(), *q))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let requested = amounts(&requested_here, table);
                 let numa = self.topologies.get(name).and_then(|t| {
                     let at = format!("cluster {} NodeResourceTopology {name}", self.name);
                     let spec: Result<TopologySpec, _> = serde_json::from_value(t.0.clone());

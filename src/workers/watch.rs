@@ -58,7 +58,9 @@ async fn forward<K, F>(
                     return;
                 }
             }
-            Err(e) => tracing::warn!(cluster = %cluster, error = %e, "watch failed; retrying with backoff"),
+            Err(e) => {
+                tracing::warn!(cluster = %cluster, error = %e, "watch failed; retrying with backoff")
+            }
         }
     }
 }
@@ -85,9 +87,17 @@ pub async fn run(cluster: String, client: kube::Client, tx: Sender<Update>, opti
         .default_backoff();
         let watches = async {
             tokio::join!(
-                forward(cluster.clone(), nodes, tx.clone(), Update::Node),
-                forward(cluster.clone(), pods, tx.clone(), Update::Pod),
-                forward(cluster.clone(), nrts, tx.clone(), Update::Topology),
+                forward(cluster.clone(), nodes, tx.clone(), |c, e| Update::Node(
+                    c,
+                    Box::new(e)
+                )),
+                forward(cluster.clone(), pods, tx.clone(), |c, e| Update::Pod(
+                    c,
+                    Box::new(e)
+                )),
+                forward(cluster.clone(), nrts, tx.clone(), |c, e| {
+                    Update::Topology(c, Box::new(e))
+                }),
             );
         };
         // Resolves when the worker answers again after at least one failed probe; never

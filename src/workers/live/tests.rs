@@ -164,10 +164,11 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
             }
             // Now and then a relist replaces everything, as after a 410 Gone.
             if step % 97 == 96 {
-                live.clear_pods();
+                live.begin_pod_relist();
                 for p in pods.values() {
-                    live.apply_pod(p);
+                    live.relist_pod(p);
                 }
+                live.end_pod_relist();
             }
         }
         let mut scratch = ClusterState::new("c", Default::default());
@@ -184,4 +185,26 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
         let names: BTreeSet<_> = nodes.keys().cloned().collect();
         assert_eq!(comparable(&live).lines().count(), names.len());
     }
+}
+
+#[test]
+fn uuid_uids_are_kept_as_128_bits_and_others_as_text() {
+    assert_eq!(
+        PodKey::of("9331e4ae-a2b6-4846-9ec5-a3fe93629b05"),
+        PodKey::Uuid(0x9331e4aea2b648469ec5a3fe93629b05)
+    );
+    assert!(matches!(PodKey::of("p1"), PodKey::Other(_)));
+    let mut s = ClusterState::new("c", Default::default());
+    s.apply_node(&node("n1", 8, 0, false));
+    s.apply_pod(&pod(
+        "9331e4ae-a2b6-4846-9ec5-a3fe93629b05",
+        "n1",
+        1000,
+        "Running",
+        false,
+    ));
+    assert_eq!(s.pod_count(), 1);
+    s.delete_pod("9331e4ae-a2b6-4846-9ec5-a3fe93629b05");
+    assert_eq!(s.pod_count(), 0);
+    assert!(!comparable(&s).contains("req={\"cpu\""));
 }
