@@ -29,7 +29,8 @@
 //! The client is one keep-alive connection on its own 1-thread runtime; calls are
 //! sequential. Each call is timed from send to the last byte of the reply. After the HTTPS
 //! run, the same requests go straight to `Extender::filter` / `prioritize` in-process
-//! (no HTTP, no TLS) to show how much of a call is the handler itself.
+//! (no HTTP, no TLS) to show how much of a call is the handler itself, and the pod is
+//! judged by `extender::judge` on names already parsed (the placement engine alone).
 //!
 //! Without `--bench` (`cargo test --benches`), a small run only checks the harness works.
 
@@ -46,8 +47,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard::config::{ServeSettings, TlsSource};
-use switchyard::extender::{Extender, ExtenderConfig, FILTER_PATH, PRIORITIZE_PATH};
+use switchyard::extender::{judge, Extender, ExtenderConfig, FILTER_PATH, PRIORITIZE_PATH};
 use switchyard::inventory::InventoryStore;
+use switchyard::placement::inflight::InFlight;
+use switchyard::placement::{PodShape, PodView};
 use tokio_rustls::TlsConnector;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -355,10 +358,36 @@ async fn over_https(
     Ok(s)
 }
 
-/// The same requests straight into the handlers' pure part.
-fn in_process(extender: &Extender, bodies: &Bodies, p: (usize, usize)) -> anyhow::Result<Samples> {
+/// The same requests straight into the handlers' pure part; and the placement engine alone
+/// (`judge` on names already parsed), in `judge_ns`.
+fn in_process(
+    extender: &Extender,
+    bodies: &Bodies,
+    p: (usize, usize),
+    judge_ns: &mut Vec<u64>,
+) -> anyhow::Result<Samples> {
     let (warmup, pods) = p;
     let mut s = Samples::default();
+    let inventory = extender.store.snapshot();
+    let inflight = InFlight::new(Duration::from_secs(30));
+    let view: PodView = serde_json::from_value(bodies.template["Pod"].clone())?;
+    let shape = PodShape::from_view(&view)?;
+    let names: Vec<String> = serde_json::from_value(bodies.template["NodeNames"].clone())?;
+    for i in 0..warmup + pods {
+        let t = Instant::now();
+        let verdicts = judge(
+            &inventory,
+            &inflight,
+            &shape,
+            &names,
+            &extender.config,
+            Instant::now(),
+        );
+        if i >= warmup {
+            judge_ns.push(t.elapsed().as_nanos() as u64);
+        }
+        std::hint::black_box(verdicts);
+    }
     for i in 0..warmup + pods {
         // Uids distinct from the HTTPS run's, so nothing is memoised from it.
         let filter = bodies.filter(1_000_000 + i);
@@ -486,7 +515,8 @@ fn main() -> anyhow::Result<()> {
         ExtenderConfig::default(),
         None,
     );
-    let direct = in_process(&extender, &bodies, (p.warmup, p.pods))?;
+    let mut judge_ns = Vec::new();
+    let direct = in_process(&extender, &bodies, (p.warmup, p.pods), &mut judge_ns)?;
     let load_after = loadavg();
 
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -496,6 +526,7 @@ fn main() -> anyhow::Result<()> {
         ("prioritize (HTTPS)", summary(&https.prioritize_ns)),
         ("filter (handler only)", summary(&direct.filter_ns)),
         ("prioritize (handler only)", summary(&direct.prioritize_ns)),
+        ("judge (engine only)", summary(&judge_ns)),
     ];
     println!();
     println!("machine: {nproc} CPUs, {cpu}; load average before {load_before}, after {load_after}");
@@ -531,7 +562,9 @@ fn main() -> anyhow::Result<()> {
     });
     println!("targets: {targets}");
     if !bench {
-        println!("(harness check without --bench: a debug build and a tiny inventory, not a measurement)");
+        println!(
+            "(harness check without --bench: a tiny inventory and a few pods, not a measurement)"
+        );
     }
     println!();
     let line = json!({
@@ -552,6 +585,7 @@ fn main() -> anyhow::Result<()> {
         "last_filter": {"passed": https.passed, "failed": https.failed, "unresolvable": https.unresolvable},
         "https": {"filter": ms(rows[0].1), "prioritize": ms(rows[1].1)},
         "handler_only": {"filter": ms(rows[2].1), "prioritize": ms(rows[3].1)},
+        "judge_only": ms(rows[4].1),
         "targets": targets,
     });
     println!("{line}");

@@ -12,14 +12,15 @@ mod job;
 #[cfg(test)]
 mod tests;
 
-pub use job::{is_dns1123_label, JobView};
+pub use job::{is_dns1123_label, JobView, MetaView, OneKey, SpecView};
 
 use crate::selector;
-use crate::wellknown::{DEFAULT_DISPATCHER_USERNAME, QUEUE_LABEL};
+use crate::wellknown::DEFAULT_DISPATCHER_USERNAME;
 use base64::Engine;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Which of the two webhooks a review was sent to.
@@ -90,26 +91,27 @@ impl Operation {
     }
 }
 
-/// A review whose request could be read; decisions are made on this.
+/// A review whose request could be read; decisions are made on this. Its text borrows from
+/// the body wherever the JSON string had no escapes.
 #[derive(Debug)]
-pub struct Review {
-    pub envelope: Envelope,
+pub struct Review<'a> {
+    pub envelope: Envelope<'a>,
     pub operation: Operation,
-    pub sub_resource: Option<String>,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub username: String,
+    pub sub_resource: Option<Cow<'a, str>>,
+    pub namespace: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
+    pub username: Cow<'a, str>,
     pub dry_run: bool,
-    pub object: Option<JobView>,
-    pub old_object: Option<JobView>,
+    pub object: Option<JobView<'a>>,
+    pub old_object: Option<JobView<'a>>,
 }
 
 /// What every reply echoes: the review's `apiVersion`, `kind` and `request.uid`.
 #[derive(Debug, Clone)]
-pub struct Envelope {
-    pub api_version: String,
-    pub kind: String,
-    pub uid: String,
+pub struct Envelope<'a> {
+    pub api_version: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
+    pub uid: Cow<'a, str>,
 }
 
 /// Why a body is not a usable review.
@@ -132,40 +134,97 @@ pub struct EnvelopeEcho {
     pub uid: String,
 }
 
-impl From<EnvelopeEcho> for Envelope {
+impl From<EnvelopeEcho> for Envelope<'static> {
     fn from(e: EnvelopeEcho) -> Self {
         Envelope {
-            api_version: e.api_version,
-            kind: e.kind,
-            uid: e.uid,
+            api_version: e.api_version.into(),
+            kind: e.kind.into(),
+            uid: e.uid.into(),
         }
     }
 }
 
+impl Envelope<'_> {
+    fn echo(&self) -> EnvelopeEcho {
+        EnvelopeEcho {
+            api_version: self.api_version.clone().into_owned(),
+            kind: self.kind.clone().into_owned(),
+            uid: self.uid.clone().into_owned(),
+        }
+    }
+}
+
+/// A JSON string, borrowed from the body when it has no escapes and copied when it has.
+/// (serde borrows a bare `Cow<str>` field but never one inside an `Option`.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                // As String's, so errors read the same as they did with owned strings.
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_string(TextVisitor)
+    }
+}
+
+/// A present, non-empty string.
+fn non_empty(t: Option<Text<'_>>) -> Option<Cow<'_, str>> {
+    t.map(|t| t.0).filter(|s| !s.is_empty())
+}
+
 #[derive(Deserialize)]
 struct WireReview<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: Option<String>,
-    kind: Option<String>,
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Option<Text<'a>>,
+    #[serde(borrow)]
+    kind: Option<Text<'a>>,
     #[serde(borrow)]
     request: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct WireUid {
-    uid: Option<String>,
+struct WireUid<'a> {
+    #[serde(borrow)]
+    uid: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireRequest<'a> {
-    kind: Option<WireGvk>,
-    operation: Option<String>,
-    sub_resource: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    #[serde(default)]
-    user_info: WireUserInfo,
+    #[serde(borrow)]
+    kind: Option<WireGvk<'a>>,
+    #[serde(borrow)]
+    operation: Option<Text<'a>>,
+    #[serde(borrow)]
+    sub_resource: Option<Text<'a>>,
+    #[serde(borrow)]
+    namespace: Option<Text<'a>>,
+    #[serde(borrow)]
+    name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    user_info: WireUserInfo<'a>,
     #[serde(borrow)]
     object: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -174,74 +233,94 @@ struct WireRequest<'a> {
 }
 
 #[derive(Deserialize)]
-struct WireGvk {
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    version: String,
-    #[serde(default)]
-    kind: String,
+struct WireGvk<'a> {
+    #[serde(default, borrow)]
+    group: Text<'a>,
+    #[serde(default, borrow)]
+    version: Text<'a>,
+    #[serde(default, borrow)]
+    kind: Text<'a>,
 }
 
 #[derive(Deserialize, Default)]
-struct WireUserInfo {
-    #[serde(default)]
-    username: String,
+struct WireUserInfo<'a> {
+    #[serde(default, borrow)]
+    username: Text<'a>,
 }
 
 const DEFAULT_API_VERSION: &str = "admission.k8s.io/v1";
+const DEFAULT_KIND: &str = "AdmissionReview";
 
 #[derive(Deserialize)]
-struct FastReview {
-    #[serde(rename = "apiVersion")]
-    api_version: Option<String>,
-    kind: Option<String>,
-    request: Option<FastRequest>,
+struct FastReview<'a> {
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Option<Text<'a>>,
+    #[serde(borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(borrow)]
+    request: Option<FastRequest<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct FastRequest {
-    uid: Option<String>,
-    kind: Option<WireGvk>,
-    operation: Option<String>,
-    sub_resource: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    #[serde(default)]
-    user_info: WireUserInfo,
-    object: Option<JobView>,
-    old_object: Option<JobView>,
+struct FastRequest<'a> {
+    #[serde(borrow)]
+    uid: Option<Text<'a>>,
+    #[serde(borrow)]
+    kind: Option<WireGvk<'a>>,
+    #[serde(borrow)]
+    operation: Option<Text<'a>>,
+    #[serde(borrow)]
+    sub_resource: Option<Text<'a>>,
+    #[serde(borrow)]
+    namespace: Option<Text<'a>>,
+    #[serde(borrow)]
+    name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    user_info: WireUserInfo<'a>,
+    #[serde(borrow)]
+    object: Option<JobView<'a>>,
+    #[serde(borrow)]
+    old_object: Option<JobView<'a>>,
     dry_run: Option<bool>,
+}
+
+fn envelope<'a>(
+    api_version: Option<Text<'a>>,
+    kind: Option<Text<'a>>,
+    uid: Cow<'a, str>,
+) -> Envelope<'a> {
+    Envelope {
+        api_version: non_empty(api_version).unwrap_or(Cow::Borrowed(DEFAULT_API_VERSION)),
+        kind: non_empty(kind).unwrap_or(Cow::Borrowed(DEFAULT_KIND)),
+        uid,
+    }
 }
 
 /// Reads an AdmissionReview body. Never panics; every failure says what was wrong in one line.
 ///
 /// A well-formed review is read in one pass over the body; only a body that fails it is read
 /// again, step by step, to name the problem (and the uid, when it can be found).
-pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
+pub fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
+    // Checking the body's UTF-8 once is cheaper than serde_json checking each string it
+    // keeps; a body that is not UTF-8 is read from bytes, exactly as before.
+    let fast = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str::<FastReview>(text),
+        Err(_) => serde_json::from_slice::<FastReview>(body),
+    };
     let Ok(FastReview {
         api_version,
         kind,
         request: Some(req),
-    }) = serde_json::from_slice::<FastReview>(body)
+    }) = fast
     else {
         return parse_slow(body);
     };
-    let Some(uid) = req.uid.filter(|u| !u.is_empty()) else {
+    let Some(uid) = non_empty(req.uid) else {
         return parse_slow(body);
     };
-    let echo = EnvelopeEcho {
-        api_version: api_version
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| DEFAULT_API_VERSION.into()),
-        kind: kind
-            .filter(|k| !k.is_empty())
-            .unwrap_or_else(|| "AdmissionReview".into()),
-        uid,
-    };
     check_request(
-        echo,
+        envelope(api_version, kind, uid),
         CheckedParts {
             kind: req.kind,
             operation: req.operation,
@@ -257,31 +336,34 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
 }
 
 /// A request's parts once parsed, before the semantic checks.
-struct CheckedParts {
-    kind: Option<WireGvk>,
-    operation: Option<String>,
-    sub_resource: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    username: String,
+struct CheckedParts<'a> {
+    kind: Option<WireGvk<'a>>,
+    operation: Option<Text<'a>>,
+    sub_resource: Option<Text<'a>>,
+    namespace: Option<Text<'a>>,
+    name: Option<Text<'a>>,
+    username: Text<'a>,
     dry_run: Option<bool>,
-    object: Option<JobView>,
-    old_object: Option<JobView>,
+    object: Option<JobView<'a>>,
+    old_object: Option<JobView<'a>>,
 }
 
-fn check_request(echo: EnvelopeEcho, req: CheckedParts) -> Result<Review, BadReview> {
+fn check_request<'a>(
+    envelope: Envelope<'a>,
+    req: CheckedParts<'a>,
+) -> Result<Review<'a>, BadReview> {
     let reject = |message: String| BadReview::Rejected {
-        envelope: echo.clone(),
+        envelope: envelope.echo(),
         message,
     };
     match &req.kind {
-        Some(k) if k.group == "batch" && k.version == "v1" && k.kind == "Job" => {}
+        Some(k) if &*k.group == "batch" && &*k.version == "v1" && &*k.kind == "Job" => {}
         Some(k) => {
             return Err(reject(format!(
                 "this webhook reviews batch/v1 Jobs, not {}/{} {}; check the webhook configuration's rules",
                 if k.group.is_empty() { "core" } else { &k.group },
-                k.version,
-                k.kind
+                &*k.version,
+                &*k.kind
             )))
         }
         None => return Err(reject("request.kind is missing".into())),
@@ -314,12 +396,12 @@ fn check_request(echo: EnvelopeEcho, req: CheckedParts) -> Result<Review, BadRev
         _ => {}
     }
     Ok(Review {
-        envelope: echo.into(),
+        envelope,
         operation,
-        sub_resource: req.sub_resource.filter(|s| !s.is_empty()),
-        namespace: req.namespace.filter(|s| !s.is_empty()),
-        name: req.name.filter(|s| !s.is_empty()),
-        username: req.username,
+        sub_resource: non_empty(req.sub_resource),
+        namespace: non_empty(req.namespace),
+        name: non_empty(req.name),
+        username: req.username.0,
         dry_run: req.dry_run.unwrap_or(false),
         object: req.object,
         old_object: req.old_object,
@@ -327,7 +409,7 @@ fn check_request(echo: EnvelopeEcho, req: CheckedParts) -> Result<Review, BadRev
 }
 
 /// The careful path: reads the review step by step to say exactly what is wrong with it.
-fn parse_slow(body: &[u8]) -> Result<Review, BadReview> {
+fn parse_slow<'a>(body: &'a [u8]) -> Result<Review<'a>, BadReview> {
     let wire: WireReview = serde_json::from_slice(body)
         .map_err(|e| BadReview::Unreadable(format!("body is not a JSON AdmissionReview: {e}")))?;
     let request = wire.request.ok_or_else(|| {
@@ -335,27 +417,17 @@ fn parse_slow(body: &[u8]) -> Result<Review, BadReview> {
     })?;
     let uid = serde_json::from_str::<WireUid>(request.get())
         .map_err(|e| BadReview::Unreadable(format!("request is not an object: {e}")))?
-        .uid
-        .filter(|u| !u.is_empty())
+        .uid;
+    let uid = non_empty(uid)
         .ok_or_else(|| BadReview::Unreadable("request.uid is missing or empty".into()))?;
-    let echo = EnvelopeEcho {
-        api_version: wire
-            .api_version
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| DEFAULT_API_VERSION.into()),
-        kind: wire
-            .kind
-            .filter(|k| !k.is_empty())
-            .unwrap_or_else(|| "AdmissionReview".into()),
-        uid,
-    };
+    let envelope = envelope(wire.api_version, wire.kind, uid);
     let reject = |message: String| BadReview::Rejected {
-        envelope: echo.clone(),
+        envelope: envelope.echo(),
         message,
     };
     let req: WireRequest = serde_json::from_str(request.get())
         .map_err(|e| reject(format!("request could not be read: {e}")))?;
-    let read_job = |raw: Option<&RawValue>, field: &str| -> Result<Option<JobView>, BadReview> {
+    let read_job = |raw: Option<&'a RawValue>, field: &str| -> Result<Option<JobView<'a>>, _> {
         raw.map(|r| {
             serde_json::from_str::<JobView>(r.get())
                 .map_err(|e| reject(format!("request.{field} is not a batch/v1 Job: {e}")))
@@ -365,7 +437,7 @@ fn parse_slow(body: &[u8]) -> Result<Review, BadReview> {
     let object = read_job(req.object, "object")?;
     let old_object = read_job(req.old_object, "oldObject")?;
     check_request(
-        echo,
+        envelope,
         CheckedParts {
             kind: req.kind,
             operation: req.operation,
@@ -380,7 +452,7 @@ fn parse_slow(body: &[u8]) -> Result<Review, BadReview> {
     )
 }
 
-impl Review {
+impl Review<'_> {
     /// The namespace whose labels [`decide`] needs, if any: only a mutating CREATE of an
     /// unlabelled Job while a default queue is configured.
     pub fn namespace_to_look_up(&self, hook: Hook, policy: &AdmissionPolicy) -> Option<&str> {
@@ -561,10 +633,19 @@ struct WireStatus<'a> {
 /// The AdmissionReview reply for `decision`. `patchType` appears only with a patch.
 pub fn render(envelope: &Envelope, decision: &Decision) -> Vec<u8> {
     let patch = decision.mutated().then(|| {
-        // Serialising a Patch of plain JSON values cannot fail.
-        let json = serde_json::to_vec(&decision.patch).unwrap_or_default();
+        let mut json = Vec::with_capacity(256);
+        // Serialising a Patch of plain JSON values into memory cannot fail.
+        let _ = serde_json::to_writer(&mut json, &decision.patch);
         base64::engine::general_purpose::STANDARD.encode(json)
     });
+    // Sized once: the fixed part of a reply is under 200 bytes, the rest is its texts.
+    let capacity = 200
+        + envelope.api_version.len()
+        + envelope.kind.len()
+        + envelope.uid.len()
+        + patch.as_ref().map_or(0, String::len)
+        + decision.denial.as_ref().map_or(0, |d| d.message.len())
+        + decision.warnings.iter().map(|w| w.len() + 3).sum::<usize>();
     let reply = WireReply {
         api_version: &envelope.api_version,
         kind: &envelope.kind,
@@ -582,7 +663,10 @@ pub fn render(envelope: &Envelope, decision: &Decision) -> Vec<u8> {
             warnings: &decision.warnings,
         },
     };
-    serde_json::to_vec(&reply).unwrap_or_default()
+    let mut out = Vec::with_capacity(capacity);
+    // Plain strings, numbers and booleans into memory: cannot fail.
+    let _ = serde_json::to_writer(&mut out, &reply);
+    out
 }
 
 /// Convenience for the common path: a body in, the reply body and decision out, given the
@@ -604,9 +688,4 @@ pub fn review_body(
         }
         Err(e) => Err(e),
     }
-}
-
-/// The queue a Job belongs to, from its labels.
-pub fn queue_of(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
-    labels?.get(QUEUE_LABEL).map(String::as_str)
 }

@@ -26,7 +26,7 @@ mod policy;
 mod tests;
 
 pub use bitmask::{Ids, NumaMask};
-pub use merge::{merge, MergeResult, ProviderHints};
+pub use merge::{merge, merge_resources, MergeResult, ProviderHints};
 pub use numa::NumaInfo;
 pub use policy::{
     validate, ConfigError, Policy, PolicyOptions, DEFAULT_MAX_ALLOWABLE_NUMA_NODES,

@@ -1,44 +1,107 @@
 //! The rules for batch/v1 Jobs: what the mutating hook patches and what the validating hook
 //! refuses.
 
-use super::{queue_of, AdmissionPolicy, Decision, Denial, Operation};
+use super::{AdmissionPolicy, Decision, Denial, Operation, Text};
 use crate::wellknown::{CLUSTER_ANNOTATION, JOB_CONTROLLER, MANAGED_BY, QUEUE_LABEL};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::fmt;
 
-/// The part of a Job the rules read. Everything else in the object is skipped while parsing.
+/// The part of a Job the rules read. Everything else in the object is skipped while parsing,
+/// and text borrows from the body.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct JobView {
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub metadata: MetaView,
-    pub spec: Option<SpecView>,
+pub struct JobView<'a> {
+    #[serde(borrow)]
+    pub kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub metadata: MetaView<'a>,
+    #[serde(borrow)]
+    pub spec: Option<SpecView<'a>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MetaView {
-    pub name: Option<String>,
-    pub generate_name: Option<String>,
-    pub namespace: Option<String>,
-    pub labels: Option<BTreeMap<String, String>>,
-    pub annotations: Option<BTreeMap<String, String>>,
+pub struct MetaView<'a> {
+    #[serde(borrow)]
+    pub name: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub generate_name: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub namespace: Option<Text<'a>>,
+    /// Only the queue label is kept.
+    #[serde(default, borrow, deserialize_with = "queue_label")]
+    pub labels: Option<OneKey<'a>>,
+    /// Only the cluster annotation is kept.
+    #[serde(default, borrow, deserialize_with = "cluster_annotation")]
+    pub annotations: Option<OneKey<'a>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SpecView {
+pub struct SpecView<'a> {
     pub suspend: Option<bool>,
-    pub managed_by: Option<String>,
+    #[serde(borrow)]
+    pub managed_by: Option<Text<'a>>,
 }
 
-impl JobView {
+/// A `map[string]string` (labels, annotations) read for a single key: the map's presence and
+/// that key's value. Every other entry is still checked to be a string, but not kept.
+#[derive(Debug, Clone, Default)]
+pub struct OneKey<'a> {
+    pub value: Option<Text<'a>>,
+}
+
+fn queue_label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OneKey<'de>>, D::Error> {
+    d.deserialize_option(OneKeyVisitor(QUEUE_LABEL))
+}
+
+fn cluster_annotation<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OneKey<'de>>, D::Error> {
+    d.deserialize_option(OneKeyVisitor(CLUSTER_ANNOTATION))
+}
+
+/// Reads `null` as `None` and a map as `Some`, keeping `.0`'s value; the errors read as
+/// `Option<BTreeMap<String, String>>`'s would.
+struct OneKeyVisitor(&'static str);
+
+impl<'de> Visitor<'de> for OneKeyVisitor {
+    type Value = Option<OneKey<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut value = None;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            let v = map.next_value::<Text<'de>>()?;
+            // A repeated key: the last one wins, as in a map.
+            if *key == *self.0 {
+                value = Some(v);
+            }
+        }
+        Ok(Some(OneKey { value }))
+    }
+}
+
+impl JobView<'_> {
     pub fn queue(&self) -> Option<&str> {
-        queue_of(self.metadata.labels.as_ref())
+        self.metadata.labels.as_ref()?.value.as_deref()
     }
     pub fn suspend(&self) -> Option<bool> {
         self.spec.as_ref()?.suspend
@@ -50,11 +113,7 @@ impl JobView {
         self.managed_by() == Some(MANAGED_BY)
     }
     fn dispatched_to(&self) -> Option<&str> {
-        self.metadata
-            .annotations
-            .as_ref()?
-            .get(CLUSTER_ANNOTATION)
-            .map(String::as_str)
+        self.metadata.annotations.as_ref()?.value.as_deref()
     }
 }
 

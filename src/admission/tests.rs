@@ -107,14 +107,16 @@ fn the_reply_echoes_the_envelope_and_carries_patch_type_only_with_a_patch() {
 fn mutating_hook_ignores_updates_and_validating_hook_ignores_deletes() {
     let mut v: serde_json::Value = serde_json::from_str(BASIC).unwrap();
     v["request"]["operation"] = json!("DELETE");
-    let review = parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+    let body = serde_json::to_vec(&v).unwrap();
+    let review = parse(&body).unwrap();
     assert_eq!(
         decide(Hook::Validate, &review, &AdmissionPolicy::default(), None),
         Decision::allow()
     );
     v["request"]["operation"] = json!("UPDATE");
     v["request"]["oldObject"] = v["request"]["object"].clone();
-    let review = parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+    let body = serde_json::to_vec(&v).unwrap();
+    let review = parse(&body).unwrap();
     assert_eq!(
         decide(Hook::Mutate, &review, &AdmissionPolicy::default(), None),
         Decision::allow()
@@ -135,7 +137,8 @@ fn namespace_labels_are_asked_for_only_when_a_default_queue_could_apply() {
         .as_object_mut()
         .unwrap()
         .remove("labels");
-    let review = parse(&serde_json::to_vec(&v).unwrap()).unwrap();
+    let body = serde_json::to_vec(&v).unwrap();
+    let review = parse(&body).unwrap();
     assert_eq!(
         review.namespace_to_look_up(Hook::Mutate, &policy),
         Some("research")
@@ -151,4 +154,84 @@ fn dns1123_labels() {
     for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "ünï"] {
         assert!(!is_dns1123_label(bad), "{bad}");
     }
+}
+
+/// The compact BASIC body with its labels object replaced by `labels` (raw JSON text).
+fn basic_with_labels(labels: &str) -> Vec<u8> {
+    let compact =
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(BASIC).unwrap()).unwrap();
+    let from = r#""labels":{"switchyard.dev/queue-name":"research"}"#;
+    assert!(compact.contains(from));
+    compact
+        .replace(from, &format!(r#""labels":{labels}"#))
+        .into_bytes()
+}
+
+#[test]
+fn labels_keep_only_the_queue_and_read_as_a_map_would() {
+    let queue = |labels: &str| {
+        let body = basic_with_labels(labels);
+        let review = parse(&body).unwrap();
+        let job = review.object.as_ref().unwrap();
+        (
+            job.metadata.labels.is_some(),
+            job.queue().map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        queue(r#"{"a":"b","switchyard.dev/queue-name":"q"}"#),
+        (true, Some("q".into()))
+    );
+    // Escapes are decoded in keys and values alike.
+    assert_eq!(
+        queue(r#"{"switchyard.dev\/queue-name":"r\u0065s"}"#),
+        (true, Some("res".into()))
+    );
+    // A repeated key: the last one wins, as in a map.
+    assert_eq!(
+        queue(r#"{"switchyard.dev/queue-name":"a","switchyard.dev/queue-name":"b"}"#),
+        (true, Some("b".into()))
+    );
+    // An empty map is still a map (the patch adds to it); null is no map.
+    assert_eq!(queue("{}"), (true, None));
+    assert_eq!(queue("null"), (false, None));
+    // Every value must be a string, kept or not.
+    for bad in [r#"{"a":1}"#, r#"{"a":null}"#, r#"[]"#, r#""x""#] {
+        match parse(&basic_with_labels(bad)) {
+            Err(BadReview::Rejected { message, .. }) => {
+                assert!(
+                    message.contains("request.object is not a batch/v1 Job"),
+                    "{message}"
+                )
+            }
+            other => panic!("{bad}: expected Rejected, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn text_borrows_from_the_body_unless_escaped() {
+    let review = parse(BASIC.as_bytes()).unwrap();
+    assert!(matches!(review.envelope.uid, Cow::Borrowed(_)));
+    assert!(matches!(review.username, Cow::Borrowed(_)));
+    let body = BASIC.replace(r#""username": "admin""#, r#""username": "ad\u006din""#);
+    let review = parse(body.as_bytes()).unwrap();
+    assert_eq!(review.username, "admin");
+    assert!(matches!(review.username, Cow::Owned(_)));
+}
+
+#[test]
+fn bytes_that_are_not_utf8_in_skipped_strings_are_read_as_before() {
+    // serde_json does not check UTF-8 in strings it skips; neither path may start to.
+    let mut body = BASIC.as_bytes().to_vec();
+    let at = BASIC.find("busybox").unwrap();
+    body[at] = 0xff;
+    assert!(std::str::from_utf8(&body).is_err());
+    let review = parse(&body).unwrap();
+    assert_eq!(review.object_name(), "basic");
+    // In a string that is kept, the body is unreadable, as it was.
+    let mut body = BASIC.as_bytes().to_vec();
+    let at = BASIC.find(r#""username": "admin""#).unwrap() + 13;
+    body[at] = 0xff;
+    assert!(unreadable(&body).contains("not a JSON AdmissionReview"));
 }

@@ -6,7 +6,7 @@ use super::score::{node_score, scored_resources, Strategy};
 use super::{EngineConfig, NumaUnknown};
 use crate::inventory::{Cluster, Node, NumaTopology, ResourceTable, Scope, Taint};
 use crate::quantity::{display, Milli};
-use crate::topology::{merge, NumaMask, Policy, ProviderHints, TopologyHint};
+use crate::topology::{merge_resources, MergeResult, NumaMask, Policy, TopologyHint};
 use std::fmt;
 
 /// Why a pod does not fit. `unresolvable()` tells kube-scheduler whether preemption could help.
@@ -74,6 +74,70 @@ impl Misfit {
 
 impl fmt::Display for Misfit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Handed over in one piece, so that `to_string()` allocates once instead of growing
+        // fragment by fragment (the extender writes one of these for most nodes it filters).
+        let mut whole = Whole::new();
+        match self.write_to(&mut whole) {
+            Ok(()) => f.write_str(whole.as_str()),
+            Err(_) => self.write_to(f),
+        }
+    }
+}
+
+/// A message up to 512 bytes, written in place.
+struct Whole {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl Whole {
+    fn new() -> Self {
+        Self {
+            bytes: [0; 512],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are written in.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Write for Whole {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// [`display`] of an amount, written without allocating.
+struct Amount<'a>(&'a str, i64);
+
+impl fmt::Display for Amount<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (resource, m) = (self.0, Milli(self.1));
+        let is_bytes = resource == "memory"
+            || resource == "ephemeral-storage"
+            || resource.starts_with("hugepages-");
+        if is_bytes {
+            if let Some(bytes) = m.whole() {
+                for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+                    if bytes != 0 && bytes % (1i64 << shift) == 0 {
+                        return write!(f, "{}{unit}", bytes >> shift);
+                    }
+                }
+            }
+        }
+        write!(f, "{m}")
+    }
+}
+
+impl Misfit {
+    fn write_to(&self, f: &mut dyn fmt::Write) -> fmt::Result {
         match self {
             Misfit::UnknownNode(n) => write!(f, "node {n:?} is not in Switchyard's inventory"),
             Misfit::UnknownResource { resource } => {
@@ -88,7 +152,7 @@ impl fmt::Display for Misfit {
             } => write!(
                 f,
                 "needs {} {resource}; {scope} has none",
-                display(resource, Milli(*need))
+                Amount(resource, *need)
             ),
             Misfit::Insufficient {
                 resource,
@@ -99,9 +163,9 @@ impl fmt::Display for Misfit {
             } => write!(
                 f,
                 "needs {} {resource} on one node; {scope} has {} free of {} allocatable",
-                display(resource, Milli(*need)),
-                display(resource, Milli(*free)),
-                display(resource, Milli(*allocatable)),
+                Amount(resource, *need),
+                Amount(resource, *free),
+                Amount(resource, *allocatable),
             ),
             Misfit::Taint { node, taint } => {
                 write!(
@@ -154,6 +218,30 @@ impl NodeState {
                 .as_ref()
                 .map(|n| n.zones.iter().map(|z| z.available.clone()).collect())
                 .unwrap_or_default(),
+        }
+    }
+
+    /// Becomes `NodeState::of(node)`, but for the zones of a NUMA-aware node, which
+    /// [`NodeState::refill_zones`] adds; buffers are reused.
+    fn refill_free(&mut self, node: &Node) {
+        self.free.clear();
+        self.free
+            .extend((0..node.allocatable.len()).map(|r| node.free(r)));
+        if node.numa.is_none() {
+            self.zones.clear();
+        }
+    }
+
+    fn refill_zones(&mut self, numa: &NumaTopology) {
+        self.zones.truncate(numa.zones.len());
+        for (i, z) in numa.zones.iter().enumerate() {
+            match self.zones.get_mut(i) {
+                Some(v) => {
+                    v.clear();
+                    v.extend_from_slice(&z.available);
+                }
+                None => self.zones.push(z.available.clone()),
+            }
         }
     }
 }
@@ -326,45 +414,225 @@ fn mask_of(numa: &NumaTopology, zone_indexes: u64) -> NumaMask {
 /// request on allocatable amounts.
 fn hints_for(numa: &NumaTopology, zones: &[Vec<i64>], rid: usize, need: i64) -> Vec<TopologyHint> {
     let n = numa.zones.len().min(16);
-    let mut min_size = u32::MAX;
-    let mut fitting = Vec::new();
-    // Subset sums built from the subset without its lowest zone: one addition per set.
+    let min_size = minimal_size(numa, n, rid, need).unwrap_or(u32::MAX);
+    // Subset sums and masks built from the subset without its lowest zone: one step per set.
     let size = 1usize << n;
-    let mut alloc_sum = vec![0i64; size];
-    let mut avail_sum = vec![0i64; size];
+    let mut sums = vec![(0i64, 0u64); size];
+    let mut out = Vec::with_capacity(size - 1);
     for set in 1..size {
         let low = set.trailing_zeros() as usize;
-        let rest = set & (set - 1);
-        alloc_sum[set] =
-            alloc_sum[rest] + numa.zones[low].allocatable.get(rid).copied().unwrap_or(0);
-        avail_sum[set] = avail_sum[rest]
-            + zones
+        let (sum, mask) = sums[set & (set - 1)];
+        let entry = (
+            sum + zones
                 .get(low)
                 .and_then(|z| z.get(rid))
                 .copied()
-                .unwrap_or(0);
-        if alloc_sum[set] >= need {
-            min_size = min_size.min(set.count_ones());
-        }
-        if avail_sum[set] >= need {
-            fitting.push(set as u64);
+                .unwrap_or(0),
+            mask | 1 << numa.zones[low].id,
+        );
+        sums[set] = entry;
+        if entry.0 >= need {
+            out.push(TopologyHint {
+                affinity: Some(NumaMask(entry.1)),
+                preferred: set.count_ones() == min_size,
+            });
         }
     }
-    fitting
-        .into_iter()
-        .map(|set| TopologyHint {
-            affinity: Some(mask_of(numa, set)),
-            preferred: set.count_ones() == min_size,
+    out
+}
+
+/// The fewest of the first `n` zones whose allocatable amounts of `rid` add up to `need`:
+/// the k largest zones are the best k-set.
+fn minimal_size(numa: &NumaTopology, n: usize, rid: usize, need: i64) -> Option<u32> {
+    let mut sorted = [0i64; 16];
+    for (s, z) in sorted.iter_mut().zip(&numa.zones[..n]) {
+        *s = z.allocatable.get(rid).copied().unwrap_or(0);
+    }
+    let sorted = &mut sorted[..n];
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sum = 0i64;
+    sorted
+        .iter()
+        .position(|a| {
+            sum += a;
+            sum >= need
         })
-        .collect()
+        .map(|k| k as u32 + 1)
 }
 
 struct Unit<'a> {
-    name: String,
+    /// `None`: the whole pod (pod scope).
+    container: Option<(ContainerKind, &'a str)>,
     requests: &'a [(Option<usize>, String, i64)],
     /// Whether the allocation stays (app containers, sidecars, the pod scope) or is released
     /// before the next unit (init containers).
     holds: bool,
+}
+
+impl Unit<'_> {
+    /// Spelled out only for traces and misfits.
+    fn name(&self) -> String {
+        match self.container {
+            None => "the pod (pod scope)".into(),
+            Some((ContainerKind::Init, name)) => format!("init container {name}"),
+            Some((ContainerKind::Sidecar, name)) => format!("sidecar {name}"),
+            Some((ContainerKind::App, name)) => format!("container {name}"),
+        }
+    }
+}
+
+/// Stands in for a misfit the caller has said it will not read (see [`Detail`]): building
+/// the text of every rejection costs more than judging the node.
+const QUIET: Misfit = Misfit::BadPod(String::new());
+
+/// What of a verdict a caller reads.
+#[derive(Debug, Clone, Copy)]
+struct Detail {
+    /// Whether best-effort nodes may take a pod's aligned resources from any of their zones
+    /// when telling the merged affinity would take the full merge. Best-effort admits every
+    /// pod, and a take only fails when the zones together lack the amount (having emptied
+    /// them all, which its misfit reports), so neither how many copies fit nor why no more
+    /// do depends on it: only the zones' state and the zones used do.
+    any_zones: bool,
+    /// The misfit, when no copy of the pod was placed on the node; when some were.
+    misfit_if_none: bool,
+    misfit_if_some: bool,
+    notes: bool,
+    /// The state of a node where no copy was placed (without it, its zones are only read
+    /// from the node when the NUMA check is reached: they are most of a node's memory).
+    state_if_none: bool,
+}
+
+impl Detail {
+    const ALL: Self = Self {
+        any_zones: false,
+        misfit_if_none: true,
+        misfit_if_some: true,
+        notes: true,
+        state_if_none: true,
+    };
+}
+
+/// How much of one placement attempt is read: with `quiet`, a failure returns [`QUIET`];
+/// `any_zones` as in [`Detail`].
+#[derive(Debug, Clone, Copy)]
+struct How {
+    quiet: bool,
+    any_zones: bool,
+}
+
+/// What the Topology Manager decides on the hints [`hints_for`] would generate, when that
+/// can be told without generating and merging them.
+enum Quick {
+    Admit(TopologyHint),
+    Reject,
+    /// Only the full merge can tell.
+    Unknown,
+}
+
+/// The merge outcome for hints as [`hints_for`] generates them, computed directly when some
+/// zone set is preferred by every resource (the usual case), and otherwise when the policy
+/// rejects every unpreferred result (restricted, single-numa-node).
+///
+/// Those hints have no affinity-free entries and a resource's preferred hints all have its
+/// minimal size, so the sets every resource prefers (the merge's preferred candidates) are
+/// the sets of that common size whose available amounts cover every resource; there are none
+/// unless all resources share the minimal size (1 under single-numa-node, whose other hints
+/// are not merged). The merge picks the narrowest of them (fewest nodes, then the
+/// prefer-closest distance, then the smaller mask), preferred, so admitted. Without any, the
+/// result is unpreferred: rejected by restricted and single-numa-node; best-effort admits it
+/// with an affinity only the full merge finds.
+///
+/// Zone ids must be distinct and within the machine's NUMA nodes (as the inventory builds
+/// them), so that index sets and masks correspond one to one; otherwise `Unknown`.
+fn quick_merge(numa: &NumaTopology, zones: &[Vec<i64>], managed: &[(usize, &str, i64)]) -> Quick {
+    let policy = numa.policy;
+    let none_preferred = || {
+        if policy == Policy::BestEffort {
+            Quick::Unknown
+        } else {
+            Quick::Reject
+        }
+    };
+    if policy == Policy::None || managed.is_empty() {
+        return Quick::Unknown;
+    }
+    let n = numa.zones.len().min(16);
+    let all = numa.info.default_mask().bits();
+    let mut ids = 0u64;
+    for z in &numa.zones[..n] {
+        if z.id > NumaMask::MAX_ID || ids & (1 << z.id) != 0 {
+            return Quick::Unknown;
+        }
+        ids |= 1 << z.id;
+    }
+    if n == 0 || ids & !all != 0 {
+        return Quick::Unknown;
+    }
+    // Every resource's minimal zone count on allocatable amounts must be the same.
+    let mut size = None;
+    for &(rid, _, need) in managed {
+        if need <= 0 {
+            return Quick::Unknown;
+        }
+        let Some(k) = minimal_size(numa, n, rid, need) else {
+            return none_preferred();
+        };
+        match size {
+            None => size = Some(k),
+            Some(s) if s != k => return none_preferred(),
+            Some(_) => {}
+        }
+    }
+    let Some(m) = size else {
+        return Quick::Unknown;
+    };
+    if policy == Policy::SingleNumaNode && m != 1 {
+        return none_preferred();
+    }
+    let closest = policy != Policy::SingleNumaNode && numa.options.prefer_closest_numa;
+    let mut best: Option<(u64, f64)> = None;
+    // Every set of m of the n zones, in increasing order (Gosper's hack).
+    let mut set: u64 = (1 << m) - 1;
+    while set < 1 << n {
+        let covers = managed.iter().all(|&(rid, _, need)| {
+            let mut sum = 0i64;
+            let mut rest = set;
+            while rest != 0 {
+                let i = rest.trailing_zeros() as usize;
+                sum += zones.get(i).and_then(|z| z.get(rid)).copied().unwrap_or(0);
+                rest &= rest - 1;
+            }
+            sum >= need
+        });
+        if covers {
+            let mask = mask_of(numa, set).bits();
+            // As the merge ranks equally wide masks: the lower average distance (a missing
+            // distance last), then the smaller mask.
+            let distance = if closest {
+                numa.info
+                    .average_distance(NumaMask(mask))
+                    .unwrap_or(f64::INFINITY)
+            } else {
+                0.0
+            };
+            let better = best.is_none_or(|(b, d)| distance < d || (distance == d && mask < b));
+            if better {
+                best = Some((mask, distance));
+            }
+        }
+        let low = set & set.wrapping_neg();
+        let ripple = set + low;
+        set = (((ripple ^ set) >> 2) / low) | ripple;
+    }
+    match best {
+        None => none_preferred(),
+        Some((mask, _)) => Quick::Admit(TopologyHint {
+            // single-numa-node reports an all-nodes result as no affinity.
+            affinity: (policy != Policy::SingleNumaNode || mask != all).then_some(NumaMask(mask)),
+            preferred: true,
+        }),
+    }
 }
 
 fn largest_zone(numa: &NumaTopology, zones: &[Vec<i64>], rid: usize) -> (i64, i64) {
@@ -381,49 +649,104 @@ fn largest_zone(numa: &NumaTopology, zones: &[Vec<i64>], rid: usize) -> (i64, i6
 }
 
 /// Admits one unit through the node's Topology Manager and takes its aligned resources from
-/// the zones. Returns the NUMA ids used.
+/// the zones, noting each amount taken in `taken` (zone index, resource, amount). Returns the
+/// NUMA ids used.
+#[allow(clippy::too_many_arguments)]
 fn admit_unit(
     node: &Node,
     numa: &NumaTopology,
     zones: &mut [Vec<i64>],
+    taken: &mut Vec<(usize, usize, i64)>,
     unit: &Unit<'_>,
     guaranteed: bool,
     traces: Option<&mut Vec<UnitTrace>>,
+    how: How,
 ) -> Result<NumaMask, Misfit> {
-    let managed: Vec<(usize, &str, i64)> = unit
-        .requests
-        .iter()
-        .filter_map(|(rid, name, q)| {
-            let rid = (*rid)?;
-            (numa.managed.get(rid).copied().unwrap_or(false) && aligned(name, *q, guaranteed))
-                .then_some((rid, name.as_str(), *q))
-        })
-        .collect();
+    let quiet = how.quiet;
+    // A pod asks for a few resources: kept in place unless there are more than 8.
+    let mut few = [(0usize, "", 0i64); 8];
+    let mut many = Vec::new();
+    let mut count = 0;
+    for (rid, name, q) in unit.requests {
+        let Some(rid) = *rid else { continue };
+        if !(numa.managed.get(rid).copied().unwrap_or(false) && aligned(name, *q, guaranteed)) {
+            continue;
+        }
+        let entry = (rid, name.as_str(), *q);
+        match few.get_mut(count) {
+            Some(slot) => *slot = entry,
+            None => {
+                if many.is_empty() {
+                    many.extend_from_slice(&few);
+                }
+                many.push(entry);
+            }
+        }
+        count += 1;
+    }
+    let managed: &[(usize, &str, i64)] = if count <= few.len() {
+        &few[..count]
+    } else {
+        &many
+    };
     if managed.is_empty() || numa.policy == Policy::None && traces.is_none() {
         return Ok(NumaMask::EMPTY);
     }
-    let mut provider = ProviderHints::new();
-    let mut trace_hints = Vec::new();
-    for (rid, name, q) in &managed {
-        let hints = hints_for(numa, zones, *rid, *q);
-        trace_hints.push((name.to_string(), Some(hints.clone())));
-        provider.insert(name.to_string(), Some(hints));
-    }
-    let result = merge(numa.policy, &numa.options, &numa.info, &[provider]);
-    if let Some(t) = traces {
-        t.push(UnitTrace {
-            unit: unit.name.clone(),
-            hints: trace_hints,
-            merged: result.hint,
-            admit: result.admit,
-        });
-    }
+    let quick = match traces {
+        None => match quick_merge(numa, zones, managed) {
+            Quick::Unknown if how.any_zones && numa.policy == Policy::BestEffort => {
+                Quick::Admit(TopologyHint {
+                    affinity: None,
+                    preferred: false,
+                })
+            }
+            quick => quick,
+        },
+        Some(_) => Quick::Unknown,
+    };
+    let result = match quick {
+        Quick::Admit(hint) => MergeResult { hint, admit: true },
+        // Only the admission is read from a rejected merge without traces.
+        Quick::Reject => MergeResult {
+            hint: TopologyHint {
+                affinity: None,
+                preferred: false,
+            },
+            admit: false,
+        },
+        Quick::Unknown => {
+            // In the order of the names, as a provider's map would list them.
+            let hints: Vec<Vec<TopologyHint>> = managed
+                .iter()
+                .map(|(rid, _, q)| hints_for(numa, zones, *rid, *q))
+                .collect();
+            let lists: Vec<Option<&[TopologyHint]>> =
+                hints.iter().map(|h| Some(h.as_slice())).collect();
+            let result = merge_resources(numa.policy, &numa.options, &numa.info, &lists);
+            if let Some(t) = traces {
+                t.push(UnitTrace {
+                    unit: unit.name(),
+                    hints: managed
+                        .iter()
+                        .zip(hints)
+                        .map(|((_, name, _), h)| (name.to_string(), Some(h)))
+                        .collect(),
+                    merged: result.hint,
+                    admit: result.admit,
+                });
+            }
+            result
+        }
+    };
     if !result.admit {
+        if quiet {
+            return Err(QUIET);
+        }
         // Name the resources that cannot be placed narrowly enough on their own; when each
         // could, the conflict is between them.
         let mut details = Vec::new();
         let mut unresolvable = false;
-        for (rid, name, q) in &managed {
+        for (rid, name, q) in managed {
             let (free, alloc) = largest_zone(numa, zones, *rid);
             if numa.policy == Policy::SingleNumaNode && *q > alloc {
                 unresolvable = true;
@@ -436,10 +759,10 @@ fn admit_unit(
                 };
                 details.push(format!(
                     "needs {} {name} {where_} under {}; the largest NUMA zone has {} free of {} allocatable",
-                    display(name, Milli(*q)),
+                    Amount(name, *q),
                     numa.policy,
-                    display(name, Milli(free)),
-                    display(name, Milli(alloc))
+                    Amount(name, free),
+                    Amount(name, alloc)
                 ));
             }
         }
@@ -457,7 +780,7 @@ fn admit_unit(
         return Err(Misfit::Topology {
             node: node.name.clone(),
             policy: numa.policy,
-            unit: unit.name.clone(),
+            unit: unit.name(),
             detail: details.join("; "),
             unresolvable,
         });
@@ -468,7 +791,7 @@ fn admit_unit(
     // Take from the merged affinity's zones first, then (best-effort, none) from the others.
     let preferred_ids = result.hint.affinity.map_or(u64::MAX, NumaMask::bits);
     let mut used = 0u64;
-    for (rid, name, q) in &managed {
+    for (rid, name, q) in managed {
         let mut left = *q;
         for pass in [true, false] {
             for (i, z) in numa.zones.iter().enumerate() {
@@ -483,21 +806,25 @@ fn admit_unit(
                 let take = left.min(*slot).max(0);
                 if take > 0 {
                     *slot -= take;
+                    taken.push((i, *rid, take));
                     left -= take;
                     used |= 1 << z.id;
                 }
             }
         }
         if left > 0 {
+            if quiet {
+                return Err(QUIET);
+            }
             let (free, alloc) = largest_zone(numa, zones, *rid);
             return Err(Misfit::Topology {
                 node: node.name.clone(),
                 policy: numa.policy,
-                unit: unit.name.clone(),
+                unit: unit.name(),
                 detail: format!(
                     "not enough free {name} in its NUMA zones (largest zone: {} free of {})",
-                    display(name, Milli(free)),
-                    display(name, Milli(alloc))
+                    Amount(name, free),
+                    Amount(name, alloc)
                 ),
                 unresolvable: false,
             });
@@ -506,15 +833,22 @@ fn admit_unit(
     Ok(NumaMask(used))
 }
 
-/// Places one copy of the pod on `state`, taking what it uses.
+/// Places one copy of the pod on `state`, taking what it uses; on failure `state` is left as
+/// it was. `taken` is working space. With `zones_stale`, the state's zones are read from the
+/// node first if they are needed.
+#[allow(clippy::too_many_arguments)]
 fn place_one(
     node: &Node,
     state: &mut NodeState,
+    zones_stale: &mut bool,
+    taken: &mut Vec<(usize, usize, i64)>,
     pod: &BoundPod,
     shape: &PodShape,
     pods_id: Option<usize>,
     mut traces: Option<&mut Vec<UnitTrace>>,
+    how: How,
 ) -> Result<NumaMask, Misfit> {
+    let quiet = how.quiet;
     for (rid, name, q) in &pod.node_request {
         let Some(rid) = *rid else {
             return Err(Misfit::UnknownResource {
@@ -524,6 +858,9 @@ fn place_one(
         let allocatable = node.allocatable.get(rid).copied().unwrap_or(0);
         let free = state.free.get(rid).copied().unwrap_or(0);
         if *q > free {
+            if quiet {
+                return Err(QUIET);
+            }
             return Err(Misfit::Insufficient {
                 resource: name.clone(),
                 need: *q,
@@ -535,6 +872,9 @@ fn place_one(
     }
     if let Some(p) = pods_id {
         if node.allocatable.get(p).copied().unwrap_or(0) > 0 && state.free[p] < 1000 {
+            if quiet {
+                return Err(QUIET);
+            }
             return Err(Misfit::Insufficient {
                 resource: "pods".into(),
                 need: 1000,
@@ -546,41 +886,48 @@ fn place_one(
     }
     let mut used = NumaMask::EMPTY;
     if let Some(numa) = &node.numa {
-        let units: Vec<Unit<'_>> = match numa.scope {
-            Scope::Pod => vec![Unit {
-                name: "the pod (pod scope)".into(),
-                requests: &pod.effective,
-                holds: true,
-            }],
-            Scope::Container => pod
-                .containers
-                .iter()
-                .map(|(kind, name, req)| Unit {
-                    name: match kind {
-                        ContainerKind::Init => format!("init container {name}"),
-                        ContainerKind::Sidecar => format!("sidecar {name}"),
-                        ContainerKind::App => format!("container {name}"),
-                    },
-                    requests: req,
-                    holds: *kind != ContainerKind::Init,
-                })
-                .collect(),
+        if *zones_stale {
+            state.refill_zones(numa);
+            *zones_stale = false;
+        }
+        let pod_scope = [Unit {
+            container: None,
+            requests: &pod.effective,
+            holds: true,
+        }];
+        let containers = pod.containers.iter().map(|(kind, name, req)| Unit {
+            container: Some((*kind, name.as_str())),
+            requests: req,
+            holds: *kind != ContainerKind::Init,
+        });
+        let units: &mut dyn Iterator<Item = Unit<'_>> = match numa.scope {
+            Scope::Pod => &mut pod_scope.into_iter(),
+            Scope::Container => &mut { containers },
         };
-        let mut zones = state.zones.clone();
-        for unit in &units {
-            let m = admit_unit(
+        taken.clear();
+        for unit in units {
+            let admitted = admit_unit(
                 node,
                 numa,
-                &mut zones,
-                unit,
+                &mut state.zones,
+                taken,
+                &unit,
                 shape.guaranteed,
                 traces.as_deref_mut(),
-            )?;
-            if unit.holds {
-                used = used | m;
+                how,
+            );
+            match admitted {
+                Ok(m) if unit.holds => used = used | m,
+                Ok(_) => {}
+                Err(m) => {
+                    // Give back what the units admitted so far took.
+                    for &(zone, rid, amount) in taken.iter() {
+                        state.zones[zone][rid] += amount;
+                    }
+                    return Err(m);
+                }
             }
         }
-        state.zones = zones;
     }
     for (rid, _, q) in &pod.node_request {
         if let Some(rid) = rid {
@@ -603,11 +950,49 @@ pub fn fit_node(
     config: &EngineConfig,
     trace: bool,
 ) -> NodeFit {
+    fit_node_with(
+        node,
+        shape,
+        pod,
+        table.id("pods"),
+        want,
+        config,
+        trace,
+        Detail::ALL,
+        NodeState::of(node),
+        &mut Vec::new(),
+    )
+}
+
+/// [`fit_node`] on `state` (refilled from `node`, its buffers reused) with `taken` as
+/// working space, reporting only what `detail` asks for.
+#[allow(clippy::too_many_arguments)]
+fn fit_node_with(
+    node: &Node,
+    shape: &PodShape,
+    pod: &BoundPod,
+    pods_id: Option<usize>,
+    want: usize,
+    config: &EngineConfig,
+    trace: bool,
+    detail: Detail,
+    mut state: NodeState,
+    taken: &mut Vec<(usize, usize, i64)>,
+) -> NodeFit {
+    state.refill_free(node);
+    let mut zones_stale = false;
+    if let Some(numa) = &node.numa {
+        if detail.state_if_none {
+            state.refill_zones(numa);
+        } else {
+            zones_stale = true;
+        }
+    }
     let mut out = NodeFit {
         count: 0,
         misfit: None,
         zones_used: NumaMask::EMPTY,
-        state: NodeState::of(node),
+        state,
         notes: Vec::new(),
         traces: Vec::new(),
     };
@@ -622,15 +1007,34 @@ pub fn fit_node(
             });
             return out;
         }
-        out.notes.push(format!(
-            "node {} publishes no NUMA data: judged on node-level resources only",
-            node.name
-        ));
+        if detail.notes {
+            out.notes.push(format!(
+                "node {} publishes no NUMA data: judged on node-level resources only",
+                node.name
+            ));
+        }
     }
-    let pods_id = table.id("pods");
     while out.count < want {
         let traces = (trace && out.count == 0).then_some(&mut out.traces);
-        match place_one(node, &mut out.state, pod, shape, pods_id, traces) {
+        let how = How {
+            quiet: if out.count == 0 {
+                !detail.misfit_if_none
+            } else {
+                !detail.misfit_if_some
+            },
+            any_zones: detail.any_zones,
+        };
+        match place_one(
+            node,
+            &mut out.state,
+            &mut zones_stale,
+            taken,
+            pod,
+            shape,
+            pods_id,
+            traces,
+            how,
+        ) {
             Ok(m) => {
                 out.count += 1;
                 out.zones_used = out.zones_used | m;
@@ -742,11 +1146,40 @@ pub fn fit_cluster(
     let mut first_misfit: Option<(bool, Misfit)> = None;
     let mut weighted = 0i64;
     let resources = scored_resources(pod);
+    let pods_id = table.id("pods");
+    let mut state = NodeState {
+        free: Vec::new(),
+        zones: Vec::new(),
+    };
+    let mut taken = Vec::new();
+    let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
         }
-        let fit = fit_node(node, table, shape, pod, n - out.fitted, config, false);
+        // A misfit only matters if it could outrank the one kept; its text is not built
+        // otherwise.
+        let kept = first_misfit.as_ref().map(|(p, f)| rank(*p, f));
+        let detail = Detail {
+            // The score reads the node-level state, and the zones used only for this one.
+            any_zones: strategy != Strategy::LeastNumaNodes,
+            misfit_if_none: kept < Some((false, true)),
+            misfit_if_some: kept < Some((true, true)),
+            notes: false,
+            state_if_none: false,
+        };
+        let fit = fit_node_with(
+            node,
+            shape,
+            pod,
+            pods_id,
+            n - out.fitted,
+            config,
+            false,
+            detail,
+            state,
+            &mut taken,
+        );
         if fit.count > 0 {
             out.fitted += fit.count;
             out.placements.push((i, fit.count));
@@ -756,7 +1189,6 @@ pub fn fit_cluster(
         // The most telling reason: from a node that took part of the gang, else one that
         // preemption could fix, else the first.
         if let Some(m) = fit.misfit {
-            let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
             let better = first_misfit
                 .as_ref()
                 .is_none_or(|(p, f)| rank(fit.count > 0, &m) > rank(*p, f));
@@ -764,6 +1196,7 @@ pub fn fit_cluster(
                 first_misfit = Some((fit.count > 0, m));
             }
         }
+        state = fit.state;
     }
     if out.fitted >= n {
         out.score = (weighted as f64 / out.fitted.max(1) as f64).round() as i64;
@@ -783,4 +1216,515 @@ pub fn fit_cluster(
         }
     });
     out
+}
+
+/// The shortcuts above (the direct merge, quiet misfits, reused buffers) against the plain
+/// computations they replace, on random nodes and pods.
+#[cfg(test)]
+mod equivalence {
+    use super::*;
+    use crate::inventory::{parse_yaml, Inventory};
+    use crate::placement::PodView;
+    use crate::topology::{merge, NumaInfo, ProviderHints};
+    use std::collections::BTreeMap;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+    }
+
+    fn template() -> NumaTopology {
+        let inv = parse_yaml(
+            "clusters:\n  - name: c\n    nodes:\n      - name: n\n        topology:\n          zones: [{name: node-0, type: Node, resources: [{name: cpu, capacity: \"1\"}]}]\n",
+        )
+        .unwrap();
+        inv.clusters[0].nodes[0].numa.clone().unwrap()
+    }
+
+    /// Zones with ids in order, reversed, spread out or (rarely) repeated, some amounts
+    /// negative, and machines that sometimes miss a zone or its distances.
+    fn topology(rng: &mut Rng, template: &NumaTopology, resources: usize) -> NumaTopology {
+        let n = 1 + rng.below(8) as usize + if rng.below(10) == 0 { 2 } else { 0 };
+        let mut ids: Vec<u32> = (0..n as u32).collect();
+        match rng.below(6) {
+            0 => ids.reverse(),
+            1 => ids.iter_mut().for_each(|id| *id = *id * 2 + 1),
+            2 if n > 1 => ids[1] = ids[0],
+            3 => ids.swap(0, n - 1),
+            _ => {}
+        }
+        let mut numa = template.clone();
+        numa.policy = rng.pick(&[
+            Policy::None,
+            Policy::BestEffort,
+            Policy::Restricted,
+            Policy::SingleNumaNode,
+        ]);
+        numa.zones = ids
+            .iter()
+            .map(|&id| {
+                let mut z = template.zones[0].clone();
+                z.name = format!("node-{id}");
+                z.id = id;
+                z.allocatable = (0..resources).map(|_| 1000 * rng.below(5) as i64).collect();
+                z.available = z
+                    .allocatable
+                    .iter()
+                    .map(|&a| {
+                        if rng.below(12) == 0 {
+                            -1000
+                        } else {
+                            a - 1000 * rng.below(a as u64 / 1000 + 1) as i64
+                        }
+                    })
+                    .collect();
+                z
+            })
+            .collect();
+        let mut machine = ids.clone();
+        if rng.below(15) == 0 {
+            machine.pop();
+        }
+        numa.options.prefer_closest_numa = rng.below(3) == 0;
+        let max_id = ids.iter().copied().max().unwrap_or(0) as usize;
+        numa.info = if rng.below(4) == 0 {
+            NumaInfo::new(machine)
+        } else {
+            let distances: BTreeMap<u32, Vec<u64>> = machine
+                .iter()
+                .map(|&from| {
+                    let row = (0..=max_id as u32)
+                        .map(|to| {
+                            if to == from {
+                                10
+                            } else {
+                                11 + rng.below(4) * 5
+                            }
+                        })
+                        .collect();
+                    (from, row)
+                })
+                .collect();
+            NumaInfo::with_distances(machine, distances)
+        };
+        numa.managed = vec![true; resources];
+        numa
+    }
+
+    /// The hints as first written: sums over every set, then the masks zone by zone.
+    fn plain_hints_for(
+        numa: &NumaTopology,
+        zones: &[Vec<i64>],
+        rid: usize,
+        need: i64,
+    ) -> Vec<TopologyHint> {
+        let n = numa.zones.len().min(16);
+        let mut min_size = u32::MAX;
+        let mut fitting = Vec::new();
+        let size = 1usize << n;
+        let mut alloc_sum = vec![0i64; size];
+        let mut avail_sum = vec![0i64; size];
+        for set in 1..size {
+            let low = set.trailing_zeros() as usize;
+            let rest = set & (set - 1);
+            alloc_sum[set] =
+                alloc_sum[rest] + numa.zones[low].allocatable.get(rid).copied().unwrap_or(0);
+            avail_sum[set] = avail_sum[rest]
+                + zones
+                    .get(low)
+                    .and_then(|z| z.get(rid))
+                    .copied()
+                    .unwrap_or(0);
+            if alloc_sum[set] >= need {
+                min_size = min_size.min(set.count_ones());
+            }
+            if avail_sum[set] >= need {
+                fitting.push(set as u64);
+            }
+        }
+        fitting
+            .into_iter()
+            .map(|set| TopologyHint {
+                affinity: Some(mask_of(numa, set)),
+                preferred: set.count_ones() == min_size,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_direct_merge_agrees_with_hints_and_merge() {
+        let template = template();
+        let names = ["cpu", "memory", "nvidia.com/gpu", "example.com/nic"];
+        let mut rng = Rng(7);
+        let (mut admitted, mut rejected) = (0, 0);
+        for _ in 0..50_000 {
+            let resources = 1 + rng.below(4) as usize;
+            let numa = topology(&mut rng, &template, resources);
+            let zones: Vec<Vec<i64>> = numa.zones.iter().map(|z| z.available.clone()).collect();
+            let mut managed: Vec<(usize, &str, i64)> = Vec::new();
+            for (r, name) in names.iter().enumerate().take(resources) {
+                if rng.below(5) != 0 {
+                    managed.push((r, *name, 1000 * rng.below(9) as i64));
+                }
+            }
+            let mut provider = ProviderHints::new();
+            for (rid, name, q) in &managed {
+                let hints = plain_hints_for(&numa, &zones, *rid, *q);
+                assert_eq!(hints, hints_for(&numa, &zones, *rid, *q), "{numa:?}");
+                provider.insert(name.to_string(), Some(hints));
+            }
+            let merged = merge(numa.policy, &numa.options, &numa.info, &[provider]);
+            let lists: Vec<Vec<TopologyHint>> = managed
+                .iter()
+                .map(|(rid, _, q)| hints_for(&numa, &zones, *rid, *q))
+                .collect();
+            let lists: Vec<Option<&[TopologyHint]>> =
+                lists.iter().map(|h| Some(h.as_slice())).collect();
+            let by_resource = merge_resources(numa.policy, &numa.options, &numa.info, &lists);
+            assert_eq!(merged, by_resource);
+            let quick = quick_merge(&numa, &zones, &managed);
+            let context = || format!("{numa:?}\nzones {zones:?}\nmanaged {managed:?}");
+            match quick {
+                Quick::Admit(hint) => {
+                    admitted += 1;
+                    assert_eq!(merged, MergeResult { hint, admit: true }, "{}", context());
+                }
+                Quick::Reject => {
+                    rejected += 1;
+                    assert!(!merged.admit, "{}", context());
+                }
+                Quick::Unknown => {}
+            }
+        }
+        assert!(admitted > 2000 && rejected > 8000, "{admitted} {rejected}");
+    }
+
+    /// A random cluster in the inventory format.
+    fn cluster_yaml(rng: &mut Rng) -> String {
+        let mut y = String::from("clusters:\n  - name: c\n    nodes:\n");
+        for i in 0..1 + rng.below(12) {
+            let zones = 1 + rng.below(4);
+            let (cpu, mem, gpu) = (rng.pick(&[4, 8]), rng.pick(&[8, 16]), rng.pick(&[0, 1, 2]));
+            y += &format!(
+                "      - name: n{i}\n        allocatable: {{cpu: \"{}\", memory: {}Gi, nvidia.com/gpu: \"{}\", pods: \"{}\"}}\n        requested: {{cpu: \"{}\", memory: {}Gi}}\n",
+                cpu * zones,
+                mem * zones,
+                gpu * zones,
+                rng.pick(&[2, 110]),
+                rng.below(cpu * zones / 2 + 1),
+                rng.below(mem * zones / 2 + 1),
+            );
+            if rng.below(10) == 0 {
+                y += "        taints: [{key: dedicated, value: ml, effect: NoSchedule}]\n";
+            }
+            if rng.below(7) == 0 {
+                continue;
+            }
+            y += &format!(
+                "        topology:\n          attributes:\n            - {{name: topologyManagerPolicy, value: {}}}\n            - {{name: topologyManagerScope, value: {}}}\n          zones:\n",
+                rng.pick(&["none", "best-effort", "restricted", "single-numa-node"]),
+                rng.pick(&["container", "pod"]),
+            );
+            for z in 0..zones {
+                y += &format!(
+                    "            - name: node-{z}\n              type: Node\n              resources:\n                - {{name: cpu, capacity: \"{cpu}\", available: \"{}\"}}\n                - {{name: memory, capacity: {mem}Gi, available: {}Gi}}\n",
+                    rng.below(cpu + 1),
+                    rng.below(mem + 1),
+                );
+                if gpu > 0 {
+                    y += &format!(
+                        "                - {{name: nvidia.com/gpu, capacity: \"{gpu}\", available: \"{}\"}}\n",
+                        rng.below(gpu + 1)
+                    );
+                }
+            }
+        }
+        y
+    }
+
+    fn random_pod(rng: &mut Rng) -> PodShape {
+        let guaranteed = rng.below(3) != 0;
+        let container = |rng: &mut Rng, name: &str, restart: Option<&str>| {
+            let r = serde_json::json!({
+                "cpu": rng.pick(&["1", "2", "3", "500m"]),
+                "memory": rng.pick(&["1Gi", "4Gi", "9Gi"]),
+                "nvidia.com/gpu": rng.pick(&["0", "1", "2", "3"]),
+            });
+            let limits = if guaranteed {
+                r.clone()
+            } else {
+                serde_json::json!({})
+            };
+            serde_json::json!({"name": name, "restartPolicy": restart, "resources": {"requests": r, "limits": limits}})
+        };
+        let mut spec = serde_json::json!({"containers": [container(rng, "main", None)]});
+        if rng.below(3) == 0 {
+            spec["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(container(rng, "helper", None));
+        }
+        if rng.below(3) == 0 {
+            let init = [
+                container(rng, "setup", None),
+                container(rng, "proxy", Some("Always")),
+            ];
+            spec["initContainers"] = serde_json::json!(init);
+        }
+        if rng.below(2) == 0 {
+            spec["tolerations"] = serde_json::json!([{"key": "dedicated", "operator": "Exists"}]);
+        }
+        let view: PodView =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap();
+        PodShape::from_view(&view).unwrap()
+    }
+
+    /// Placements, pods fitted, the kept misfit (and whether its node took part), score.
+    type PlainClusterFit = (Vec<(usize, usize)>, usize, Option<(bool, Misfit)>, i64);
+
+    /// `fit_cluster` as it reads without the shortcuts: every node through `fit_node`.
+    fn plain_fit_cluster(
+        cluster: &Cluster,
+        table: &ResourceTable,
+        shape: &PodShape,
+        pod: &BoundPod,
+        n: usize,
+        config: &EngineConfig,
+        strategy: Strategy,
+    ) -> PlainClusterFit {
+        let mut first_misfit: Option<(bool, Misfit)> = None;
+        let (mut placements, mut fitted, mut weighted) = (Vec::new(), 0, 0i64);
+        let resources = scored_resources(pod);
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            if fitted >= n {
+                break;
+            }
+            let fit = fit_node(node, table, shape, pod, n - fitted, config, false);
+            if fit.count > 0 {
+                fitted += fit.count;
+                placements.push((i, fit.count));
+                weighted += node_score(strategy, node, &fit.state, &resources, fit.zones_used)
+                    * fit.count as i64;
+            }
+            if let Some(m) = fit.misfit {
+                let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
+                let better = first_misfit
+                    .as_ref()
+                    .is_none_or(|(p, f)| rank(fit.count > 0, &m) > rank(*p, f));
+                if better {
+                    first_misfit = Some((fit.count > 0, m));
+                }
+            }
+        }
+        let score = (weighted as f64 / fitted.max(1) as f64).round() as i64;
+        (placements, fitted, first_misfit, score)
+    }
+
+    #[test]
+    fn amounts_and_misfits_read_as_before() {
+        let mut rng = Rng(3);
+        let names = [
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+            "hugepages-2Mi",
+            "nvidia.com/gpu",
+        ];
+        for _ in 0..20_000 {
+            let name = rng.pick(&names);
+            let v = match rng.below(4) {
+                0 => rng.below(5000) as i64 - 1000,
+                1 => (1000 * rng.below(64) as i64) << (10 * rng.below(5)),
+                2 => (rng.next() >> rng.below(64)) as i64,
+                _ => -((1000 * rng.below(8) as i64) << 30),
+            };
+            assert_eq!(Amount(name, v).to_string(), display(name, Milli(v)));
+        }
+        // Past the in-place buffer, and nested.
+        let detail = "x".repeat(700);
+        let long = Misfit::Selector {
+            node: "n".into(),
+            detail: detail.clone(),
+        };
+        assert_eq!(long.to_string(), format!("node n {detail}"));
+        let gang = Misfit::Gang {
+            cluster: "c".into(),
+            fitted: 1,
+            wanted: 2,
+            cause: Box::new(Misfit::Insufficient {
+                resource: "memory".into(),
+                need: 1000 << 30,
+                free: 0,
+                allocatable: 1000 << 31,
+                scope: "node n".into(),
+            }),
+        };
+        assert_eq!(
+            gang.to_string(),
+            "only 1 of 2 pods fit at once in cluster c; then: needs 1Gi memory on one node; node n has 0 free of 2Gi allocatable"
+        );
+    }
+
+    /// `node_score` as first written, collecting the fractions.
+    fn plain_score(strategy: Strategy, node: &Node, after: &NodeState, resources: &[usize]) -> f64 {
+        let used_fractions: Vec<f64> = resources
+            .iter()
+            .filter_map(|&r| {
+                let alloc = *node.allocatable.get(r)?;
+                (alloc > 0).then(|| {
+                    let free = after.free.get(r).copied().unwrap_or(0).max(0);
+                    ((alloc - free) as f64 / alloc as f64).clamp(0.0, 1.0)
+                })
+            })
+            .collect();
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        match strategy {
+            Strategy::LeastAllocated => 10.0 * (1.0 - mean(&used_fractions)),
+            Strategy::MostAllocated => 10.0 * mean(&used_fractions),
+            Strategy::BalancedAllocation => {
+                let m = mean(&used_fractions);
+                let var = mean(
+                    &used_fractions
+                        .iter()
+                        .map(|f| (f - m) * (f - m))
+                        .collect::<Vec<_>>(),
+                );
+                10.0 * (1.0 - var.sqrt())
+            }
+            Strategy::LeastNumaNodes => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn scores_are_computed_as_before() {
+        let mut rng = Rng(5);
+        let inv = parse_yaml(&cluster_yaml(&mut rng)).unwrap();
+        let node = &inv.clusters[0].nodes[0];
+        for _ in 0..20_000 {
+            let mut node = node.clone();
+            let width = 1 + rng.below(5) as usize;
+            node.allocatable = (0..width).map(|_| rng.below(9) as i64 * 500).collect();
+            let after = NodeState {
+                free: (0..width)
+                    .map(|_| rng.below(12) as i64 * 500 - 1000)
+                    .collect(),
+                zones: Vec::new(),
+            };
+            let resources: Vec<usize> = (0..1 + rng.below(5))
+                .map(|_| rng.below(6) as usize)
+                .collect();
+            for strategy in [
+                Strategy::LeastAllocated,
+                Strategy::MostAllocated,
+                Strategy::BalancedAllocation,
+            ] {
+                let plain = plain_score(strategy, &node, &after, &resources);
+                let expected = plain.round().clamp(0.0, 10.0) as i64;
+                let got = node_score(strategy, &node, &after, &resources, NumaMask::EMPTY);
+                assert_eq!(
+                    got, expected,
+                    "{strategy:?} {:?} {:?} {resources:?}",
+                    node.allocatable, after.free
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shortcuts_change_no_verdict() {
+        let mut rng = Rng(11);
+        let config = EngineConfig::default();
+        let mut placed = 0;
+        for _ in 0..300 {
+            let inv: Inventory = parse_yaml(&cluster_yaml(&mut rng)).unwrap();
+            let cluster = &inv.clusters[0];
+            for _ in 0..4 {
+                let shape = random_pod(&mut rng);
+                let pod = shape.bind(&inv.resources);
+                let n = 1 + rng.below(6) as usize;
+                // Traced fits take the full merge; untraced ones the direct one. (Under the
+                // none policy a traced fit also takes from the zones, an untraced one not.)
+                let aligned = |n: &&Node| n.numa.as_ref().is_none_or(|t| t.policy != Policy::None);
+                for node in cluster.nodes.iter().filter(aligned) {
+                    let traced = fit_node(node, &inv.resources, &shape, &pod, n, &config, true);
+                    let quick = fit_node(node, &inv.resources, &shape, &pod, n, &config, false);
+                    assert_eq!(traced.count, quick.count, "{node:?}\n{pod:?}");
+                    assert_eq!(traced.misfit, quick.misfit, "{node:?}\n{pod:?}");
+                    assert_eq!(traced.zones_used, quick.zones_used);
+                    assert_eq!(traced.state.free, quick.state.free);
+                    assert_eq!(traced.state.zones, quick.state.zones);
+                    assert_eq!(traced.notes, quick.notes);
+                }
+                // A failed placement leaves the state as the placements before it left it.
+                for node in &cluster.nodes {
+                    let fit = fit_node(node, &inv.resources, &shape, &pod, n, &config, false);
+                    if fit.misfit.is_some() {
+                        let exact = fit_node(
+                            node,
+                            &inv.resources,
+                            &shape,
+                            &pod,
+                            fit.count,
+                            &config,
+                            false,
+                        );
+                        assert_eq!(fit.state.free, exact.state.free);
+                        assert_eq!(fit.state.zones, exact.state.zones, "{node:?}\n{pod:?}");
+                        assert_eq!(fit.zones_used, exact.zones_used);
+                    }
+                }
+                let strategy = rng.pick(&[
+                    Strategy::MostAllocated,
+                    Strategy::LeastAllocated,
+                    Strategy::LeastNumaNodes,
+                ]);
+                let fit = fit_cluster(cluster, &inv.resources, &shape, &pod, n, &config, strategy);
+                let (placements, fitted, first, score) =
+                    plain_fit_cluster(cluster, &inv.resources, &shape, &pod, n, &config, strategy);
+                // Rejections from the cluster's summary come before any node is judged.
+                let from_summary = match &fit.misfit {
+                    Some(Misfit::Insufficient { scope, .. }) => scope.starts_with("the largest"),
+                    Some(Misfit::Topology { node, .. }) => node.starts_with("any node of"),
+                    Some(Misfit::UnknownResource { .. }) => true,
+                    _ => false,
+                };
+                if from_summary {
+                    continue;
+                }
+                placed += 1;
+                assert_eq!(fit.placements, placements);
+                assert_eq!(fit.fitted, fitted);
+                if fit.fits() {
+                    assert_eq!(fit.score, score);
+                } else {
+                    let cause = match fit.misfit {
+                        Some(Misfit::Gang { cause, .. }) => *cause,
+                        other => other.unwrap(),
+                    };
+                    assert_eq!(Some(cause), first.map(|(_, m)| m));
+                }
+            }
+        }
+        assert!(placed > 200, "{placed}");
+    }
 }

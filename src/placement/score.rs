@@ -57,34 +57,30 @@ pub fn node_score(
     resources: &[usize],
     zones_used: NumaMask,
 ) -> i64 {
-    let used_fractions: Vec<f64> = resources
-        .iter()
-        .filter_map(|&r| {
+    // Walked again rather than collected: the same values, summed in the same order.
+    let used_fractions = || {
+        resources.iter().filter_map(|&r| {
             let alloc = *node.allocatable.get(r)?;
             (alloc > 0).then(|| {
                 let free = after.free.get(r).copied().unwrap_or(0).max(0);
                 ((alloc - free) as f64 / alloc as f64).clamp(0.0, 1.0)
             })
         })
-        .collect();
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
+    };
+    let mean = |v: &mut dyn Iterator<Item = f64>| {
+        let (sum, n) = v.fold((0.0f64, 0usize), |(s, n), f| (s + f, n + 1));
+        if n == 0 {
             0.0
         } else {
-            v.iter().sum::<f64>() / v.len() as f64
+            sum / n as f64
         }
     };
     let score = match strategy {
-        Strategy::LeastAllocated => 10.0 * (1.0 - mean(&used_fractions)),
-        Strategy::MostAllocated => 10.0 * mean(&used_fractions),
+        Strategy::LeastAllocated => 10.0 * (1.0 - mean(&mut used_fractions())),
+        Strategy::MostAllocated => 10.0 * mean(&mut used_fractions()),
         Strategy::BalancedAllocation => {
-            let m = mean(&used_fractions);
-            let var = mean(
-                &used_fractions
-                    .iter()
-                    .map(|f| (f - m) * (f - m))
-                    .collect::<Vec<_>>(),
-            );
+            let m = mean(&mut used_fractions());
+            let var = mean(&mut used_fractions().map(|f| (f - m) * (f - m)));
             10.0 * (1.0 - var.sqrt())
         }
         Strategy::LeastNumaNodes => match &node.numa {

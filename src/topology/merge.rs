@@ -69,7 +69,36 @@ pub fn merge(
     numa_info: &NumaInfo,
     providers: &[ProviderHints],
 ) -> MergeResult {
-    let resources = flatten(providers);
+    merge_flat(policy, options, numa_info, &flatten(providers))
+}
+
+/// [`merge`] on hints given per resource, provider boundaries dropped (they do not change
+/// the result), without building [`ProviderHints`] maps: `None` for a resource without
+/// preference, an empty list for one that cannot be allocated. An empty slice is the
+/// merge of no providers at all.
+pub fn merge_resources(
+    policy: Policy,
+    options: &PolicyOptions,
+    numa_info: &NumaInfo,
+    resources: &[Option<&[TopologyHint]>],
+) -> MergeResult {
+    let flat: Vec<&[TopologyHint]> = resources
+        .iter()
+        .map(|hints| match hints {
+            None => &NO_PREFERENCE[..],
+            Some([]) => &NO_ALLOCATION[..],
+            Some(h) => h,
+        })
+        .collect();
+    merge_flat(policy, options, numa_info, &flat)
+}
+
+fn merge_flat(
+    policy: Policy,
+    options: &PolicyOptions,
+    numa_info: &NumaInfo,
+    resources: &[&[TopologyHint]],
+) -> MergeResult {
     let all = numa_info.default_mask().bits();
     match policy {
         Policy::None => MergeResult {
@@ -85,7 +114,7 @@ pub fn merge(
             } else {
                 Fit::Narrowest
             };
-            let hint = best_hint(&resources, &|_: &TopologyHint| true, all, &fit);
+            let hint = best_hint(resources, &|_: &TopologyHint| true, all, &fit);
             MergeResult {
                 hint,
                 admit: policy == Policy::BestEffort || hint.preferred,
@@ -94,7 +123,7 @@ pub fn merge(
         Policy::SingleNumaNode => {
             let single =
                 |h: &TopologyHint| h.preferred && h.affinity.is_none_or(NumaMask::is_single);
-            let mut hint = best_hint(&resources, &single, all, &Fit::Narrowest);
+            let mut hint = best_hint(resources, &single, all, &Fit::Narrowest);
             if hint.affinity == Some(NumaMask(all)) {
                 hint.affinity = None;
             }

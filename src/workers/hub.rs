@@ -94,6 +94,7 @@ impl Hub {
                 return;
             }
         };
+        let table = &mut self.table;
         let Some(w) = self.workers.get_mut(&cluster) else {
             return;
         };
@@ -153,7 +154,7 @@ impl Hub {
             Update::Topology(_, ev) => match *ev {
                 Event::Apply(o) => {
                     if let Some(n) = topology_name(&o) {
-                        w.state.apply_topology(&n, &o.data);
+                        w.state.apply_topology(&n, &o.data, table);
                     }
                     true
                 }
@@ -175,7 +176,7 @@ impl Hub {
                     w.state.clear_topologies();
                     for o in w.relists.topologies.take().unwrap_or_default() {
                         if let Some(n) = topology_name(&o) {
-                            w.state.apply_topology(&n, &o.data);
+                            w.state.apply_topology(&n, &o.data, table);
                         }
                     }
                     true

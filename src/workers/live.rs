@@ -3,7 +3,7 @@
 //! the inventory's view of the cluster is rebuilt from the records. Pure: no client here.
 
 use crate::inventory::file::{build_topology, TopologySpec};
-use crate::inventory::{Cluster, InventoryError, Node, ResourceTable, Taint};
+use crate::inventory::{Cluster, InventoryError, Node, NumaTopology, ResourceTable, Taint};
 use crate::placement::pod::{effective_request, ContainerKind, ContainerRequest};
 use crate::quantity;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
@@ -99,17 +99,14 @@ pub struct ClusterState {
     nodes: BTreeMap<String, NodeRecord>,
     interner: Interner,
     pods: HashMap<PodKey, PodRecord>,
-    topologies: BTreeMap<String, TopologySpecHolder>,
+    /// Parsed at arrival (the published JSON is ten times larger), or why it could not be.
+    topologies: BTreeMap<String, Result<NumaTopology, String>>,
     /// Sum of the pods' requests per interned node, by interned resource, kept as pods come
     /// and go.
     requested: HashMap<u32, Vec<i64>>,
     /// Pods collected during a relist, applied when it completes.
     relist: Option<Vec<(PodKey, PodRecord)>>,
 }
-
-/// A NodeResourceTopology's `attributes` and `zones`, as published.
-#[derive(Debug, Clone)]
-pub struct TopologySpecHolder(serde_json::Value);
 
 fn parse_amounts(
     map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
@@ -278,18 +275,31 @@ impl ClusterState {
         }
     }
 
-    /// A NodeResourceTopology object (its name is the node's name).
-    pub fn apply_topology(&mut self, name: &str, object: &serde_json::Value) {
+    /// A NodeResourceTopology object (its name is the node's name). Resource names are
+    /// interned in `table`, which must be the one later given to [`Self::to_cluster`].
+    pub fn apply_topology(
+        &mut self,
+        name: &str,
+        object: &serde_json::Value,
+        table: &mut ResourceTable,
+    ) {
+        let at = format!("cluster {} NodeResourceTopology {name}", self.name);
         let mut spec = serde_json::Map::new();
         for key in ["attributes", "zones"] {
             if let Some(v) = object.get(key) {
                 spec.insert(key.into(), v.clone());
             }
         }
-        self.topologies.insert(
-            name.to_string(),
-            TopologySpecHolder(serde_json::Value::Object(spec)),
-        );
+        let parsed = serde_json::from_value::<TopologySpec>(serde_json::Value::Object(spec))
+            .map_err(|e| format!("{at}: {e}"))
+            .and_then(|spec| {
+                if spec.zones.is_empty() {
+                    Err(format!("{at}: no zones"))
+                } else {
+                    build_topology(&at, spec, table).map_err(|e| e.to_string())
+                }
+            });
+        self.topologies.insert(name.to_string(), parsed);
     }
 
     pub fn delete_topology(&mut self, name: &str) {
@@ -347,29 +357,21 @@ impl ClusterState {
                     })
                     .unwrap_or_default();
                 let requested = amounts(&requested_here, table);
-                let numa = self.topologies.get(name).and_then(|t| {
-                    let at = format!("cluster {} NodeResourceTopology {name}", self.name);
-                    let spec: Result<TopologySpec, _> = serde_json::from_value(t.0.clone());
-                    match spec {
-                        Ok(spec) if !spec.zones.is_empty() => {
-                            match build_topology(&at, spec, table) {
-                                Ok(t) => Some(t),
-                                Err(e) => {
-                                    problems.push(e);
-                                    None
-                                }
-                            }
-                        }
-                        Ok(_) => None,
-                        Err(e) => {
-                            problems.push(InventoryError::Invalid {
-                                at,
-                                message: e.to_string(),
-                            });
-                            None
-                        }
+                let numa = match self.topologies.get(name) {
+                    Some(Ok(t)) => {
+                        let mut t = t.clone();
+                        t.managed.resize(table.len(), false);
+                        Some(t)
                     }
-                });
+                    Some(Err(e)) => {
+                        problems.push(InventoryError::Invalid {
+                            at: format!("node {name}"),
+                            message: e.clone(),
+                        });
+                        None
+                    }
+                    None => None,
+                };
                 Node {
                     name: name.clone(),
                     labels: rec.labels.clone(),

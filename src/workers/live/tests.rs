@@ -55,9 +55,9 @@ fn nrt(gpus_free: (u64, u64)) -> serde_json::Value {
 }
 
 /// A cluster as names and amounts, independent of resource ids.
-fn comparable(state: &ClusterState) -> String {
-    let mut table = ResourceTable::default();
-    let (cluster, problems) = state.to_cluster(&mut table);
+fn comparable(state: &ClusterState, table: &mut ResourceTable) -> String {
+    let (cluster, problems) = state.to_cluster(table);
+    let table = &*table;
     assert!(problems.is_empty(), "{problems:?}");
     let named = |v: &[i64], table: &ResourceTable| -> BTreeMap<String, i64> {
         v.iter()
@@ -73,12 +73,12 @@ fn comparable(state: &ClusterState) -> String {
             n.name,
             n.labels,
             n.taints,
-            named(&n.allocatable, &table),
-            named(&n.requested, &table)
+            named(&n.allocatable, table),
+            named(&n.requested, table)
         );
         if let Some(t) = &n.numa {
             for z in &t.zones {
-                out += &format!(" zone {} {:?}", z.id, named(&z.available, &table));
+                out += &format!(" zone {} {:?}", z.id, named(&z.available, table));
             }
         }
         out += "\n";
@@ -108,9 +108,9 @@ fn finished_and_unbound_pods_hold_nothing() {
     assert_eq!(s.pod_count(), 0);
     // A running pod that later succeeds releases what it held.
     s.apply_pod(&pod("p", "n1", 1000, "Running", false));
-    assert!(comparable(&s).contains("\"cpu\": 1000"));
+    assert!(comparable(&s, &mut ResourceTable::default()).contains("\"cpu\": 1000"));
     s.apply_pod(&pod("p", "n1", 1000, "Succeeded", false));
-    assert!(!comparable(&s).contains("req={\"cpu\""));
+    assert!(!comparable(&s, &mut ResourceTable::default()).contains("req={\"cpu\""));
 }
 
 #[test]
@@ -118,6 +118,7 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
     for seed in 1..=20u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut live = ClusterState::new("c", Default::default());
+        let mut live_table = ResourceTable::default();
         let mut nodes: BTreeMap<String, KubeNode> = BTreeMap::new();
         let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
         let mut topologies: BTreeMap<String, serde_json::Value> = BTreeMap::new();
@@ -154,7 +155,7 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
                 }
                 7 => {
                     let t = nrt((rng.below(5), rng.below(5)));
-                    live.apply_topology(&n, &t);
+                    live.apply_topology(&n, &t, &mut live_table);
                     topologies.insert(n, t);
                 }
                 _ => {
@@ -172,6 +173,7 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
             }
         }
         let mut scratch = ClusterState::new("c", Default::default());
+        let mut scratch_table = ResourceTable::default();
         for k in nodes.values() {
             scratch.apply_node(k);
         }
@@ -179,11 +181,18 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
             scratch.apply_pod(p);
         }
         for (n, t) in &topologies {
-            scratch.apply_topology(n, t);
+            scratch.apply_topology(n, t, &mut scratch_table);
         }
-        assert_eq!(comparable(&live), comparable(&scratch), "seed {seed}");
+        assert_eq!(
+            comparable(&live, &mut live_table),
+            comparable(&scratch, &mut scratch_table),
+            "seed {seed}"
+        );
         let names: BTreeSet<_> = nodes.keys().cloned().collect();
-        assert_eq!(comparable(&live).lines().count(), names.len());
+        assert_eq!(
+            comparable(&live, &mut live_table).lines().count(),
+            names.len()
+        );
     }
 }
 
@@ -206,5 +215,5 @@ fn uuid_uids_are_kept_as_128_bits_and_others_as_text() {
     assert_eq!(s.pod_count(), 1);
     s.delete_pod("9331e4ae-a2b6-4846-9ec5-a3fe93629b05");
     assert_eq!(s.pod_count(), 0);
-    assert!(!comparable(&s).contains("req={\"cpu\""));
+    assert!(!comparable(&s, &mut ResourceTable::default()).contains("req={\"cpu\""));
 }
