@@ -42,6 +42,39 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Print the CustomResourceDefinitions (YAML).
     Crds,
+    /// Run the dispatcher against simulated worker clusters in virtual time.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Scenario file (clusters, queues, Jobs) [default: the bundled examples/scenario.yaml].
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// How workers are chosen: switchyard (exact NUMA-aware fit of the whole gang),
+    /// all-at-once (a copy to every worker, the first to start keeps it), sum-aggregate (by
+    /// the sum of a worker's free resources).
+    #[arg(long, value_enum, default_value = "switchyard")]
+    pub strategy: SimStrategy,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: SimOutput,
+    /// Also print every decision as it is carried out, with its virtual time (to stderr).
+    #[arg(long)]
+    pub events: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimStrategy {
+    Switchyard,
+    AllAtOnce,
+    SumAggregate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimOutput {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -86,6 +86,32 @@ fn main() -> anyhow::Result<()> {
             print!("{report}");
         }
         Command::Crds => print!("{}", switchyard::api::crds_yaml()),
+        Command::Simulate(args) => {
+            use switchyard::cli::{SimOutput, SimStrategy};
+            use switchyard::simulate::{self, Strategy};
+            let scenario = match &args.scenario {
+                Some(path) => simulate::scenario::load(path)?,
+                None => simulate::scenario::parse(simulate::scenario::BUNDLED)
+                    .context("the bundled scenario does not parse")?,
+            };
+            let strategy = match args.strategy {
+                SimStrategy::Switchyard => Strategy::Switchyard,
+                SimStrategy::AllAtOnce => Strategy::AllAtOnce,
+                SimStrategy::SumAggregate => Strategy::SumAggregate,
+            };
+            let mut sim = simulate::Simulation::new(&scenario, strategy);
+            if args.events {
+                sim = sim.with_events();
+            }
+            let report = sim.run();
+            for line in &report.events {
+                eprintln!("{line}");
+            }
+            match args.output {
+                SimOutput::Json => println!("{}", report.to_json()),
+                SimOutput::Text => print!("{}", report.to_text()),
+            }
+        }
     }
     Ok(())
 }

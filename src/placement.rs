@@ -9,8 +9,10 @@ pub mod score;
 #[cfg(test)]
 mod tests;
 
-pub use fit::{fit_cluster, fit_node, ClusterFit, Misfit, NodeFit, NodeState, UnitTrace};
-pub use pod::{BoundPod, PodShape, PodView};
+pub use fit::{
+    fit_cluster, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeState, UnitTrace,
+};
+pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
 pub use score::Strategy;
 
 /// Annotation a pod uses to pick a scoring strategy.

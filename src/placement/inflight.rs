@@ -9,28 +9,23 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// What one placement took from one node.
-#[derive(Debug, Clone)]
-pub struct Reservation {
-    /// The pod or job the placement was for; releasing it drops its reservations.
-    pub owner: String,
+/// What a placement takes from one node: node-level amounts and amounts per NUMA zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Take {
     pub node: String,
     /// Node-level amounts by resource name.
     pub amounts: Vec<(String, i64)>,
     /// Per NUMA zone (by zone index): amounts by resource name.
     pub zone_amounts: Vec<(usize, String, i64)>,
-    pub expires_at: Instant,
 }
 
-impl Reservation {
+impl Take {
     /// The difference between a node's state before and after a simulated placement.
     pub fn between(
-        owner: &str,
         node: &Node,
         table: &ResourceTable,
         before: &NodeState,
         after: &NodeState,
-        expires_at: Instant,
     ) -> Self {
         let amounts = before
             .free
@@ -49,10 +44,62 @@ impl Reservation {
             }
         }
         Self {
-            owner: owner.to_string(),
             node: node.name.clone(),
             amounts,
             zone_amounts,
+        }
+    }
+
+    /// Subtracts the take from `node` (which must be the node it was taken from).
+    pub fn apply_to(&self, node: &mut Node, table: &ResourceTable) {
+        self.add(node, table, 1);
+    }
+
+    /// Gives the take back to `node`.
+    pub fn release_from(&self, node: &mut Node, table: &ResourceTable) {
+        self.add(node, table, -1);
+    }
+
+    fn add(&self, node: &mut Node, table: &ResourceTable, sign: i64) {
+        for (name, amount) in &self.amounts {
+            if let Some(v) = table.id(name).and_then(|id| node.requested.get_mut(id)) {
+                *v += sign * amount;
+            }
+        }
+        if let Some(numa) = &mut node.numa {
+            for (zi, name, amount) in &self.zone_amounts {
+                if let (Some(id), Some(z)) = (table.id(name), numa.zones.get_mut(*zi)) {
+                    if let Some(v) = z.available.get_mut(id) {
+                        *v -= sign * amount;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one placement took from one node, held until it expires.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    /// The pod or job the placement was for; releasing it drops its reservations.
+    pub owner: String,
+    pub take: Take,
+    pub expires_at: Instant,
+}
+
+impl Reservation {
+    /// The difference between a node's state before and after a simulated placement.
+    pub fn between(
+        owner: &str,
+        node: &Node,
+        table: &ResourceTable,
+        before: &NodeState,
+        after: &NodeState,
+        expires_at: Instant,
+    ) -> Self {
+        Self {
+            owner: owner.to_string(),
+            take: Take::between(node, table, before, after),
             expires_at,
         }
     }
@@ -74,7 +121,7 @@ impl InFlight {
     }
 
     pub fn reserve(&mut self, r: Reservation) {
-        self.by_node.entry(r.node.clone()).or_default().push(r);
+        self.by_node.entry(r.take.node.clone()).or_default().push(r);
     }
 
     /// Drops everything held for `owner` (its placement now shows in the cluster's data, or
@@ -108,22 +155,7 @@ impl InFlight {
         };
         let mut n = node.clone();
         for r in held.iter().filter(|r| r.expires_at > now) {
-            for (name, amount) in &r.amounts {
-                if let Some(id) = table.id(name) {
-                    if let Some(v) = n.requested.get_mut(id) {
-                        *v += amount;
-                    }
-                }
-            }
-            if let Some(numa) = &mut n.numa {
-                for (zi, name, amount) in &r.zone_amounts {
-                    if let (Some(id), Some(z)) = (table.id(name), numa.zones.get_mut(*zi)) {
-                        if let Some(v) = z.available.get_mut(id) {
-                            *v -= amount;
-                        }
-                    }
-                }
-            }
+            r.take.apply_to(&mut n, table);
         }
         Cow::Owned(n)
     }

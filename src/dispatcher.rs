@@ -1,0 +1,136 @@
+//! The dispatcher: queues with quota, all-or-nothing admission (waitForPodsReady), one worker
+//! cluster per Job chosen by the placement engine, the Job created there, its status mirrored
+//! back, requeues on timeouts and lost workers.
+//!
+//! The decisions are pure: [`World`] (what is known of the manager's Jobs, the workers' copies,
+//! the queues, the workers and their inventories, at one instant) goes in, a list of
+//! [`Action`]s comes out. [`live`] keeps a `World` from watches and carries the actions out
+//! through `kube::Client`s; `simulate` keeps one in memory and carries them out on simulated
+//! clusters in virtual time. Both call the same [`plan`].
+//!
+//! All state that must survive a restart lives in the Kubernetes objects: the manager Job's
+//! annotations ([`CLUSTER_ANNOTATION`], [`ADMITTED_AT_ANNOTATION`], [`REQUEUES_ANNOTATION`],
+//! ...), its status conditions (`Admitted`, `PodsReady`, `Requeued`, `Deactivated`), and the
+//! worker copies' `switchyard.dev/origin` and `switchyard.dev/origin-uid` labels. A restarted
+//! dispatcher rebuilds everything from them.
+
+mod admission;
+// pub mod live;
+pub mod mirror;
+mod model;
+mod reconcile;
+pub mod remote;
+pub mod status;
+
+pub use admission::{admit, effective_quota, Admission};
+pub use model::*;
+pub use reconcile::reconcile;
+
+use std::time::SystemTime;
+
+/// The worker the manager's Job is dispatched to (claimed before the copy is created).
+pub const CLUSTER_ANNOTATION: &str = crate::wellknown::CLUSTER_ANNOTATION;
+/// When the Job was unsuspended by the dispatcher (RFC 3339); the PodsReady timeout counts from
+/// it. Present with `spec.suspend: true` only when someone else suspended the Job since.
+pub const ADMITTED_AT_ANNOTATION: &str = "switchyard.dev/admitted-at";
+/// How many times the Job was requeued.
+pub const REQUEUES_ANNOTATION: &str = "switchyard.dev/requeues";
+/// The Job is not admitted again before this time (RFC 3339): requeue back-off.
+pub const REQUEUE_AFTER_ANNOTATION: &str = "switchyard.dev/requeue-after";
+/// The workers the Job is offered to at once (comma-separated), until one wins.
+pub const OFFERED_ANNOTATION: &str = "switchyard.dev/offered-to";
+/// The worker the next attempt avoids when another can take the Job.
+pub const AVOID_ANNOTATION: &str = "switchyard.dev/avoid-cluster";
+/// The Job is given up (requeuing limit reached); the value says why.
+pub const DEACTIVATED_ANNOTATION: &str = "switchyard.dev/deactivated";
+/// The Job's outcome in its worker (`Succeeded` or `Failed`), recorded before the copy is
+/// removed, so the result is known even if the API server refused the final status.
+pub const RESULT_ANNOTATION: &str = "switchyard.dev/result";
+/// On worker copies: the manager that created them.
+pub const ORIGIN_LABEL: &str = "switchyard.dev/origin";
+/// On worker copies (and their pods): the uid of the manager's Job.
+pub const ORIGIN_UID_LABEL: &str = "switchyard.dev/origin-uid";
+
+/// Status condition types the dispatcher owns on the manager's Job.
+pub mod condition {
+    /// False while the Job waits (the reason says why), True once dispatched.
+    pub const ADMITTED: &str = "Admitted";
+    /// Whether all the Job's pods are Ready (or done) in its worker.
+    pub const PODS_READY: &str = "PodsReady";
+    /// The last requeue: why, how many, when the next attempt is.
+    pub const REQUEUED: &str = "Requeued";
+    /// The Job was given up after too many requeues.
+    pub const DEACTIVATED: &str = "Deactivated";
+
+    pub const OURS: [&str; 4] = [ADMITTED, PODS_READY, REQUEUED, DEACTIVATED];
+}
+
+/// Reasons the dispatcher gives, in conditions, Events and `simulate` output.
+pub mod reason {
+    pub const DISPATCHED: &str = "Dispatched";
+    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+    pub const QUOTA_RESERVED_FOR_OLDER: &str = "QuotaHeldForOlderJob";
+    pub const WAITING_FOR_PODS_READY: &str = "WaitingForPodsReady";
+    pub const NO_WORKER_FITS: &str = "NoWorkerFits";
+    pub const NEVER_FITS: &str = "NeverFits";
+    pub const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
+    pub const QUEUE_NOT_FOUND: &str = "QueueNotFound";
+    pub const QUEUE_INVALID: &str = "QueueInvalid";
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    pub const INVALID_JOB: &str = "InvalidJob";
+    pub const BACKOFF: &str = "Backoff";
+    pub const WORKER_REFUSED: &str = "WorkerRefused";
+    pub const PODS_READY_TIMEOUT: &str = "PodsReadyTimeout";
+    pub const PODS_READY_LOST: &str = "PodsReadyRecoveryTimeout";
+    pub const WORKER_LOST: &str = "WorkerLost";
+    pub const REMOTE_DELETED: &str = "DeletedInWorker";
+    pub const SUSPENDED_BY_USER: &str = "Suspended";
+    pub const REQUEUING_LIMIT: &str = "RequeuingLimitExceeded";
+    pub const STALE_COPY: &str = "StaleCopy";
+    pub const ORPHANED_COPY: &str = "OrphanedCopy";
+    pub const FINISHED: &str = "Finished";
+    pub const PODS_READY: &str = "PodsReady";
+    pub const PODS_NOT_READY: &str = "PodsNotReady";
+}
+
+/// What the dispatcher decided at one instant.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// Why each class of pending Jobs that was tried waits (see [`Admission::waiting`]).
+    pub waiting: std::collections::BTreeMap<ClassKey, (&'static str, String)>,
+    /// When to plan again if nothing changes before.
+    pub wake_at: Option<SystemTime>,
+}
+
+/// Everything the dispatcher decides at `now`: first the Jobs that changed or whose deadline
+/// came (mirror, timeouts, lost workers, finished Jobs, copies to remove), then admission of
+/// pending Jobs against the capacity the world shows. What the first part gives back (a
+/// requeued or finished Job's quota) is admitted from once the world shows it: the next plan.
+pub fn plan(world: &mut World, now: SystemTime) -> Plan {
+    let mut out = Plan::default();
+    world.fire_timers(now);
+    let mut wakes = Vec::new();
+    for key in world.take_dirty() {
+        let Some(job) = world.jobs.get(&key) else {
+            continue;
+        };
+        if let Some(at) = reconcile(world, job, now, &mut out.actions) {
+            wakes.push((key, at));
+        }
+    }
+    for (key, at) in wakes {
+        world.wake(&key, at);
+    }
+    reconcile::collect_garbage(world, &mut out.actions);
+    if world.jobs_synced {
+        let admission = admit(world, now);
+        out.actions.extend(admission.actions);
+        out.waiting = admission.waiting;
+        out.wake_at = admission.wake_at;
+    }
+    if let Some(t) = world.next_timer() {
+        out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t)));
+    }
+    out
+}

@@ -1,0 +1,726 @@
+//! Admission: which pending Jobs are dispatched now, and where.
+//!
+//! Jobs are taken in one order across all queues: higher priority first, then older. A Job is
+//! admitted when its queue's quota covers its whole gang (pods × per-pod request), the queue's
+//! PodsReady gate is open (with `blockAdmission`, every Job admitted earlier is Ready), and the
+//! placement engine fits the whole gang, node by node and NUMA zone by NUMA zone, in one of the
+//! queue's workers; the best-scoring worker wins (the one the last attempt failed in only when
+//! no other fits).
+//!
+//! Starvation, both ways:
+//! - A Job that cannot be admitted does not block the Jobs behind it: they are tried in turn
+//!   and take whatever fits (backfill). Jobs that can never fit (more than the queue's whole
+//!   quota, larger than any worker even empty) never block anyone.
+//! - A Job that has waited `starvation_after` for capacity stops being overtaken: the quota
+//!   it needs is held for it, and one worker where it would fit once that worker's running
+//!   Jobs end is reserved for it (no Job behind it is placed there). As that worker drains,
+//!   the starving Job gets it.
+//!
+//! Pending Jobs that are interchangeable (same queue, namespace, pod template and gang size)
+//! form a class; when the first of a class cannot be admitted, none of the rest can, so a pass
+//! costs one attempt per class, not one per Job.
+
+use super::model::{Action, ClassKey, Hold, Job, JobKey, Placement, Rank, World};
+use super::reason;
+use crate::inventory::{Cluster, ResourceTable};
+use crate::placement::inflight::Take;
+use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeState};
+
+use crate::quantity::{display, Milli};
+use std::borrow::Cow;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// What one admission pass decided.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// Dispatches, in admission order.
+    pub actions: Vec<Action>,
+    /// Why each class that was looked at and not (fully) admitted waits: its first waiting
+    /// Job's reason, which is every later Job's of the class too.
+    pub waiting: BTreeMap<ClassKey, (&'static str, String)>,
+    /// When the pass could decide differently without any object changing (a back-off
+    /// ends, a Job starts starving).
+    pub wake_at: Option<SystemTime>,
+}
+
+impl Admission {
+    fn wake(&mut self, at: SystemTime) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+}
+
+/// Per-queue state during a pass.
+#[derive(Default)]
+struct QueueState {
+    usage: BTreeMap<String, i64>,
+    /// Quota held for starving Jobs earlier in the order.
+    held: BTreeMap<String, i64>,
+    /// Set when an admitted Job of a `blockAdmission` queue is not Ready: (the Job, its worker).
+    gate: Option<(JobKey, String)>,
+}
+
+/// The clusters as this pass sees them: the inventory, minus placements held for admitted
+/// Jobs and those handed out earlier in the pass. Copied on first change only.
+struct Working<'a> {
+    world: &'a World,
+    clusters: BTreeMap<String, Cow<'a, Cluster>>,
+    /// Under [`Placement::SumOfFree`]: what this pass gave each cluster, per resource.
+    sums_taken: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+impl<'a> Working<'a> {
+    fn cluster(&mut self, name: &str) -> Option<&Cluster> {
+        if !self.clusters.contains_key(name) {
+            let base = self.world.inventory.cluster(name)?;
+            let table = &self.world.inventory.resources;
+            let holds: Vec<&Take> = self
+                .world
+                .holds
+                .values()
+                .filter(|h| h.cluster == name)
+                .flat_map(|h| &h.takes)
+                .collect();
+            let cluster = if holds.is_empty() {
+                Cow::Borrowed(base)
+            } else {
+                let mut c = base.clone();
+                apply(&mut c, table, holds.into_iter());
+                Cow::Owned(c)
+            };
+            self.clusters.insert(name.to_string(), cluster);
+        }
+        self.clusters.get(name).map(|c| c.as_ref())
+    }
+
+    /// Under [`Placement::SumOfFree`]: whether the cluster's free resources, summed over its
+    /// nodes, cover `need`; its LeastAllocated score on those sums (0–10) if so.
+    fn sum_fit(&mut self, name: &str, need: &BTreeMap<String, i64>) -> Result<i64, String> {
+        let table = &self.world.inventory.resources;
+        let taken = self.sums_taken.get(name).cloned().unwrap_or_default();
+        let Some(cluster) = self.cluster(name) else {
+            return Err("not in the inventory yet".into());
+        };
+        let mut score = 0;
+        let mut counted = 0;
+        for (r, &n) in need {
+            let Some(id) = table.id(r) else {
+                return Err(format!("has no {r}"));
+            };
+            let free: i64 = cluster.nodes.iter().map(|node| node.free(id)).sum::<i64>()
+                - taken.get(r).copied().unwrap_or(0);
+            if free < n {
+                return Err(format!(
+                    "its nodes together have {} {r} free, the gang needs {}",
+                    show(r, free.max(0)),
+                    show(r, n)
+                ));
+            }
+            let alloc = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
+            if alloc > 0 && (r == "cpu" || r == "memory") {
+                score += (free - n) * 10 / alloc;
+                counted += 1;
+            }
+        }
+        Ok(if counted == 0 { 0 } else { score / counted })
+    }
+
+    fn sum_take(&mut self, name: &str, need: &BTreeMap<String, i64>) {
+        let t = self.sums_taken.entry(name.to_string()).or_default();
+        for (r, v) in need {
+            *t.entry(r.clone()).or_insert(0) += v;
+        }
+    }
+
+    fn take(&mut self, name: &str, takes: &[Take]) {
+        let table = &self.world.inventory.resources;
+        if let Some(c) = self.clusters.get_mut(name) {
+            apply(c.to_mut(), table, takes.iter());
+        }
+    }
+}
+
+fn apply<'t>(cluster: &mut Cluster, table: &ResourceTable, takes: impl Iterator<Item = &'t Take>) {
+    for t in takes {
+        if let Some(node) = cluster.nodes.iter_mut().find(|n| n.name == t.node) {
+            t.apply_to(node, table);
+        }
+    }
+    cluster.summarize(table.len());
+}
+
+/// The result of trying one Job.
+enum Attempt {
+    Dispatch { cluster: String, takes: Vec<Take> },
+    Offer { clusters: Vec<String> },
+    Wait(&'static str, String),
+}
+
+/// One admission pass over every queue's pending Jobs.
+pub fn admit(world: &World, now: SystemTime) -> Admission {
+    let mut pass = Admission::default();
+    let mut queues: BTreeMap<&str, QueueState> = BTreeMap::new();
+    for (name, u) in world.queue_uses() {
+        let gate = world.queues.get(name).and_then(|q| {
+            let s = q.settings.as_ref().ok()?;
+            if !s.wait_for_pods_ready.as_ref()?.block_admission {
+                return None;
+            }
+            let first = u.not_ready.iter().next()?;
+            let job = world.jobs.get(&first.key)?;
+            Some((job.key.clone(), job.cluster.clone().unwrap_or_default()))
+        });
+        queues.insert(
+            name.as_str(),
+            QueueState {
+                usage: u.usage.clone(),
+                held: BTreeMap::new(),
+                gate,
+            },
+        );
+    }
+    let mut working = Working {
+        world,
+        clusters: BTreeMap::new(),
+        sums_taken: BTreeMap::new(),
+    };
+    // Clusters reserved for starving Jobs, with the Job.
+    let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
+
+    // The first eligible Job of each class, ordered by rank across classes.
+    let mut heads: BinaryHeap<Reverse<(Rank, ClassKey)>> = BinaryHeap::new();
+    let next_in = |class: &ClassKey, after: Option<&Rank>, pass: &mut Admission| -> Option<Rank> {
+        let set = world.pending_classes().get(class)?;
+        let iter: Box<dyn Iterator<Item = &Rank>> = match after {
+            None => Box::new(set.iter()),
+            Some(r) => {
+                Box::new(set.range((std::ops::Bound::Excluded(r), std::ops::Bound::Unbounded)))
+            }
+        };
+        for rank in iter {
+            let job = world.jobs.get(&rank.key)?;
+            match job.requeue_after {
+                Some(t) if t > now => pass.wake(t),
+                _ => return Some(rank.clone()),
+            }
+        }
+        None
+    };
+    for class in world.pending_classes().keys() {
+        if let Some(rank) = next_in(class, None, &mut pass) {
+            heads.push(Reverse((rank, class.clone())));
+        }
+    }
+
+    while let Some(Reverse((rank, class))) = heads.pop() {
+        let Some(job) = world.jobs.get(&rank.key) else {
+            continue;
+        };
+        let state = queues.entry(job.queue.as_str()).or_default();
+        match attempt(
+            world,
+            job,
+            state,
+            &mut working,
+            &mut reserved,
+            now,
+            &mut pass,
+        ) {
+            Attempt::Dispatch { cluster, takes } => {
+                let need = job.total_request();
+                for (r, v) in &need {
+                    *state.usage.entry(r.clone()).or_insert(0) += v;
+                }
+                if blocks_admission(world, job) {
+                    state.gate = Some((job.key.clone(), cluster.clone()));
+                }
+                working.take(&cluster, &takes);
+                pass.actions.push(Action::Dispatch {
+                    job: job.key.clone(),
+                    cluster: cluster.clone(),
+                    hold: Hold {
+                        job_uid: job.uid.clone(),
+                        cluster,
+                        takes,
+                        since: now,
+                    },
+                });
+                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
+                    heads.push(Reverse((next, class)));
+                }
+            }
+            Attempt::Offer { clusters } => {
+                let need = job.total_request();
+                for (r, v) in &need {
+                    *state.usage.entry(r.clone()).or_insert(0) += v;
+                }
+                if blocks_admission(world, job) {
+                    state.gate = Some((job.key.clone(), clusters.join(", ")));
+                }
+                pass.actions.push(Action::Offer {
+                    job: job.key.clone(),
+                    clusters,
+                });
+                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
+                    heads.push(Reverse((next, class)));
+                }
+            }
+            Attempt::Wait(reason, message) => {
+                pass.waiting.insert(class, (reason, message));
+            }
+        }
+    }
+    pass
+}
+
+fn attempt(
+    world: &World,
+    job: &Job,
+    state: &mut QueueState,
+    working: &mut Working<'_>,
+    reserved: &mut BTreeMap<String, JobKey>,
+    now: SystemTime,
+    pass: &mut Admission,
+) -> Attempt {
+    let Some(queue) = world.queues.get(&job.queue) else {
+        return Attempt::Wait(
+            reason::QUEUE_NOT_FOUND,
+            format!(
+                "queue {:?} does not exist: create a DispatchQueue named {:?}, or label the Job with an existing queue",
+                job.queue, job.queue
+            ),
+        );
+    };
+    let settings = match &queue.settings {
+        Ok(s) => s,
+        Err(e) => {
+            return Attempt::Wait(
+                reason::QUEUE_INVALID,
+                format!("queue {:?} is not usable: {e}", job.queue),
+            )
+        }
+    };
+    if let Some(selector) = &settings.namespace_selector {
+        let fallback;
+        let labels = match &job.namespace_labels {
+            Some(l) => l.as_ref(),
+            None => {
+                fallback = BTreeMap::from([(
+                    crate::wellknown::NAMESPACE_NAME_LABEL.to_string(),
+                    job.key.namespace.clone(),
+                )]);
+                &fallback
+            }
+        };
+        if !crate::selector::matches(selector, labels) {
+            return Attempt::Wait(
+                reason::NAMESPACE_NOT_ALLOWED,
+                format!(
+                    "namespace {} does not match the namespaceSelector of queue {:?}",
+                    job.key.namespace, job.queue
+                ),
+            );
+        }
+    }
+    let shape = match &job.pod {
+        Ok(s) => s.clone(),
+        Err(e) => return Attempt::Wait(reason::INVALID_JOB, e.clone()),
+    };
+    if let Some((other, cluster)) = &state.gate {
+        return Attempt::Wait(
+            reason::WAITING_FOR_PODS_READY,
+            format!(
+                "queue {:?} admits one Job at a time until its pods are Ready (blockAdmission): waiting for {other} in {cluster}",
+                job.queue
+            ),
+        );
+    }
+
+    // Quota.
+    let need = job.total_request();
+    let quota = effective_quota(world, settings);
+    let mut short = String::new();
+    let mut never = String::new();
+    for (r, &n) in &need {
+        let Some(&limit) = quota.get(r) else {
+            if settings.quota.is_none() && n > 0 {
+                let _ = write!(never, "{}{} {r}", sep(&never), show(r, n));
+            }
+            continue;
+        };
+        if n > limit {
+            let _ = write!(
+                never,
+                "{}{} {r} (quota {})",
+                sep(&never),
+                show(r, n),
+                show(r, limit)
+            );
+            continue;
+        }
+        let used =
+            state.usage.get(r).copied().unwrap_or(0) + state.held.get(r).copied().unwrap_or(0);
+        if used + n > limit {
+            let _ = write!(
+                short,
+                "{}{} {r} ({} of {} free)",
+                sep(&short),
+                show(r, n),
+                show(r, (limit - used).max(0)),
+                show(r, limit)
+            );
+        }
+    }
+    if !never.is_empty() {
+        return Attempt::Wait(
+            reason::NEVER_FITS,
+            format!(
+                "the gang of {} pods needs more than queue {:?} can ever give: {never}",
+                job.gang(),
+                job.queue
+            ),
+        );
+    }
+    let starving = now.duration_since(job.waiting_since()).unwrap_or_default()
+        >= world.config.starvation_after;
+    if !starving {
+        pass.wake(job.waiting_since() + world.config.starvation_after);
+    }
+    if !short.is_empty() {
+        let mut message = format!(
+            "waiting for quota in queue {:?}: the gang of {} pods needs {short}",
+            job.queue,
+            job.gang()
+        );
+        if starving {
+            for (r, v) in &need {
+                *state.held.entry(r.clone()).or_insert(0) += v;
+            }
+            message.push_str("; its quota is held for it from now on");
+        }
+        return Attempt::Wait(reason::QUOTA_EXCEEDED, message);
+    }
+
+    // Placement.
+    let bound = shape.bind(&world.inventory.resources);
+    let strategy = shape.strategy(settings.strategy);
+    let gang = job.gang() as usize;
+    let mut fits: Vec<(bool, i64, usize, String)> = Vec::new();
+    let mut reasons: Vec<(String, String, bool)> = Vec::new();
+    let mut candidates = Vec::new();
+    for (order, name) in settings.clusters.iter().enumerate() {
+        if let Some(why) = unusable(world, job, name, reserved) {
+            reasons.push((name.clone(), why, false));
+            continue;
+        }
+        candidates.push(name);
+        let preferred = job.avoid.as_deref() != Some(name.as_str());
+        match world.config.placement {
+            Placement::Everywhere => fits.push((true, 0, order, name.clone())),
+            Placement::SumOfFree => match working.sum_fit(name, &need) {
+                Ok(score) => fits.push((preferred, score, order, name.clone())),
+                Err(why) => reasons.push((name.clone(), why, false)),
+            },
+            Placement::Exact => {
+                let Some(cluster) = working.cluster(name) else {
+                    reasons.push((name.clone(), "not in the inventory yet".into(), false));
+                    continue;
+                };
+                let fit = fit_cluster(
+                    cluster,
+                    &world.inventory.resources,
+                    &shape,
+                    &bound,
+                    gang,
+                    &world.config.engine,
+                    strategy,
+                );
+                match &fit.misfit {
+                    None => fits.push((preferred, fit.score, order, name.clone())),
+                    Some(m) => reasons.push((name.clone(), m.to_string(), m.unresolvable())),
+                }
+            }
+        }
+    }
+    // Best first: not the worker the last attempt failed in, highest score, queue order.
+    fits.sort_by_key(|f| Reverse((f.0, f.1, Reverse(f.2))));
+    let fanout = match world.config.placement {
+        Placement::Everywhere => fits.len(),
+        _ => settings.fanout,
+    };
+    if fits.len() > 1 && fanout > 1 {
+        return Attempt::Offer {
+            clusters: fits.into_iter().take(fanout).map(|f| f.3).collect(),
+        };
+    }
+    if let Some((_, _, _, name)) = fits.into_iter().next() {
+        let takes = match world.config.placement {
+            Placement::Exact => {
+                let Some(cluster) = working.cluster(&name) else {
+                    return Attempt::Wait(reason::NO_WORKER_FITS, "the inventory changed".into());
+                };
+                let fit = fit_cluster(
+                    cluster,
+                    &world.inventory.resources,
+                    &shape,
+                    &bound,
+                    gang,
+                    &world.config.engine,
+                    strategy,
+                );
+                takes_of(
+                    cluster,
+                    &world.inventory.resources,
+                    &shape,
+                    &bound,
+                    &fit,
+                    world,
+                )
+            }
+            Placement::SumOfFree => {
+                working.sum_take(&name, &need);
+                Vec::new()
+            }
+            Placement::Everywhere => Vec::new(),
+        };
+        return Attempt::Dispatch {
+            cluster: name,
+            takes,
+        };
+    }
+    if candidates.is_empty() {
+        return Attempt::Wait(
+            reason::NO_ACTIVE_WORKER,
+            format!(
+                "no worker of queue {:?} can take Jobs now: {}",
+                job.queue,
+                join(&reasons)
+            ),
+        );
+    }
+    let all_never = reasons.iter().all(|(_, _, never)| *never);
+    if world.config.placement == Placement::Exact && (starving || all_never) {
+        // Would it fit anywhere if the worker were empty?
+        let mut drained_best: Option<(i64, String)> = None;
+        for name in &candidates {
+            let Some(base) = world.inventory.cluster(name) else {
+                continue;
+            };
+            let empty = drained(base, world.inventory.resources.len());
+            let fit = fit_cluster(
+                &empty,
+                &world.inventory.resources,
+                &shape,
+                &bound,
+                gang,
+                &world.config.engine,
+                strategy,
+            );
+            if fit.fits() && drained_best.as_ref().is_none_or(|(s, _)| fit.score > *s) {
+                drained_best = Some((fit.score, (*name).clone()));
+            }
+        }
+        match drained_best {
+            None => {
+                return Attempt::Wait(
+                    reason::NEVER_FITS,
+                    format!(
+                        "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
+                        job.queue,
+                        job.gang(),
+                        join(&reasons)
+                    ),
+                )
+            }
+            Some((_, name)) if starving => {
+                reserved.insert(name.clone(), job.key.clone());
+                for (r, v) in &need {
+                    *state.held.entry(r.clone()).or_insert(0) += v;
+                }
+                return Attempt::Wait(
+                    reason::NO_WORKER_FITS,
+                    format!(
+                        "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
+                        job.gang(),
+                        super::model::rfc3339(job.waiting_since()),
+                        join(&reasons)
+                    ),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    Attempt::Wait(
+        reason::NO_WORKER_FITS,
+        format!(
+            "no worker can take the gang of {} pods now: {}",
+            job.gang(),
+            join(&reasons)
+        ),
+    )
+}
+
+fn blocks_admission(world: &World, job: &Job) -> bool {
+    world
+        .queues
+        .get(&job.queue)
+        .and_then(|q| q.settings.as_ref().ok())
+        .and_then(|s| s.wait_for_pods_ready.as_ref())
+        .is_some_and(|w| w.block_admission)
+}
+
+/// Why a cluster of the queue cannot be tried for this Job, if it cannot.
+fn unusable(
+    world: &World,
+    job: &Job,
+    name: &str,
+    reserved: &BTreeMap<String, JobKey>,
+) -> Option<String> {
+    let Some(worker) = world.workers.get(name) else {
+        return Some("no such WorkerCluster".into());
+    };
+    if !worker.connected {
+        return Some(if worker.message.is_empty() {
+            "not connected".into()
+        } else {
+            format!("not connected ({})", worker.message)
+        });
+    }
+    if !worker.copies_synced {
+        return Some("connected, its Jobs not listed yet".into());
+    }
+    if let Some(c) = world.inventory.cluster(name) {
+        if let Some(why) = &c.unavailable {
+            return Some(why.clone());
+        }
+    }
+    if let Some(other) = reserved.get(name) {
+        return Some(format!("kept for {other}, which has waited longest"));
+    }
+    if world.has_stale_copies(name) {
+        return Some("copies of Jobs taken back from it are still being removed".into());
+    }
+    if world.foreign_copy(&job.key, &job.uid, name).is_some() {
+        return Some(format!(
+            "an earlier Job named {} is still being removed there",
+            job.key
+        ));
+    }
+    None
+}
+
+/// The queue's quota in force: its own, or the sum of its usable workers' allocatable.
+pub fn effective_quota(
+    world: &World,
+    settings: &crate::api::QueueSettings,
+) -> BTreeMap<String, i64> {
+    if let Some(q) = &settings.quota {
+        return q.iter().map(|(k, v)| (k.clone(), v.0)).collect();
+    }
+    let table = &world.inventory.resources;
+    let mut out = BTreeMap::new();
+    for name in &settings.clusters {
+        let Some(c) = world.inventory.cluster(name) else {
+            continue;
+        };
+        if c.unavailable.is_some() || !world.workers.get(name).is_some_and(|w| w.connected) {
+            continue;
+        }
+        for (r, v) in c.summary.allocatable.iter().enumerate() {
+            if *v > 0 {
+                *out.entry(table.name(r).to_string()).or_insert(0) += v;
+            }
+        }
+    }
+    out
+}
+
+/// The takes of a gang placement, node by node, for holding it.
+fn takes_of(
+    cluster: &Cluster,
+    table: &ResourceTable,
+    shape: &crate::placement::PodShape,
+    bound: &crate::placement::BoundPod,
+    fit: &ClusterFit,
+    world: &World,
+) -> Vec<Take> {
+    fit.placements
+        .iter()
+        .filter_map(|&(i, count)| {
+            let node = cluster.nodes.get(i)?;
+            let after = fit_node(
+                node,
+                table,
+                shape,
+                bound,
+                count,
+                &world.config.engine,
+                false,
+            );
+            (after.count == count)
+                .then(|| Take::between(node, table, &NodeState::of(node), &after.state))
+        })
+        .collect()
+}
+
+/// The cluster with nothing running: what it could hold once it drains.
+fn drained(cluster: &Cluster, resources: usize) -> Cluster {
+    let mut c = cluster.clone();
+    for n in &mut c.nodes {
+        n.requested.iter_mut().for_each(|v| *v = 0);
+        if let Some(numa) = &mut n.numa {
+            for z in &mut numa.zones {
+                z.available.clone_from(&z.allocatable);
+            }
+        }
+    }
+    c.summarize(resources);
+    c
+}
+
+fn show(resource: &str, m: i64) -> String {
+    display(resource, Milli(m))
+}
+
+fn sep(s: &str) -> &'static str {
+    if s.is_empty() {
+        ""
+    } else {
+        ", "
+    }
+}
+
+fn join(reasons: &[(String, String, bool)]) -> String {
+    reasons
+        .iter()
+        .map(|(c, m, _)| format!("{c}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The placement of the Job's gang in `cluster` as it is now, to hold for a Job admitted
+/// before a restart (whose pods the inventory may not show yet).
+pub(super) fn hold_for(world: &World, job: &Job, cluster: &str, now: SystemTime) -> Option<Hold> {
+    let shape: Arc<crate::placement::PodShape> = job.pod.as_ref().ok()?.clone();
+    let c = world.inventory.cluster(cluster)?;
+    let settings = world.queues.get(&job.queue)?.settings.as_ref().ok()?;
+    let bound = shape.bind(&world.inventory.resources);
+    let fit = fit_cluster(
+        c,
+        &world.inventory.resources,
+        &shape,
+        &bound,
+        job.gang() as usize,
+        &world.config.engine,
+        shape.strategy(settings.strategy),
+    );
+    fit.fits().then(|| Hold {
+        job_uid: job.uid.clone(),
+        cluster: cluster.to_string(),
+        takes: takes_of(c, &world.inventory.resources, &shape, &bound, &fit, world),
+        since: now,
+    })
+}

@@ -1,0 +1,323 @@
+//! The manager Job's status, mirrored from its worker copy as it changes.
+//!
+//! The API server validates Job status even for Jobs managed by someone else, and a refused
+//! write must be reported, not retried. The rules observed on Kubernetes 1.36 (and in its
+//! `pkg/registry/batch/job` status strategy for Jobs with `spec.managedBy`):
+//! - `ready` ≤ `active`; a finished Job has `active` 0, a `startTime` and no uncounted pods;
+//! - `Complete=True` needs `SuccessCriteriaMet=True` and a `completionTime` (≥ `startTime`),
+//!   and `completionTime` is refused without `Complete=True`; `Failed=True` needs
+//!   `FailureTarget=True`; Complete and Failed never go together;
+//! - `completionTime` never changes once set; `startTime` never changes once set while the
+//!   Job is unsuspended;
+//! - `succeeded` and `failed` never decrease; a terminal condition is never removed.
+//!
+//! Workers older than 1.31 finish Jobs without `SuccessCriteriaMet` / `FailureTarget`: those
+//! are added. A Job requeued and run again restarts its counters in the new worker; the
+//! manager's keep the larger value, since they may not go down.
+
+use super::condition;
+use super::model::{terminal, JobResult};
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::hash::{Hash, Hasher};
+use std::time::SystemTime;
+
+/// Whether the gang is all Ready (or done), for the `PodsReady` condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    pub ready: u32,
+    pub gang: u32,
+}
+
+impl Readiness {
+    pub fn all(self) -> bool {
+        self.ready >= self.gang
+    }
+}
+
+/// The status the manager Job should have, given its worker copy's.
+pub fn mirrored(
+    local: &JobStatus,
+    remote: &JobStatus,
+    readiness: Readiness,
+    now: SystemTime,
+) -> JobStatus {
+    let finished = terminal(remote);
+    let mut out = JobStatus {
+        active: remote.active.filter(|_| finished.is_none()),
+        terminating: remote.terminating,
+        succeeded: max_opt(local.succeeded, remote.succeeded),
+        failed: max_opt(local.failed, remote.failed),
+        completed_indexes: remote.completed_indexes.clone(),
+        failed_indexes: remote.failed_indexes.clone(),
+        uncounted_terminated_pods: if finished.is_some() {
+            None
+        } else {
+            remote.uncounted_terminated_pods.clone()
+        },
+        ..Default::default()
+    };
+    out.ready = match (remote.ready, out.active) {
+        (Some(r), Some(a)) => Some(r.min(a)),
+        (Some(_), None) => Some(0),
+        (None, _) => None,
+    };
+    // Immutable once set while the Job runs: the manager's own wins.
+    out.start_time = local
+        .start_time
+        .clone()
+        .or_else(|| remote.start_time.clone());
+
+    let mut conditions: Vec<JobCondition> = remote
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !condition::OURS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    match finished {
+        Some(JobResult::Succeeded) => {
+            require(&mut conditions, "SuccessCriteriaMet", "Complete");
+            conditions.retain(|c| {
+                !(c.type_ == "Failed" || c.type_ == "FailureTarget") || c.status != "True"
+            });
+            let completion = local
+                .completion_time
+                .clone()
+                .or_else(|| remote.completion_time.clone())
+                .or_else(|| condition_time(&conditions, "Complete"))
+                .unwrap_or_else(|| Time(to_timestamp(now)));
+            let start = out.start_time.clone().unwrap_or_else(|| completion.clone());
+            // completionTime ≥ startTime (the manager's startTime may be the later one).
+            let completion = if completion.0 < start.0 {
+                start.clone()
+            } else {
+                completion
+            };
+            out.start_time = Some(start);
+            out.completion_time = Some(completion);
+        }
+        Some(JobResult::Failed) => {
+            require(&mut conditions, "FailureTarget", "Failed");
+            if out.start_time.is_none() {
+                out.start_time =
+                    condition_time(&conditions, "Failed").or_else(|| Some(Time(to_timestamp(now))));
+            }
+        }
+        None => {}
+    }
+    // The manager's terminal conditions are never dropped (a late, stale copy status).
+    for c in local.conditions.iter().flatten() {
+        if c.status == "True"
+            && ["Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"]
+                .contains(&c.type_.as_str())
+            && !conditions.iter().any(|x| x.type_ == c.type_)
+        {
+            conditions.push(c.clone());
+        }
+    }
+    // The dispatcher's own conditions, PodsReady brought up to date.
+    for c in local.conditions.iter().flatten() {
+        if condition::OURS.contains(&c.type_.as_str()) && c.type_ != condition::PODS_READY {
+            conditions.push(c.clone());
+        }
+    }
+    conditions.push(pods_ready_condition(
+        local,
+        readiness,
+        finished.is_some(),
+        now,
+    ));
+    out.conditions = Some(conditions);
+    out
+}
+
+/// The `PodsReady` condition for this readiness, keeping the transition time when its status
+/// does not change. Its reason tells "never Ready since admission" (`WaitingForPods`) from
+/// "was Ready, lost it" (`PodsReadyLost`): the recovery timeout counts only the latter.
+pub fn pods_ready_condition(
+    local: &JobStatus,
+    r: Readiness,
+    finished: bool,
+    now: SystemTime,
+) -> JobCondition {
+    let old = local
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == condition::PODS_READY);
+    let ready = r.all() || finished;
+    let (reason, message) = if ready {
+        (
+            super::reason::PODS_READY,
+            format!(
+                "{} of {} pods Ready or done",
+                r.ready.max(r.gang.min(r.ready)),
+                r.gang
+            ),
+        )
+    } else {
+        let was_ready =
+            old.is_some_and(|c| c.status == "True" || c.reason.as_deref() == Some(LOST));
+        (
+            if was_ready { LOST } else { WAITING },
+            format!("{} of {} pods Ready", r.ready, r.gang),
+        )
+    };
+    let status = if ready { "True" } else { "False" };
+    let transition = match old {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Some(Time(to_timestamp(now))),
+    };
+    JobCondition {
+        type_: condition::PODS_READY.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        last_probe_time: None,
+        last_transition_time: transition,
+    }
+}
+
+/// `PodsReady` False since admission: never Ready yet.
+pub const WAITING: &str = "WaitingForPods";
+/// `PodsReady` False after having been True.
+pub const LOST: &str = "PodsReadyLost";
+
+/// A digest of a worker copy's status, to recognise a write the API server already refused.
+pub fn digest(status: &JobStatus) -> u64 {
+    let text = serde_json::to_string(status).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// `SystemTime` as a Kubernetes timestamp, whole seconds (what `Time` carries on the wire).
+pub fn to_timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+}
+
+fn max_opt(a: Option<i32>, b: Option<i32>) -> Option<i32> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn condition_time(conditions: &[JobCondition], type_: &str) -> Option<Time> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .and_then(|c| c.last_transition_time.clone())
+}
+
+/// Adds `needed=True` before `terminal` when a worker finished the Job without it.
+fn require(conditions: &mut Vec<JobCondition>, needed: &str, terminal: &str) {
+    if conditions
+        .iter()
+        .any(|c| c.type_ == needed && c.status == "True")
+    {
+        return;
+    }
+    let Some(pos) = conditions
+        .iter()
+        .position(|c| c.type_ == terminal && c.status == "True")
+    else {
+        return;
+    };
+    let t = &conditions[pos];
+    let added = JobCondition {
+        type_: needed.into(),
+        status: "True".into(),
+        reason: t.reason.clone(),
+        message: t.message.clone(),
+        last_probe_time: t.last_probe_time.clone(),
+        last_transition_time: t.last_transition_time.clone(),
+    };
+    conditions.retain(|c| c.type_ != needed);
+    let pos = conditions
+        .iter()
+        .position(|c| c.type_ == terminal)
+        .unwrap_or(conditions.len());
+    conditions.insert(pos, added);
+}
+
+/// Every rule above, checked on a status about to be written over `old`: the reason the API
+/// server would give, or `None`. The mirror's output must always pass (tested), and the live
+/// writer refuses to send a status that does not, instead of retrying a write that will fail.
+pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<String> {
+    let is = |s: &JobStatus, t: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    let complete = is(new, "Complete");
+    let failed = is(new, "Failed");
+    if let (Some(r), a) = (new.ready, new.active.unwrap_or(0)) {
+        if r > a {
+            return Some(format!(
+                "status.ready: Invalid value: {r}: cannot set more ready pods than active"
+            ));
+        }
+    }
+    if complete && failed {
+        return Some("status.conditions: Complete and Failed together".into());
+    }
+    if complete && !is(new, "SuccessCriteriaMet") {
+        return Some("status.conditions: cannot set Complete=True condition without the SuccessCriteriaMet=true condition".into());
+    }
+    if failed && !is(new, "FailureTarget") {
+        return Some("status.conditions: cannot set Failed=True condition without the FailureTarget=true condition".into());
+    }
+    if complete && new.completion_time.is_none() {
+        return Some(
+            "status.completionTime: Required value: completionTime is required for Complete jobs"
+                .into(),
+        );
+    }
+    if !complete && new.completion_time.is_some() {
+        return Some("status.completionTime: cannot set completionTime when there is no Complete=True condition".into());
+    }
+    if complete || failed {
+        if new.active.unwrap_or(0) > 0 {
+            return Some("status.active: active>0 is invalid for finished job".into());
+        }
+        if new.start_time.is_none() {
+            return Some(
+                "status.startTime: Required value: startTime is required for finished job".into(),
+            );
+        }
+    }
+    if let (Some(s), Some(c)) = (&new.start_time, &new.completion_time) {
+        if c.0 < s.0 {
+            return Some("status.completionTime: must be equal to or after startTime".into());
+        }
+    }
+    if old.completion_time.is_some() && old.completion_time != new.completion_time {
+        return Some("status.completionTime: field is immutable".into());
+    }
+    if !suspended && old.start_time.is_some() && old.start_time != new.start_time {
+        return Some("status.startTime: field is immutable for unsuspended job once set".into());
+    }
+    if is(old, "Complete") && !complete {
+        return Some(
+            "status.conditions: cannot disable the terminal Complete=True condition".into(),
+        );
+    }
+    if is(old, "Failed") && !failed {
+        return Some("status.conditions: cannot disable the terminal Failed=True condition".into());
+    }
+    if new.succeeded.unwrap_or(0) < old.succeeded.unwrap_or(0) {
+        return Some("status.succeeded: cannot decrease the succeeded counter".into());
+    }
+    if new.failed.unwrap_or(0) < old.failed.unwrap_or(0) {
+        return Some("status.failed: cannot decrease the failed counter".into());
+    }
+    None
+}

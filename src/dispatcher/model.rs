@@ -1,0 +1,797 @@
+//! What the dispatcher knows, as plain data: the manager's Jobs, their copies in the workers,
+//! the queues, the workers, the inventory and the placements handed out. [`World`] keeps the
+//! indexes the decisions need (quota use per queue, pending Jobs by class, copies by origin
+//! uid) up to date as objects come and go, so a decision never walks every Job.
+
+use crate::api::QueueSettings;
+use crate::inventory::Inventory;
+use crate::placement::inflight::Take;
+use crate::placement::{EngineConfig, PodShape};
+use k8s_openapi::api::batch::v1::JobStatus;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// A Job's namespace and name: the same in the manager and in its worker.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl JobKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How a Job ended in its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobResult {
+    Succeeded,
+    Failed,
+}
+
+impl JobResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobResult::Succeeded => "Succeeded",
+            JobResult::Failed => "Failed",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Succeeded" => Some(Self::Succeeded),
+            "Failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A Job of the manager cluster that carries a queue label, reduced to what dispatch needs.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub key: JobKey,
+    pub uid: String,
+    /// For the claim's optimistic concurrency (empty in `simulate`).
+    pub resource_version: String,
+    pub queue: String,
+    /// The pod template's PriorityClass value.
+    pub priority: i32,
+    pub created: SystemTime,
+    pub parallelism: u32,
+    pub completions: Option<u32>,
+    /// The pod template, analysed; why not when it cannot be.
+    pub pod: Result<Arc<PodShape>, String>,
+    /// Jobs with the same key have the same pod template (as far as placement sees it).
+    pub shape_key: u64,
+    /// The namespace's labels, for the queue's namespaceSelector (`None`: unknown, treated as
+    /// carrying only `kubernetes.io/metadata.name`).
+    pub namespace_labels: Option<Arc<BTreeMap<String, String>>>,
+    pub suspended: bool,
+    /// Being deleted (or gone): its copies go too.
+    pub deleting: bool,
+    /// Dispatch state, from the annotations.
+    pub cluster: Option<String>,
+    /// Workers the Job was offered to at once (`placement.fanout` > 1) while none has won yet.
+    pub offers: Vec<String>,
+    pub admitted_at: Option<SystemTime>,
+    pub requeues: u32,
+    pub requeue_after: Option<SystemTime>,
+    pub avoid: Option<String>,
+    pub deactivated: Option<String>,
+    pub result: Option<JobResult>,
+    /// The manager Job's status (mirrored from the worker, plus the dispatcher's conditions).
+    pub status: JobStatus,
+}
+
+impl Job {
+    /// The pods that must run at once: parallelism, or completions when smaller.
+    pub fn gang(&self) -> u32 {
+        match self.completions {
+            Some(c) => self.parallelism.min(c),
+            None => self.parallelism,
+        }
+    }
+
+    /// Finished as far as the dispatcher is concerned: a result recorded, or a terminal
+    /// condition in the manager Job's status.
+    pub fn finished(&self) -> bool {
+        self.result.is_some() || terminal(&self.status).is_some()
+    }
+
+    /// Waiting to be admitted.
+    pub fn is_pending(&self) -> bool {
+        self.cluster.is_none()
+            && self.offers.is_empty()
+            && !self.deleting
+            && !self.finished()
+            && self.deactivated.is_none()
+            && !self.user_suspended()
+    }
+
+    /// Admitted and holding quota: claimed for a worker and not finished.
+    pub fn holds_quota(&self) -> bool {
+        (self.cluster.is_some() || !self.offers.is_empty()) && !self.finished() && !self.deleting
+    }
+
+    /// The workers whose copies the Job keeps: its worker, or the ones it is offered to.
+    pub fn kept_clusters(&self) -> &[String] {
+        if self.deleting || self.deactivated.is_some() {
+            return &[];
+        }
+        match &self.cluster {
+            Some(c) => std::slice::from_ref(c),
+            None => &self.offers,
+        }
+    }
+
+    /// Unsuspended by the dispatcher once and suspended again by someone else.
+    pub fn user_suspended(&self) -> bool {
+        self.suspended && self.admitted_at.is_some()
+    }
+
+    /// The dispatcher's condition of this type in the Job's status.
+    pub fn condition(&self, type_: &str) -> Option<&k8s_openapi::api::batch::v1::JobCondition> {
+        self.status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+    }
+
+    /// Whether the `PodsReady` condition is True, and since when it has had its status.
+    pub fn pods_ready(&self) -> Option<(bool, Option<SystemTime>)> {
+        self.condition(super::condition::PODS_READY).map(|c| {
+            (
+                c.status == "True",
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| to_system_time(&t.0)),
+            )
+        })
+    }
+
+    /// When the Job started waiting: its creation, or the end of its last back-off.
+    pub fn waiting_since(&self) -> SystemTime {
+        self.requeue_after.unwrap_or(self.created).max(self.created)
+    }
+
+    /// The total request of the gang, per resource name: pods × the per-pod request.
+    pub fn total_request(&self) -> BTreeMap<String, i64> {
+        let gang = i64::from(self.gang());
+        match &self.pod {
+            Ok(shape) => shape
+                .node_request
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_mul(gang)))
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        }
+    }
+}
+
+/// `Complete` or `Failed` True in a Job status.
+pub fn terminal(status: &JobStatus) -> Option<JobResult> {
+    for c in status.conditions.iter().flatten() {
+        if c.status == "True" {
+            match c.type_.as_str() {
+                "Complete" => return Some(JobResult::Succeeded),
+                "Failed" => return Some(JobResult::Failed),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// RFC 3339 in UTC, whole seconds: how annotations and messages give times.
+pub fn rfc3339(t: SystemTime) -> String {
+    super::mirror::to_timestamp(t).to_string()
+}
+
+/// Reads [`rfc3339`] (and any RFC 3339 time).
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    s.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(SystemTime::from)
+}
+
+pub fn to_system_time(t: &k8s_openapi::jiff::Timestamp) -> SystemTime {
+    SystemTime::from(*t)
+}
+
+/// A worker's copy of a manager Job (labelled with our origin).
+#[derive(Debug, Clone)]
+pub struct Copy {
+    pub cluster: String,
+    pub key: JobKey,
+    pub uid: String,
+    /// The manager Job's uid, from the copy's `switchyard.dev/origin-uid` label.
+    pub origin_uid: String,
+    pub status: JobStatus,
+    pub deleting: bool,
+}
+
+impl Copy {
+    /// Ready + succeeded pods.
+    pub fn ready_pods(&self) -> u32 {
+        let ready = self.status.ready.unwrap_or(0).max(0) as u32;
+        let succeeded = self.status.succeeded.unwrap_or(0).max(0) as u32;
+        ready + succeeded
+    }
+}
+
+/// What the dispatcher sees of a worker.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub name: String,
+    pub connected: bool,
+    /// Since when it cannot be reached (kept across retries).
+    pub disconnected_since: Option<SystemTime>,
+    /// Its copies have been listed since it was last (re)connected: a copy missing from the
+    /// list is really missing.
+    pub copies_synced: bool,
+    pub scheduler_name: Option<String>,
+    /// Why it is not usable, for people.
+    pub message: String,
+}
+
+impl Worker {
+    pub fn usable(&self) -> bool {
+        self.connected && self.copies_synced
+    }
+}
+
+/// A queue: its settings, or why they are unusable.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub name: String,
+    pub settings: Result<QueueSettings, String>,
+}
+
+/// Placements handed out to a Job and not yet visible in its worker's inventory.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub job_uid: String,
+    pub cluster: String,
+    pub takes: Vec<Take>,
+    pub since: SystemTime,
+}
+
+/// How admission judges whether a worker can take a Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// The placement engine's exact fit of the whole gang, node by node and NUMA zone by
+    /// NUMA zone (Switchyard).
+    #[default]
+    Exact,
+    /// The sum of the worker's free resources covers the gang, as a virtual node summing its
+    /// cluster would judge it (seed 004's alternative; `simulate --strategy sum-aggregate`).
+    SumOfFree,
+    /// No judgement: the Job is offered to every worker of its queue at once and the first
+    /// to run all its pods keeps it (seed 000 without Kueue; `simulate --strategy
+    /// all-at-once`).
+    Everywhere,
+}
+
+/// Tunables of the decisions.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub placement: Placement,
+    /// `switchyard.dev/origin` on worker copies: tells this manager's copies from others'.
+    pub manager_id: String,
+    pub engine: EngineConfig,
+    /// A Job waiting this long for capacity stops Jobs behind it from taking the cluster and
+    /// the quota it needs (see the admission module).
+    pub starvation_after: Duration,
+    /// The longest a placement is held for a Job whose pods never all become Ready.
+    pub hold_timeout: Duration,
+    /// How long a claimed Job may wait for its copy to be created before another attempt.
+    pub create_retry_after: Duration,
+    /// A message-only change of a waiting Job's reason is written at most this often.
+    pub wait_rewrite_after: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            manager_id: "switchyard".into(),
+            placement: Placement::Exact,
+            engine: EngineConfig::default(),
+            starvation_after: Duration::from_secs(600),
+            hold_timeout: Duration::from_secs(600),
+            create_retry_after: Duration::from_secs(10),
+            wait_rewrite_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Pending Jobs that are interchangeable for admission: same queue, namespace, pod shape and
+/// gang size. When the first of a class cannot be admitted, none of the others can.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClassKey {
+    pub queue: String,
+    pub namespace: String,
+    pub shape: u64,
+    pub gang: u32,
+}
+
+/// Admission order: higher priority first, then older, then by name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    pub neg_priority: i64,
+    pub created: SystemTime,
+    pub key: JobKey,
+}
+
+impl Job {
+    pub fn rank(&self) -> Rank {
+        Rank {
+            neg_priority: -i64::from(self.priority),
+            created: self.created,
+            key: self.key.clone(),
+        }
+    }
+    pub fn class(&self) -> ClassKey {
+        ClassKey {
+            queue: self.queue.clone(),
+            namespace: self.key.namespace.clone(),
+            shape: self.shape_key,
+            gang: self.gang(),
+        }
+    }
+}
+
+/// Per-queue totals kept as Jobs change.
+#[derive(Debug, Clone, Default)]
+pub struct QueueUse {
+    /// Admitted Jobs' requests, per resource name.
+    pub usage: BTreeMap<String, i64>,
+    pub pending: usize,
+    pub admitted: usize,
+    /// Admitted Jobs whose pods are all Ready.
+    pub running: usize,
+    /// Admitted Jobs not yet PodsReady (the blockAdmission gate), in rank order.
+    pub not_ready: BTreeSet<Rank>,
+}
+
+/// Everything the dispatcher knows at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    pub config: DispatchConfig,
+    pub jobs: BTreeMap<JobKey, Job>,
+    /// The manager's Jobs have been listed: a Job missing from the list is gone (copies of
+    /// missing Jobs are only removed after that).
+    pub jobs_synced: bool,
+    pub queues: BTreeMap<String, Queue>,
+    pub workers: BTreeMap<String, Worker>,
+    pub inventory: Arc<Inventory>,
+    pub holds: BTreeMap<String, Hold>,
+    /// When each waiting Job's reason was last written (by uid).
+    pub wait_written: HashMap<String, SystemTime>,
+    /// The last status write the API server refused, per Job uid, so the same write is not
+    /// retried forever.
+    pub refused_status: HashMap<String, u64>,
+    /// When a claimed Job's copy was last attempted (by uid).
+    pub create_attempted: HashMap<String, SystemTime>,
+    copies: HashMap<String, BTreeMap<String, Copy>>,
+    /// Copies whose origin uid names no Job we know (candidates for garbage collection).
+    by_uid: HashMap<String, JobKey>,
+    uses: BTreeMap<String, QueueUse>,
+    charges: HashMap<JobKey, Charge>,
+    pending: BTreeMap<ClassKey, BTreeSet<Rank>>,
+    /// Jobs changed since they were last reconciled.
+    dirty: BTreeSet<JobKey>,
+    /// Jobs to look at again at a deadline (PodsReady, worker lost, retries).
+    timers: BTreeMap<SystemTime, BTreeSet<JobKey>>,
+    /// Per worker, the origin uids of copies that should not exist and are not being deleted
+    /// yet: nothing new is dispatched there until they are (a worker that comes back first
+    /// loses the copies of the Jobs taken back from it).
+    stale: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// What one Job contributes to its queue's totals.
+#[derive(Debug, Clone, Default)]
+struct Charge {
+    queue: String,
+    usage: BTreeMap<String, i64>,
+    pending: Option<ClassKey>,
+    admitted: bool,
+    running: bool,
+    rank: Option<Rank>,
+}
+
+impl World {
+    pub fn new(config: DispatchConfig) -> Self {
+        Self {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// Adds or replaces a manager Job.
+    pub fn upsert_job(&mut self, job: Job) {
+        self.uncharge(&job.key);
+        self.by_uid.insert(job.uid.clone(), job.key.clone());
+        if let Some(old) = self.jobs.get(&job.key) {
+            if old.uid != job.uid {
+                self.by_uid.remove(&old.uid);
+            }
+        }
+        self.charge(&job);
+        self.dirty.insert(job.key.clone());
+        let uid = job.uid.clone();
+        self.jobs.insert(job.key.clone(), job);
+        self.restale(&uid);
+    }
+
+    /// Forgets a manager Job (deleted). Its copies stay until they are removed.
+    pub fn remove_job(&mut self, key: &JobKey) -> Option<Job> {
+        self.uncharge(key);
+        let job = self.jobs.remove(key)?;
+        self.by_uid.remove(&job.uid);
+        self.holds.remove(&job.uid);
+        self.wait_written.remove(&job.uid);
+        self.refused_status.remove(&job.uid);
+        self.create_attempted.remove(&job.uid);
+        self.dirty.remove(key);
+        self.restale(&job.uid);
+        Some(job)
+    }
+
+    pub fn job_by_uid(&self, uid: &str) -> Option<&Job> {
+        self.by_uid.get(uid).and_then(|k| self.jobs.get(k))
+    }
+
+    pub fn upsert_copy(&mut self, copy: Copy) {
+        if let Some(key) = self.by_uid.get(&copy.origin_uid) {
+            self.dirty.insert(key.clone());
+        }
+        let uid = copy.origin_uid.clone();
+        self.copies
+            .entry(uid.clone())
+            .or_default()
+            .insert(copy.cluster.clone(), copy);
+        self.restale(&uid);
+    }
+
+    pub fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
+        if let Some(m) = self.copies.get_mut(origin_uid) {
+            m.remove(cluster);
+            if m.is_empty() {
+                self.copies.remove(origin_uid);
+            }
+        }
+        if let Some(key) = self.by_uid.get(origin_uid) {
+            self.dirty.insert(key.clone());
+        }
+        self.restale(origin_uid);
+    }
+
+    /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
+    pub fn has_stale_copies(&self, cluster: &str) -> bool {
+        self.stale.get(cluster).is_some_and(|s| !s.is_empty())
+    }
+
+    fn restale(&mut self, uid: &str) {
+        for set in self.stale.values_mut() {
+            set.remove(uid);
+        }
+        let job = self.by_uid.get(uid).and_then(|k| self.jobs.get(k));
+        let Some(copies) = self.copies.get(uid) else {
+            return;
+        };
+        for c in copies.values() {
+            let stale = !c.deleting
+                && match job {
+                    None => true,
+                    Some(j) => !j.kept_clusters().contains(&c.cluster),
+                };
+            if stale {
+                self.stale
+                    .entry(c.cluster.clone())
+                    .or_default()
+                    .insert(uid.to_string());
+            }
+        }
+    }
+
+    /// Looks at the Job again at `at` (or at the next plan after it).
+    pub fn wake(&mut self, key: &JobKey, at: SystemTime) {
+        self.timers.entry(at).or_default().insert(key.clone());
+    }
+
+    /// The earliest deadline set with [`World::wake`].
+    pub fn next_timer(&self) -> Option<SystemTime> {
+        self.timers.keys().next().copied()
+    }
+
+    /// Marks the Jobs whose deadlines have come.
+    pub fn fire_timers(&mut self, now: SystemTime) {
+        while let Some(entry) = self.timers.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            for key in entry.remove() {
+                self.touch(&key);
+            }
+        }
+    }
+
+    /// Replaces every copy known in `cluster` (after a relist).
+    pub fn replace_copies(&mut self, cluster: &str, copies: Vec<Copy>) {
+        let stale: Vec<String> = self
+            .copies
+            .iter()
+            .filter(|(_, m)| m.contains_key(cluster))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            self.remove_copy(cluster, &uid);
+        }
+        for c in copies {
+            self.upsert_copy(c);
+        }
+    }
+
+    /// The copies of the Job with this uid, by cluster.
+    pub fn copies_of(&self, uid: &str) -> impl Iterator<Item = &Copy> {
+        self.copies.get(uid).into_iter().flat_map(|m| m.values())
+    }
+
+    pub fn copy_in(&self, uid: &str, cluster: &str) -> Option<&Copy> {
+        self.copies.get(uid).and_then(|m| m.get(cluster))
+    }
+
+    /// Every copy of a Job with another uid holding `key`'s name in `cluster`.
+    pub fn foreign_copy(&self, key: &JobKey, uid: &str, cluster: &str) -> Option<&Copy> {
+        // Few copies are orphans at any time; a scan over them is cheap.
+        self.copies
+            .iter()
+            .filter(|(origin, _)| origin.as_str() != uid)
+            .filter_map(|(_, m)| m.get(cluster))
+            .find(|c| &c.key == key)
+    }
+
+    /// Copies whose origin Job is unknown.
+    pub fn orphans(&self) -> impl Iterator<Item = &Copy> {
+        self.copies
+            .iter()
+            .filter(|(uid, _)| !self.by_uid.contains_key(*uid))
+            .flat_map(|(_, m)| m.values())
+    }
+
+    /// All copies in `cluster`.
+    pub fn copies_in<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a Copy> + 'a {
+        self.copies.values().filter_map(move |m| m.get(cluster))
+    }
+
+    pub fn upsert_worker(&mut self, worker: Worker) {
+        let changed = self.workers.get(&worker.name).is_none_or(|w| {
+            w.connected != worker.connected || w.copies_synced != worker.copies_synced
+        });
+        if changed {
+            let name = worker.name.clone();
+            self.mark_jobs_in(&name);
+        }
+        self.workers.insert(worker.name.clone(), worker);
+    }
+
+    pub fn remove_worker(&mut self, name: &str) {
+        self.workers.remove(name);
+        self.mark_jobs_in(name);
+    }
+
+    fn mark_jobs_in(&mut self, cluster: &str) {
+        let keys: Vec<JobKey> = self
+            .jobs
+            .values()
+            .filter(|j| j.cluster.as_deref() == Some(cluster))
+            .map(|j| j.key.clone())
+            .collect();
+        self.dirty.extend(keys);
+    }
+
+    pub fn upsert_queue(&mut self, queue: Queue) {
+        self.queues.insert(queue.name.clone(), queue);
+    }
+
+    pub fn remove_queue(&mut self, name: &str) {
+        self.queues.remove(name);
+    }
+
+    pub fn queue_use(&self, queue: &str) -> Option<&QueueUse> {
+        self.uses.get(queue)
+    }
+
+    pub fn queue_uses(&self) -> impl Iterator<Item = (&String, &QueueUse)> {
+        self.uses.iter()
+    }
+
+    /// Pending Jobs by class, each class in admission order.
+    pub fn pending_classes(&self) -> &BTreeMap<ClassKey, BTreeSet<Rank>> {
+        &self.pending
+    }
+
+    /// Marks a Job for the next reconcile.
+    pub fn touch(&mut self, key: &JobKey) {
+        if self.jobs.contains_key(key) {
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// Marks every Job (a periodic resync).
+    pub fn touch_all(&mut self) {
+        self.dirty = self.jobs.keys().cloned().collect();
+    }
+
+    /// The Jobs changed since the last call.
+    pub fn take_dirty(&mut self) -> BTreeSet<JobKey> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    fn uncharge(&mut self, key: &JobKey) {
+        let Some(c) = self.charges.remove(key) else {
+            return;
+        };
+        let u = self.uses.entry(c.queue.clone()).or_default();
+        for (r, v) in &c.usage {
+            if let Some(x) = u.usage.get_mut(r) {
+                *x -= v;
+                if *x == 0 {
+                    u.usage.remove(r);
+                }
+            }
+        }
+        if c.admitted {
+            u.admitted -= 1;
+        }
+        if c.running {
+            u.running -= 1;
+        }
+        if let Some(rank) = &c.rank {
+            u.not_ready.remove(rank);
+        }
+        if let Some(class) = &c.pending {
+            u.pending -= 1;
+            if let Some(set) = self.pending.get_mut(class) {
+                set.retain(|r| &r.key != key);
+                if set.is_empty() {
+                    self.pending.remove(class);
+                }
+            }
+        }
+    }
+
+    fn charge(&mut self, job: &Job) {
+        let mut c = Charge {
+            queue: job.queue.clone(),
+            ..Default::default()
+        };
+        let u = self.uses.entry(job.queue.clone()).or_default();
+        if job.holds_quota() {
+            c.usage = job.total_request();
+            for (r, v) in &c.usage {
+                *u.usage.entry(r.clone()).or_insert(0) += v;
+            }
+            c.admitted = true;
+            u.admitted += 1;
+            if job.pods_ready().is_some_and(|(ready, _)| ready) {
+                c.running = true;
+                u.running += 1;
+            } else {
+                let rank = job.rank();
+                u.not_ready.insert(rank.clone());
+                c.rank = Some(rank);
+            }
+        } else if job.is_pending() {
+            let class = job.class();
+            u.pending += 1;
+            self.pending
+                .entry(class.clone())
+                .or_default()
+                .insert(job.rank());
+            c.pending = Some(class);
+        }
+        self.charges.insert(job.key.clone(), c);
+    }
+}
+
+/// What the dispatcher asks for. Carried out by the live executor against the API servers,
+/// or by `simulate` against its in-memory clusters.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Claim `cluster` for the Job, create its copy there and unsuspend the Job; `hold`
+    /// is the placement to hold until the worker's inventory shows it.
+    Dispatch {
+        job: JobKey,
+        cluster: String,
+        hold: Hold,
+    },
+    /// Offer the Job to several workers at once: claim them, create a copy in each,
+    /// unsuspend the Job. The first whose pods are all Ready wins ([`Action::Choose`]).
+    Offer { job: JobKey, clusters: Vec<String> },
+    /// The offered Job's copy in `cluster` ran all its pods first: it keeps the Job, the
+    /// other copies are removed.
+    Choose { job: JobKey, cluster: String },
+    /// The Job is claimed for `cluster` but its copy is missing: create it.
+    CreateCopy { job: JobKey, cluster: String },
+    /// The copy exists and the Job is still suspended: unsuspend it.
+    Unsuspend { job: JobKey, cluster: String },
+    /// Give back a claim whose copy could not be created (kept as a reason for the user).
+    Unclaim {
+        job: JobKey,
+        cluster: String,
+        reason: &'static str,
+        message: String,
+    },
+    /// Write the manager Job's status (mirrored from its copy, with our conditions).
+    WriteStatus {
+        job: JobKey,
+        status: Box<JobStatus>,
+        /// A digest of the copy's status it came from, to recognise a refused write.
+        digest: u64,
+    },
+    /// Record how the Job ended before its copy is removed.
+    RecordResult { job: JobKey, result: JobResult },
+    /// Delete a copy (only ever one labelled with our origin; the uid is a precondition).
+    DeleteCopy {
+        cluster: String,
+        job: JobKey,
+        uid: String,
+        origin_uid: String,
+        reason: &'static str,
+    },
+    /// Take the Job back: suspend it, drop the claim, count the requeue.
+    Requeue {
+        job: JobKey,
+        reason: &'static str,
+        message: String,
+        requeues: u32,
+        requeue_after: Option<SystemTime>,
+        avoid: Option<String>,
+    },
+    /// Give the Job up: requeuing limit reached.
+    Deactivate { job: JobKey, message: String },
+    /// Say why the Job waits (the `Admitted` condition, False).
+    Wait {
+        job: JobKey,
+        reason: &'static str,
+        message: String,
+    },
+    /// Hold a placement for an admitted Job (after a restart: its pods may not show yet).
+    Hold(Hold),
+    /// Stop holding the Job's placement: its worker's inventory shows it, or it ended.
+    Release { job_uid: String },
+}
+
+impl Action {
+    /// The manager Job the action is about.
+    pub fn job(&self) -> Option<&JobKey> {
+        match self {
+            Action::Dispatch { job, .. }
+            | Action::Offer { job, .. }
+            | Action::Choose { job, .. }
+            | Action::CreateCopy { job, .. }
+            | Action::Unsuspend { job, .. }
+            | Action::Unclaim { job, .. }
+            | Action::WriteStatus { job, .. }
+            | Action::RecordResult { job, .. }
+            | Action::Requeue { job, .. }
+            | Action::Deactivate { job, .. }
+            | Action::Wait { job, .. } => Some(job),
+            Action::DeleteCopy { .. } | Action::Hold(_) | Action::Release { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! What each action does to the manager Job, as plain data: its new dispatch state and the
+//! status conditions people read with `kubectl describe job`. The live executor writes these
+//! to the API server; `simulate` applies them to its Jobs directly.
+
+use super::condition;
+use super::mirror::to_timestamp;
+use super::model::{Action, Job};
+
+use super::reason;
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::time::SystemTime;
+
+/// `status` with the condition of `type_` replaced (its transition time kept when its status
+/// does not change).
+pub fn with_condition(
+    status: &JobStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: SystemTime,
+) -> JobStatus {
+    let mut out = status.clone();
+    let conditions = out.conditions.get_or_insert_with(Vec::new);
+    let value = if ok { "True" } else { "False" };
+    let transition = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == value)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(to_timestamp(now)));
+    let new = JobCondition {
+        type_: type_.into(),
+        status: value.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_probe_time: None,
+        last_transition_time: Some(transition),
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => *c = new,
+        None => conditions.push(new),
+    }
+    out
+}
+
+fn without(status: &JobStatus, type_: &str) -> JobStatus {
+    let mut out = status.clone();
+    if let Some(c) = &mut out.conditions {
+        c.retain(|c| c.type_ != type_);
+    }
+    out
+}
+
+/// The status once the Job is dispatched to `cluster`.
+pub fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> JobStatus {
+    let s = with_condition(
+        status,
+        condition::ADMITTED,
+        true,
+        reason::DISPATCHED,
+        &format!("dispatched to worker {cluster}"),
+        now,
+    );
+    without(&s, condition::DEACTIVATED)
+}
+
+/// The status of a Job waiting for admission.
+pub fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
+    with_condition(status, condition::ADMITTED, false, why, message, now)
+}
+
+/// The status of a Job taken back from its worker: no pods any more, waiting again. The
+/// counters that may not decrease keep their values; `startTime` may be cleared because the
+/// Job is suspended first.
+pub fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
+    let kept = JobStatus {
+        succeeded: status.succeeded,
+        failed: status.failed,
+        conditions: Some(
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .filter(|c| {
+                    condition::OURS.contains(&c.type_.as_str()) && c.type_ != condition::PODS_READY
+                })
+                .cloned()
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let s = with_condition(&kept, condition::REQUEUED, true, why, message, now);
+    waiting(&s, why, message, now)
+}
+
+/// The status of a Job given up.
+pub fn deactivated(status: &JobStatus, message: &str, now: SystemTime) -> JobStatus {
+    let s = requeued(status, reason::REQUEUING_LIMIT, message, now);
+    with_condition(
+        &s,
+        condition::DEACTIVATED,
+        true,
+        reason::REQUEUING_LIMIT,
+        message,
+        now,
+    )
+}
+
+/// The manager Job after the action succeeded, as far as the action decides it (the live
+/// executor replaces it with what the API server returns). `None`: the action does not
+/// change the manager Job.
+pub fn after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
+    let mut j = job.clone();
+    match action {
+        Action::Dispatch { cluster, .. } => {
+            j.cluster = Some(cluster.clone());
+            j.suspended = false;
+            j.admitted_at = Some(now);
+            j.requeue_after = None;
+            j.avoid = None;
+            j.status = admitted(&j.status, cluster, now);
+        }
+        Action::Offer { clusters, .. } => {
+            j.offers = clusters.clone();
+            j.suspended = false;
+            j.admitted_at = Some(now);
+            j.requeue_after = None;
+            j.avoid = None;
+            j.status = with_condition(
+                &j.status,
+                condition::ADMITTED,
+                true,
+                reason::DISPATCHED,
+                &format!(
+                    "offered to workers {}; the first to run all its pods keeps it",
+                    clusters.join(", ")
+                ),
+                now,
+            );
+        }
+        Action::Choose { cluster, .. } => {
+            j.cluster = Some(cluster.clone());
+            j.offers.clear();
+            j.status = admitted(&j.status, cluster, now);
+        }
+        Action::CreateCopy { .. } => return None,
+        Action::Unsuspend { cluster, .. } => {
+            j.suspended = false;
+            j.admitted_at = Some(now);
+            j.requeue_after = None;
+            j.avoid = None;
+            j.status = admitted(&j.status, cluster, now);
+        }
+        Action::Unclaim {
+            cluster,
+            reason,
+            message,
+            ..
+        } => {
+            j.cluster = None;
+            j.offers.retain(|c| c != cluster);
+            j.avoid = Some(cluster.clone());
+            j.status = waiting(&j.status, reason, message, now);
+        }
+        Action::WriteStatus { status, .. } => j.status = (**status).clone(),
+        Action::RecordResult { result, .. } => j.result = Some(*result),
+        Action::Requeue {
+            reason,
+            message,
+            requeues,
+            requeue_after,
+            avoid,
+            ..
+        } => {
+            j.cluster = None;
+            j.suspended = true;
+            j.admitted_at = None;
+            j.requeues = *requeues;
+            j.offers.clear();
+            j.requeue_after = *requeue_after;
+            j.avoid = avoid.clone();
+            j.status = requeued(&j.status, reason, message, now);
+        }
+        Action::Deactivate { message, .. } => {
+            j.cluster = None;
+            j.offers.clear();
+            j.suspended = true;
+            j.admitted_at = None;
+            j.deactivated = Some(message.clone());
+            j.status = deactivated(&j.status, message, now);
+        }
+        Action::Wait {
+            reason, message, ..
+        } => j.status = waiting(&j.status, reason, message, now),
+        Action::DeleteCopy { .. } | Action::Hold(_) | Action::Release { .. } => return None,
+    }
+    Some(j)
+}
+
+/// A human line for an Event or log about the action.
+pub fn describe(action: &Action) -> String {
+    match action {
+        Action::Dispatch { job, cluster, .. } => format!("{job}: dispatched to worker {cluster}"),
+        Action::Offer { job, clusters } => {
+            format!("{job}: offered to workers {}", clusters.join(", "))
+        }
+        Action::Choose { job, cluster } => {
+            format!("{job}: worker {cluster} ran all its pods first and keeps it")
+        }
+        Action::CreateCopy { job, cluster } => {
+            format!("{job}: creating its copy in worker {cluster}")
+        }
+        Action::Unsuspend { job, cluster } => format!("{job}: running in worker {cluster}"),
+        Action::Unclaim {
+            job,
+            cluster,
+            message,
+            ..
+        } => format!("{job}: worker {cluster} refused it: {message}"),
+        Action::WriteStatus { job, .. } => format!("{job}: status mirrored"),
+        Action::RecordResult { job, result } => format!("{job}: {} in its worker", result.as_str()),
+        Action::DeleteCopy {
+            cluster,
+            job,
+            reason,
+            ..
+        } => format!("{job}: removing its copy from worker {cluster} ({reason})"),
+        Action::Requeue { job, message, .. } => format!("{job}: requeued: {message}"),
+        Action::Deactivate { job, message } => format!("{job}: deactivated: {message}"),
+        Action::Wait { job, message, .. } => format!("{job}: waiting: {message}"),
+        Action::Hold(h) => format!("holding a placement in {} for {}", h.cluster, h.job_uid),
+        Action::Release { job_uid } => format!("releasing the placement held for {job_uid}"),
+    }
+}
+
+/// Every dispatch annotation as the Job's state says it should be (`None`: absent), for the
+/// live executor's patches: a patch always carries all of them, so it is right whatever
+/// state the object was in.
+pub fn annotations(job: &Job) -> Vec<(&'static str, Option<String>)> {
+    use super::*;
+    let time = |t: Option<SystemTime>| t.map(rfc3339);
+    vec![
+        (CLUSTER_ANNOTATION, job.cluster.clone()),
+        (
+            OFFERED_ANNOTATION,
+            (!job.offers.is_empty()).then(|| job.offers.join(",")),
+        ),
+        (ADMITTED_AT_ANNOTATION, time(job.admitted_at)),
+        (
+            REQUEUES_ANNOTATION,
+            (job.requeues > 0).then(|| job.requeues.to_string()),
+        ),
+        (REQUEUE_AFTER_ANNOTATION, time(job.requeue_after)),
+        (AVOID_ANNOTATION, job.avoid.clone()),
+        (DEACTIVATED_ANNOTATION, job.deactivated.clone()),
+        (
+            RESULT_ANNOTATION,
+            job.result.map(|r| r.as_str().to_string()),
+        ),
+    ]
+}

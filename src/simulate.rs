@@ -1,0 +1,562 @@
+//! `switchyard simulate`: the dispatcher (the same [`plan`](crate::dispatcher::plan), not a
+//! copy) against in-memory worker clusters, in virtual time.
+//!
+//! The manager side is a [`World`] updated the way the live executor updates it after each
+//! successful API call ([`status::after`]); each worker is a [`SimWorker`]: a kube-scheduler
+//! that places pods NUMA-unaware, kubelets whose Topology Manager rejects what it cannot align,
+//! and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
+//! or fail. The dispatcher sees the workers' inventories and copies immediately, as if its
+//! watches had no lag.
+//!
+//! Strategies, for comparison on the same trace:
+//! - `switchyard`: the engine's exact, NUMA-aware fit of the whole gang picks one worker;
+//! - `sum-aggregate`: a worker is chosen by the sum of its free resources, as a virtual node
+//!   per cluster would (seed 004's alternative);
+//! - `all-at-once`: a copy goes to every worker of the queue; the first whose pods are all
+//!   Ready keeps the Job and the others are removed (seed 000, for workers without Kueue).
+
+pub mod report;
+pub mod scenario;
+pub mod worker;
+
+pub use report::{Report, Summary};
+pub use scenario::{Scenario, ScenarioError, ScenarioJob};
+pub use worker::{Behaviour, PodEvent, SimWorker};
+
+use crate::dispatcher::{self, plan, status, Action, Job, JobKey, Placement, Queue, Worker, World};
+use crate::placement::EngineConfig;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How workers are chosen (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    #[default]
+    Switchyard,
+    AllAtOnce,
+    SumAggregate,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Switchyard => "switchyard",
+            Strategy::AllAtOnce => "all-at-once",
+            Strategy::SumAggregate => "sum-aggregate",
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "switchyard" => Ok(Self::Switchyard),
+            "all-at-once" => Ok(Self::AllAtOnce),
+            "sum-aggregate" => Ok(Self::SumAggregate),
+            other => Err(format!(
+                "unknown strategy {other:?} (switchyard, all-at-once, sum-aggregate)"
+            )),
+        }
+    }
+}
+
+/// Virtual time zero. Any fixed instant works; this one keeps RFC 3339 times in messages
+/// readable (2026-01-01T00:00:00Z).
+pub const EPOCH_SECS: u64 = 1_767_225_600;
+
+fn epoch() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_SECS)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Submit(usize),
+    Pod(usize, PodEventOrd),
+    Wake,
+}
+
+/// [`PodEvent`] with an order, for the event queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodEventOrd(PodEvent);
+
+impl PartialOrd for PodEventOrd {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for PodEventOrd {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        // Ties are broken by the sequence number before this is ever compared.
+        std::cmp::Ordering::Equal
+    }
+}
+
+/// What the report needs of one Job.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Record {
+    pub first_admitted: Option<SystemTime>,
+    pub admitted: Option<SystemTime>,
+    pub started: Option<SystemTime>,
+    pub finished: Option<SystemTime>,
+    pub cluster: Option<String>,
+    pub topology_errors: u64,
+}
+
+struct Usage {
+    used: Vec<i64>,
+    integral: Vec<f64>,
+    since: SystemTime,
+}
+
+/// One run of a scenario under a strategy.
+pub struct Simulation {
+    world: World,
+    workers: Vec<SimWorker>,
+    by_name: HashMap<String, usize>,
+    jobs: Vec<ScenarioJob>,
+    by_key: HashMap<JobKey, usize>,
+    events: BinaryHeap<Reverse<(SystemTime, u64, Event)>>,
+    seq: u64,
+    wake_at: Option<SystemTime>,
+    next_copy: u64,
+    pub(crate) records: Vec<Record>,
+    /// Why each class of pending Jobs waited last.
+    pub(crate) waiting: BTreeMap<dispatcher::ClassKey, String>,
+    pub(crate) remote_writes: u64,
+    pub(crate) topology_errors: u64,
+    pub(crate) status_refusals: u64,
+    usage: Vec<Usage>,
+    pub(crate) max_quota: BTreeMap<String, BTreeMap<String, f64>>,
+    strategy: Strategy,
+    now: SystemTime,
+    /// Every decision, as it is carried out, when asked for (`--events`).
+    pub(crate) log: Option<Vec<String>>,
+}
+
+/// The longest a simulation runs in virtual time past its last submission.
+const HORIZON: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl Simulation {
+    pub fn new(scenario: &Scenario, strategy: Strategy) -> Self {
+        let config = dispatcher::DispatchConfig {
+            engine: EngineConfig::default(),
+            placement: match strategy {
+                Strategy::Switchyard => Placement::Exact,
+                Strategy::SumAggregate => Placement::SumOfFree,
+                Strategy::AllAtOnce => Placement::Everywhere,
+            },
+            ..Default::default()
+        };
+        let mut world = World::new(config);
+        world.inventory = Arc::new(scenario.inventory.clone());
+        world.jobs_synced = true;
+        let mut workers = Vec::new();
+        let mut by_name = HashMap::new();
+        let mut usage = Vec::new();
+        for (i, c) in scenario.inventory.clusters.iter().enumerate() {
+            world.upsert_worker(Worker {
+                name: c.name.clone(),
+                connected: true,
+                disconnected_since: None,
+                copies_synced: true,
+                scheduler_name: None,
+                message: String::new(),
+            });
+            workers.push(SimWorker::new(&c.name, i));
+            by_name.insert(c.name.clone(), i);
+            usage.push(Usage {
+                used: vec![0; scenario.inventory.resources.len()],
+                integral: vec![0.0; scenario.inventory.resources.len()],
+                since: epoch(),
+            });
+        }
+        for (name, settings) in &scenario.queues {
+            world.upsert_queue(Queue {
+                name: name.clone(),
+                settings: Ok(settings.clone()),
+            });
+        }
+        let mut sim = Self {
+            world,
+            workers,
+            by_name,
+            jobs: scenario.jobs.clone(),
+            by_key: HashMap::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            wake_at: None,
+            next_copy: 0,
+            records: vec![Record::default(); scenario.jobs.len()],
+            waiting: BTreeMap::new(),
+            remote_writes: 0,
+            topology_errors: 0,
+            status_refusals: 0,
+            usage,
+            max_quota: BTreeMap::new(),
+            strategy,
+            now: epoch(),
+            log: None,
+        };
+        for (i, j) in scenario.jobs.iter().enumerate() {
+            sim.by_key.insert(JobKey::new(&j.namespace, &j.name), i);
+            sim.push(epoch() + j.submit_at, Event::Submit(i));
+        }
+        sim
+    }
+
+    fn push(&mut self, at: SystemTime, ev: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, ev)));
+    }
+
+    /// Runs to the end: every Job finished, or nothing left that could change anything.
+    pub fn run(mut self) -> Report {
+        let last_submit = self
+            .jobs
+            .iter()
+            .map(|j| j.submit_at)
+            .max()
+            .unwrap_or_default();
+        let horizon = epoch() + last_submit + HORIZON;
+        while let Some(Reverse((t, _, _))) = self.events.peek() {
+            let t = *t;
+            if t > horizon {
+                break;
+            }
+            self.advance(t);
+            while let Some(Reverse((at, _, _))) = self.events.peek() {
+                if *at != t {
+                    break;
+                }
+                let Some(Reverse((_, _, ev))) = self.events.pop() else {
+                    break;
+                };
+                self.on_event(ev);
+            }
+            self.dispatch();
+        }
+        report::build(&self)
+    }
+
+    fn advance(&mut self, t: SystemTime) {
+        for u in &mut self.usage {
+            let dt = t.duration_since(u.since).unwrap_or_default().as_secs_f64();
+            for (i, v) in u.used.iter().enumerate() {
+                u.integral[i] += *v as f64 * dt;
+            }
+            u.since = t;
+        }
+        self.now = t;
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        let now = self.now;
+        match ev {
+            Event::Submit(i) => {
+                let j = &self.jobs[i];
+                let job = Job {
+                    key: JobKey::new(&j.namespace, &j.name),
+                    uid: format!("job-{i}"),
+                    resource_version: String::new(),
+                    queue: j.queue.clone(),
+                    priority: j.priority,
+                    created: now,
+                    parallelism: j.parallelism,
+                    completions: Some(j.completions),
+                    pod: Ok(j.pod.clone()),
+                    shape_key: j.shape_key,
+                    namespace_labels: None,
+                    suspended: true,
+                    deleting: false,
+                    cluster: None,
+                    offers: Vec::new(),
+                    admitted_at: None,
+                    requeues: 0,
+                    requeue_after: None,
+                    avoid: None,
+                    deactivated: None,
+                    result: None,
+                    status: Default::default(),
+                };
+                self.world.upsert_job(job);
+            }
+            Event::Pod(w, PodEventOrd(pe)) => {
+                let mut fx = worker::Effects::default();
+                self.with_cluster(w, |worker, cluster, table| {
+                    worker.on_event(cluster, table, &pe, now, &mut fx)
+                });
+                self.effects(w, fx);
+            }
+            Event::Wake => {}
+        }
+    }
+
+    /// Runs `f` on worker `w` with its inventory cluster, mutably (copied only if a
+    /// snapshot still shares it).
+    fn with_cluster<R>(
+        &mut self,
+        w: usize,
+        f: impl FnOnce(
+            &mut SimWorker,
+            &mut crate::inventory::Cluster,
+            &crate::inventory::ResourceTable,
+        ) -> R,
+    ) -> R {
+        let inv = Arc::make_mut(&mut self.world.inventory);
+        let index = self.workers[w].index;
+        let table = inv.resources.clone();
+        let cluster = Arc::make_mut(&mut inv.clusters[index]);
+        f(&mut self.workers[w], cluster, &table)
+    }
+
+    fn effects(&mut self, w: usize, fx: worker::Effects) {
+        for (at, ev) in fx.events {
+            self.push(at, Event::Pod(w, PodEventOrd(ev)));
+        }
+        self.topology_errors += fx.topology_errors;
+        let u = &mut self.usage[w];
+        for (i, d) in fx.usage_delta.iter().enumerate() {
+            if let Some(v) = u.used.get_mut(i) {
+                *v += d;
+            }
+        }
+        let mut changed = fx.changed;
+        changed.sort();
+        changed.dedup();
+        for uid in changed {
+            let copy = self.workers[w].copy(&uid);
+            if let Some(copy) = copy {
+                let origin = copy.origin_uid.clone();
+                if let Some(i) = self.index_of_uid(&origin) {
+                    if copy.status.conditions.is_none() {
+                        let gang = self.jobs[i].parallelism.min(self.jobs[i].completions);
+                        if copy.ready_pods() >= gang && self.records[i].started.is_none() {
+                            self.records[i].started = Some(self.now);
+                        }
+                    }
+                }
+                self.world.upsert_copy(copy);
+            }
+        }
+    }
+
+    fn index_of_uid(&self, uid: &str) -> Option<usize> {
+        uid.strip_prefix("job-").and_then(|n| n.parse().ok())
+    }
+
+    /// Plans and carries out actions until the dispatcher has nothing more to do now.
+    fn dispatch(&mut self) {
+        let now = self.now;
+        for _ in 0..1000 {
+            let p = plan(&mut self.world, now);
+            for (class, (_, message)) in &p.waiting {
+                self.waiting.insert(class.clone(), message.clone());
+            }
+            if let Some(w) = p.wake_at.filter(|w| *w > now) {
+                if self.wake_at.is_none_or(|x| x <= now || w < x) {
+                    self.wake_at = Some(w);
+                    self.push(w, Event::Wake);
+                }
+            }
+            if p.actions.is_empty() {
+                break;
+            }
+            for a in p.actions {
+                self.execute(a);
+            }
+            self.track_quota();
+        }
+    }
+
+    /// Keeps a line per decision carried out (see [`Report::events`]).
+    pub fn with_events(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    fn execute(&mut self, action: Action) {
+        let now = self.now;
+        if let Some(log) = &mut self.log {
+            if !matches!(
+                action,
+                Action::WriteStatus { .. } | Action::Hold(_) | Action::Release { .. }
+            ) {
+                log.push(format!(
+                    "{:>9.1}s  {}",
+                    secs(now),
+                    status::describe(&action)
+                ));
+            }
+        }
+        match &action {
+            Action::Dispatch { job, cluster, hold } => {
+                if !hold.takes.is_empty() {
+                    self.world.holds.insert(hold.job_uid.clone(), hold.clone());
+                }
+                if let Some(i) = self.by_key.get(job).copied() {
+                    let r = &mut self.records[i];
+                    r.first_admitted.get_or_insert(now);
+                    r.admitted = Some(now);
+                    r.started = None;
+                    r.cluster = Some(cluster.clone());
+                }
+                self.create_copy(job, cluster);
+            }
+            Action::Offer { job, clusters } => {
+                if let Some(i) = self.by_key.get(job).copied() {
+                    let r = &mut self.records[i];
+                    r.first_admitted.get_or_insert(now);
+                    r.admitted = Some(now);
+                    r.started = None;
+                }
+                for c in clusters {
+                    self.create_copy(job, c);
+                }
+            }
+            Action::CreateCopy { job, cluster } => self.create_copy(job, cluster),
+            Action::DeleteCopy {
+                cluster,
+                uid,
+                origin_uid,
+                ..
+            } => {
+                self.remote_writes += 1;
+                if let Some(&w) = self.by_name.get(cluster) {
+                    let mut fx = worker::Effects::default();
+                    self.with_cluster(w, |worker, c, table| {
+                        worker.delete(c, table, uid, now, &mut fx)
+                    });
+                    self.world.remove_copy(cluster, origin_uid);
+                    self.effects(w, fx);
+                }
+            }
+            Action::Hold(h) => {
+                self.world.holds.insert(h.job_uid.clone(), h.clone());
+            }
+            Action::Release { job_uid } => {
+                self.world.holds.remove(job_uid);
+            }
+            Action::WriteStatus {
+                job,
+                status,
+                digest,
+            } => {
+                if let Some(j) = self.world.jobs.get(job) {
+                    if let Some(why) = dispatcher::mirror::violation(&j.status, status, j.suspended)
+                    {
+                        // The API server would refuse it: so does the simulation.
+                        tracing::warn!(job = %job, %why, "status refused");
+                        if let Some(log) = &mut self.log {
+                            log.push(format!(
+                                "{:>9.1}s  {job}: the API server would refuse its status: {why}",
+                                secs(now)
+                            ));
+                        }
+                        self.status_refusals += 1;
+                        let uid = j.uid.clone();
+                        self.world.refused_status.insert(uid, *digest);
+                        self.world.touch(job);
+                        return;
+                    }
+                }
+            }
+            Action::RecordResult { job, .. } => {
+                if let Some(i) = self.by_key.get(job).copied() {
+                    self.records[i].finished = Some(now);
+                }
+            }
+            Action::Choose { job, cluster } => {
+                if let Some(i) = self.by_key.get(job).copied() {
+                    self.records[i].cluster = Some(cluster.clone());
+                }
+            }
+            _ => {}
+        }
+        let Some(key) = action.job() else { return };
+        let Some(j) = self.world.jobs.get(key) else {
+            return;
+        };
+        if let Some(new) = status::after(j, &action, now) {
+            self.world.upsert_job(new);
+        }
+    }
+
+    fn create_copy(&mut self, key: &JobKey, cluster: &str) {
+        let (Some(&i), Some(&w)) = (self.by_key.get(key), self.by_name.get(cluster)) else {
+            return;
+        };
+        self.remote_writes += 1;
+        self.next_copy += 1;
+        let uid = format!("copy-{}", self.next_copy);
+        let j = &self.jobs[i];
+        let behaviour = Behaviour {
+            shape: j.pod.clone(),
+            parallelism: j.parallelism,
+            completions: j.completions,
+            duration: j.duration,
+            start_delay: j.pod_start_delay,
+            fails: j.fails,
+        };
+        let origin = format!("job-{i}");
+        let now = self.now;
+        let mut fx = worker::Effects::default();
+        let before = self.topology_errors;
+        self.with_cluster(w, |worker, c, table| {
+            worker.create(c, table, key.clone(), uid, origin, behaviour, now, &mut fx)
+        });
+        self.effects(w, fx);
+        self.records[i].topology_errors += self.topology_errors - before;
+    }
+
+    fn track_quota(&mut self) {
+        for (name, q) in &self.world.queues {
+            let Ok(settings) = &q.settings else { continue };
+            let quota = dispatcher::effective_quota(&self.world, settings);
+            let Some(u) = self.world.queue_use(name) else {
+                continue;
+            };
+            let entry = self.max_quota.entry(name.clone()).or_default();
+            for (r, limit) in &quota {
+                if *limit <= 0 {
+                    continue;
+                }
+                let used = u.usage.get(r).copied().unwrap_or(0);
+                let frac = used as f64 / *limit as f64;
+                let slot = entry.entry(r.clone()).or_insert(0.0);
+                if frac > *slot {
+                    *slot = frac;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn world(&self) -> &World {
+        &self.world
+    }
+    pub(crate) fn scenario_jobs(&self) -> &[ScenarioJob] {
+        &self.jobs
+    }
+    pub(crate) fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+    pub(crate) fn usage_integrals(&self) -> impl Iterator<Item = (&str, &[f64])> {
+        self.workers
+            .iter()
+            .zip(&self.usage)
+            .map(|(w, u)| (w.name.as_str(), u.integral.as_slice()))
+    }
+}
+
+/// Seconds of virtual time since the scenario start.
+pub(crate) fn secs(t: SystemTime) -> f64 {
+    t.duration_since(epoch()).unwrap_or_default().as_secs_f64()
+}
+
+/// Runs a scenario under a strategy.
+pub fn run(scenario: &Scenario, strategy: Strategy) -> Report {
+    Simulation::new(scenario, strategy).run()
+}

@@ -1,0 +1,473 @@
+//! A simulated worker cluster: its Jobs (the dispatched copies), their pods, a kube-scheduler
+//! that places each pod as the default one would (resources only, NUMA-unaware:
+//! NodeResourcesFit with LeastAllocated on cpu and memory), kubelets whose Topology Manager
+//! rejects a pod it cannot align (TopologyAffinityError, counted), and a Job controller
+//! (replacement pods with back-off, backoffLimit 6, Complete and Failed as Kubernetes 1.31+
+//! writes them).
+
+use crate::dispatcher::{Copy, JobKey};
+use crate::inventory::{Cluster, Node, ResourceTable};
+use crate::placement::inflight::Take;
+use crate::placement::{
+    fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeState, PodShape,
+};
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The Job controller's default.
+pub const BACKOFF_LIMIT: u32 = 6;
+
+/// What a dispatched Job does once its pods run.
+#[derive(Debug, Clone)]
+pub struct Behaviour {
+    pub shape: Arc<PodShape>,
+    pub parallelism: u32,
+    pub completions: u32,
+    pub duration: Duration,
+    pub start_delay: Duration,
+    pub fails: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Pod {
+    node: usize,
+    take: Take,
+    ready: bool,
+}
+
+/// A copy of a manager Job in this worker.
+#[derive(Debug)]
+pub struct SimJob {
+    pub key: JobKey,
+    pub uid: String,
+    pub origin_uid: String,
+    behaviour: Behaviour,
+    bound: BoundPod,
+    pods: BTreeMap<u32, Pod>,
+    next_pod: u32,
+    /// Pods created and waiting for a node.
+    unscheduled: u32,
+    succeeded: u32,
+    failed: u32,
+    start_time: SystemTime,
+    finished: Option<(bool, SystemTime)>,
+}
+
+/// Something that happens to a pod later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodEvent {
+    Ready {
+        job_uid: String,
+        pod: u32,
+    },
+    Done {
+        job_uid: String,
+        pod: u32,
+    },
+    /// The Job controller creates a replacement pod after a failure's back-off.
+    Replace {
+        job_uid: String,
+    },
+}
+
+/// What changed, for the driver: events to schedule and copies whose status changed.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub events: Vec<(SystemTime, PodEvent)>,
+    pub changed: Vec<String>,
+    pub topology_errors: u64,
+    /// Resources taken (+) or given back (−) by scenario pods, for utilization.
+    pub usage_delta: Vec<i64>,
+}
+
+pub struct SimWorker {
+    pub name: String,
+    /// Index of the worker's cluster in the inventory.
+    pub index: usize,
+    pub jobs: BTreeMap<String, SimJob>,
+    /// Pods that found no node, in creation order: (job uid), tried again when room frees.
+    waiting: VecDeque<String>,
+}
+
+impl SimWorker {
+    pub fn new(name: &str, index: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            index,
+            jobs: BTreeMap::new(),
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// A new copy: the Job controller creates its first pods, which are scheduled.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        key: JobKey,
+        uid: String,
+        origin_uid: String,
+        behaviour: Behaviour,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let bound = behaviour.shape.bind(table);
+        let first = behaviour.parallelism.min(behaviour.completions);
+        let job = SimJob {
+            key,
+            uid: uid.clone(),
+            origin_uid,
+            behaviour,
+            bound,
+            pods: BTreeMap::new(),
+            next_pod: 0,
+            unscheduled: first,
+            succeeded: 0,
+            failed: 0,
+            start_time: now,
+            finished: None,
+        };
+        self.jobs.insert(uid.clone(), job);
+        for _ in 0..first {
+            self.waiting.push_back(uid.clone());
+        }
+        fx.changed.push(uid);
+        self.schedule(cluster, table, now, fx);
+    }
+
+    /// Deletes a copy and its pods (background propagation: the pods go at once here).
+    pub fn delete(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        uid: &str,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let Some(job) = self.jobs.remove(uid) else {
+            return;
+        };
+        self.waiting.retain(|u| u != uid);
+        for pod in job.pods.values() {
+            release(cluster, table, pod, fx);
+        }
+        if !job.pods.is_empty() {
+            cluster.summarize(table.len());
+            self.schedule(cluster, table, now, fx);
+        }
+    }
+
+    /// Applies a pod event that came due.
+    pub fn on_event(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        ev: &PodEvent,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        match ev {
+            PodEvent::Ready { job_uid, pod } => {
+                let Some(job) = self.jobs.get_mut(job_uid) else {
+                    return;
+                };
+                let Some(p) = job.pods.get_mut(pod) else {
+                    return;
+                };
+                p.ready = true;
+                fx.changed.push(job_uid.clone());
+                fx.events.push((
+                    now + job.behaviour.duration,
+                    PodEvent::Done {
+                        job_uid: job_uid.clone(),
+                        pod: *pod,
+                    },
+                ));
+            }
+            PodEvent::Done { job_uid, pod } => {
+                let Some(job) = self.jobs.get_mut(job_uid) else {
+                    return;
+                };
+                let Some(p) = job.pods.remove(pod) else {
+                    return;
+                };
+                release(cluster, table, &p, fx);
+                cluster.summarize(table.len());
+                fx.changed.push(job_uid.clone());
+                if job.behaviour.fails {
+                    job.failed += 1;
+                    after_failure(job, now, fx);
+                } else {
+                    job.succeeded += 1;
+                    let remaining = job.behaviour.completions.saturating_sub(job.succeeded);
+                    if remaining == 0 {
+                        job.finished = Some((true, now));
+                    } else if (job.pods.len() as u32 + job.unscheduled)
+                        < remaining.min(job.behaviour.parallelism)
+                    {
+                        job.unscheduled += 1;
+                        self.waiting.push_back(job_uid.clone());
+                    }
+                }
+                terminate_if_finished(job, cluster, table, fx);
+                self.schedule(cluster, table, now, fx);
+            }
+            PodEvent::Replace { job_uid } => {
+                let Some(job) = self.jobs.get_mut(job_uid) else {
+                    return;
+                };
+                if job.finished.is_some() {
+                    return;
+                }
+                job.unscheduled += 1;
+                self.waiting.push_back(job_uid.clone());
+                self.schedule(cluster, table, now, fx);
+            }
+        }
+    }
+
+    /// Places waiting pods, oldest first, as kube-scheduler would; each bound pod is then
+    /// admitted or rejected by its node's kubelet.
+    fn schedule(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let mut still = VecDeque::new();
+        let mut changed_nodes = false;
+        while let Some(uid) = self.waiting.pop_front() {
+            let Some(job) = self.jobs.get_mut(&uid) else {
+                continue;
+            };
+            if job.unscheduled == 0 || job.finished.is_some() {
+                continue;
+            }
+            let Some(n) = pick_node(cluster, table, &job.behaviour.shape, &job.bound) else {
+                still.push_back(uid);
+                continue;
+            };
+            job.unscheduled -= 1;
+            fx.changed.push(uid.clone());
+            let node = &mut cluster.nodes[n];
+            // The kubelet admits the pod through its Topology Manager, or rejects it.
+            let kubelet = EngineConfig::default();
+            let fit = fit_node(
+                node,
+                table,
+                &job.behaviour.shape,
+                &job.bound,
+                1,
+                &kubelet,
+                false,
+            );
+            if fit.count == 1 {
+                let take = Take::between(node, table, &NodeState::of(node), &fit.state);
+                take.apply_to(node, table);
+                usage(&mut fx.usage_delta, table, &take, 1);
+                changed_nodes = true;
+                let id = job.next_pod;
+                job.next_pod += 1;
+                job.pods.insert(
+                    id,
+                    Pod {
+                        node: n,
+                        take,
+                        ready: false,
+                    },
+                );
+                fx.events.push((
+                    now + job.behaviour.start_delay,
+                    PodEvent::Ready {
+                        job_uid: uid.clone(),
+                        pod: id,
+                    },
+                ));
+            } else {
+                if matches!(fit.misfit, Some(Misfit::Topology { .. })) {
+                    fx.topology_errors += 1;
+                }
+                job.failed += 1;
+                after_failure(job, now, fx);
+                changed_nodes |= terminate_if_finished(job, cluster, table, fx);
+            }
+            if changed_nodes {
+                cluster.summarize(table.len());
+                changed_nodes = false;
+            }
+        }
+        self.waiting = still;
+    }
+
+    /// The copy's status as its worker's Job controller would write it, as the dispatcher's
+    /// watch sees it.
+    pub fn copy(&self, uid: &str) -> Option<Copy> {
+        let job = self.jobs.get(uid)?;
+        let active = if job.finished.is_some() {
+            0
+        } else {
+            job.pods.len() as i32 + job.unscheduled as i32
+        };
+        let ready = job.pods.values().filter(|p| p.ready).count() as i32;
+        let t = |s: SystemTime| Time(crate::dispatcher::mirror::to_timestamp(s));
+        let mut status = JobStatus {
+            active: Some(active),
+            ready: Some(ready.min(active)),
+            succeeded: Some(job.succeeded as i32),
+            failed: Some(job.failed as i32),
+            terminating: Some(0),
+            start_time: Some(t(job.start_time)),
+            ..Default::default()
+        };
+        if let Some((ok, at)) = job.finished {
+            let cond = |type_: &str, reason: &str| JobCondition {
+                type_: type_.into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: None,
+                last_probe_time: Some(t(at)),
+                last_transition_time: Some(t(at)),
+            };
+            status.conditions = Some(if ok {
+                status.completion_time = Some(t(at));
+                vec![
+                    cond("SuccessCriteriaMet", "CompletionsReached"),
+                    cond("Complete", "CompletionsReached"),
+                ]
+            } else {
+                vec![
+                    cond("FailureTarget", "BackoffLimitExceeded"),
+                    cond("Failed", "BackoffLimitExceeded"),
+                ]
+            });
+        }
+        Some(Copy {
+            cluster: self.name.clone(),
+            key: job.key.clone(),
+            uid: job.uid.clone(),
+            origin_uid: job.origin_uid.clone(),
+            status,
+            deleting: false,
+        })
+    }
+}
+
+/// The Job controller after a pod failed: give up past the back-off limit, or make a
+/// replacement after 10 s × 2^(failures−1), at most 6 minutes.
+fn after_failure(job: &mut SimJob, now: SystemTime, fx: &mut Effects) {
+    if job.failed > BACKOFF_LIMIT {
+        job.finished = Some((false, now));
+        job.unscheduled = 0;
+        return;
+    }
+    let delay =
+        Duration::from_secs(10 * (1u64 << (job.failed - 1).min(6))).min(Duration::from_secs(360));
+    fx.events.push((
+        now + delay,
+        PodEvent::Replace {
+            job_uid: job.uid.clone(),
+        },
+    ));
+}
+
+/// A finished Job's remaining pods are terminated (they free their node at once here).
+fn terminate_if_finished(
+    job: &mut SimJob,
+    cluster: &mut Cluster,
+    table: &ResourceTable,
+    fx: &mut Effects,
+) -> bool {
+    if job.finished.is_none() || job.pods.is_empty() {
+        return false;
+    }
+    for pod in std::mem::take(&mut job.pods).values() {
+        release(cluster, table, pod, fx);
+    }
+    cluster.summarize(table.len());
+    true
+}
+
+fn release(cluster: &mut Cluster, table: &ResourceTable, pod: &Pod, fx: &mut Effects) {
+    if let Some(node) = cluster.nodes.get_mut(pod.node) {
+        pod.take.release_from(node, table);
+    }
+    usage(&mut fx.usage_delta, table, &pod.take, -1);
+}
+
+fn usage(delta: &mut Vec<i64>, table: &ResourceTable, take: &Take, sign: i64) {
+    if delta.len() < table.len() {
+        delta.resize(table.len(), 0);
+    }
+    for (name, amount) in &take.amounts {
+        if let Some(id) = table.id(name) {
+            delta[id] += sign * amount;
+        }
+    }
+}
+
+/// kube-scheduler's choice for one pod: nodes whose free resources (allocatable − requested)
+/// cover it and that it may go to (taints, selectors), the least allocated on cpu and memory
+/// first. NUMA zones are not looked at: that is the default scheduler's blind spot.
+fn pick_node(
+    cluster: &Cluster,
+    table: &ResourceTable,
+    shape: &PodShape,
+    pod: &BoundPod,
+) -> Option<usize> {
+    let pods = table.id("pods");
+    let mut best: Option<(i64, usize)> = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if !fits_node_level(node, pod, pods) || node_accepts(shape, node).is_err() {
+            continue;
+        }
+        let score = least_allocated(node, table, pod);
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, i));
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
+fn fits_node_level(node: &Node, pod: &BoundPod, pods: Option<usize>) -> bool {
+    if let Some(p) = pods {
+        if node.allocatable.get(p).copied().unwrap_or(0) > 0 && node.free(p) < 1000 {
+            return false;
+        }
+    }
+    pod.node_request.iter().all(|(rid, _, q)| match rid {
+        Some(r) => node.free(*r) >= *q,
+        None => false,
+    })
+}
+
+/// The default scheduler's LeastAllocated score (0–100) over cpu and memory after placing
+/// the pod.
+fn least_allocated(node: &Node, table: &ResourceTable, pod: &BoundPod) -> i64 {
+    let mut sum = 0;
+    let mut n = 0;
+    for name in ["cpu", "memory"] {
+        let Some(r) = table.id(name) else { continue };
+        let alloc = node.allocatable.get(r).copied().unwrap_or(0);
+        if alloc <= 0 {
+            continue;
+        }
+        let want = pod
+            .node_request
+            .iter()
+            .find(|(id, _, _)| *id == Some(r))
+            .map_or(0, |(_, _, q)| *q);
+        let used = node.requested.get(r).copied().unwrap_or(0) + want;
+        sum += ((alloc - used).max(0) * 100) / alloc;
+        n += 1;
+    }
+    if n == 0 {
+        0
+    } else {
+        sum / n
+    }
+}
