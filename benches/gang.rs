@@ -93,7 +93,7 @@ clusters:
         )
         .expect("template inventory");
         let mut cluster = Cluster::clone(&inv.clusters[0]);
-        let mut node = cluster.nodes.pop().expect("template node");
+        let mut node = std::sync::Arc::unwrap_or_clone(cluster.nodes.pop().expect("template node"));
         let mut numa = node.numa.take().expect("template topology");
         let zone = numa.zones.pop().expect("template zone");
         Self {
@@ -198,7 +198,15 @@ fn inventory(seed: u64, kinds: impl Fn(usize) -> Kind) -> Inventory {
             let kind = kinds(c);
             Cluster {
                 nodes: (0..NODES)
-                    .map(|n| node(&mut rng, &t, &ids, format!("{name}-n{n:03}"), kind))
+                    .map(|n| {
+                        std::sync::Arc::new(node(
+                            &mut rng,
+                            &t,
+                            &ids,
+                            format!("{name}-n{n:03}"),
+                            kind,
+                        ))
+                    })
                     .collect(),
                 name,
                 labels: BTreeMap::new(),

@@ -125,6 +125,16 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
     reconcile::collect_garbage(world, &mut out.actions);
     if world.jobs_synced {
         let admission = admit(world, now);
+        for (class, cluster, misfit) in admission.misfits {
+            world.remember_misfit(class, cluster, misfit);
+        }
+        for (class, cluster, print, score) in admission.drained {
+            world.remember_drained(class, cluster, print, score);
+        }
+        for (class, memo) in admission.class_memos {
+            world.remember_class(class, memo);
+        }
+        world.reservations_now(admission.reservations);
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
         out.wake_at = admission.wake_at;

@@ -96,7 +96,7 @@ pub fn judge(
             if let Some(why) = &cluster.unavailable {
                 return fails(Misfit::Unavailable(why.clone()));
             }
-            let node = inflight.node(node, &inventory.resources, now);
+            let node = inflight.node(node, now);
             let fit = fit_node(
                 &node,
                 &inventory.resources,
@@ -467,7 +467,7 @@ impl Extender {
         };
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         inflight.expire(now);
-        let node = inflight.node(node, &inventory.resources, now).into_owned();
+        let node = inflight.node(node, now).into_owned();
         let bound = shape.bind(&inventory.resources);
         let fit = fit_node(
             &node,
@@ -482,7 +482,6 @@ impl Extender {
             inflight.reserve(Reservation::between(
                 owner,
                 &node,
-                &inventory.resources,
                 &NodeState::of(&node),
                 &fit.state,
                 now + self.config.inflight_ttl,

@@ -123,7 +123,8 @@ pub struct ClusterSummary {
 pub struct Cluster {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    pub nodes: Vec<Node>,
+    /// Shared between copies of the cluster: a copy that changes one node copies only it.
+    pub nodes: Vec<Arc<Node>>,
     pub summary: ClusterSummary,
     /// Why nothing may be placed here now (a stale or lost worker), if so.
     pub unavailable: Option<String>,
@@ -177,6 +178,8 @@ pub struct Inventory {
     pub clusters: Vec<Arc<Cluster>>,
     /// Node name to (cluster index, node index).
     node_index: HashMap<String, (usize, usize)>,
+    /// Cluster name to cluster index.
+    cluster_index: HashMap<String, usize>,
 }
 
 impl Inventory {
@@ -184,9 +187,11 @@ impl Inventory {
     pub fn finish(mut self) -> Self {
         let n = self.resources.len();
         self.node_index.clear();
+        self.cluster_index.clear();
         for (ci, cluster) in self.clusters.iter_mut().enumerate() {
             let cluster = Arc::make_mut(cluster);
             for node in &mut cluster.nodes {
+                let node = Arc::make_mut(node);
                 node.allocatable.resize(n, 0);
                 node.requested.resize(n, 0);
                 if let Some(numa) = &mut node.numa {
@@ -198,6 +203,7 @@ impl Inventory {
                 }
             }
             cluster.summarize(n);
+            self.cluster_index.entry(cluster.name.clone()).or_insert(ci);
             for (ni, node) in cluster.nodes.iter().enumerate() {
                 self.node_index.entry(node.name.clone()).or_insert((ci, ni));
             }
@@ -209,7 +215,9 @@ impl Inventory {
     /// this way: clusters that did not change are shared with the previous snapshot).
     pub fn from_shared(resources: ResourceTable, clusters: Vec<Arc<Cluster>>) -> Self {
         let mut node_index = HashMap::new();
+        let mut cluster_index = HashMap::new();
         for (ci, cluster) in clusters.iter().enumerate() {
+            cluster_index.entry(cluster.name.clone()).or_insert(ci);
             for (ni, node) in cluster.nodes.iter().enumerate() {
                 node_index.entry(node.name.clone()).or_insert((ci, ni));
             }
@@ -218,14 +226,27 @@ impl Inventory {
             resources,
             clusters,
             node_index,
+            cluster_index,
         }
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        self.clusters
-            .iter()
-            .find(|c| c.name == name)
-            .map(Arc::as_ref)
+        // The index is built by `finish` / `from_shared`; a cluster list changed since
+        // without them is still answered right, by a scan.
+        let indexed = self
+            .cluster_index
+            .get(name)
+            .and_then(|&i| self.clusters.get(i))
+            .filter(|c| c.name == name);
+        match indexed {
+            Some(c) => Some(c.as_ref()),
+            None if self.cluster_index.len() == self.clusters.len() => None,
+            None => self
+                .clusters
+                .iter()
+                .find(|c| c.name == name)
+                .map(Arc::as_ref),
+        }
     }
 
     pub fn node(&self, name: &str) -> Option<(&Cluster, &Node)> {

@@ -75,8 +75,13 @@ fn epoch() -> SystemTime {
 enum Event {
     Submit(usize),
     Pod(usize, PodEventOrd),
+    /// The dispatcher plans: at a deadline it asked for, or on the tick after a change.
     Wake,
 }
+
+/// The dispatcher plans at most once per tick of virtual time after changes, as the live one
+/// batches the events of a moment before planning.
+const TICK: Duration = Duration::from_secs(1);
 
 /// [`PodEvent`] with an order, for the event queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +127,10 @@ pub struct Simulation {
     events: BinaryHeap<Reverse<(SystemTime, u64, Event)>>,
     seq: u64,
     wake_at: Option<SystemTime>,
+    /// Clusters whose nodes changed since their summaries were computed.
+    changed: std::collections::BTreeSet<usize>,
+    /// The tick already scheduled to plan after changes.
+    ticks_at: Option<SystemTime>,
     next_copy: u64,
     pub(crate) records: Vec<Record>,
     /// Why each class of pending Jobs waited last.
@@ -149,6 +158,8 @@ impl Simulation {
                 Strategy::SumAggregate => Placement::SumOfFree,
                 Strategy::AllAtOnce => Placement::Everywhere,
             },
+            // Why Jobs wait is only reported at the end.
+            describe: false,
             ..Default::default()
         };
         let mut world = World::new(config);
@@ -189,6 +200,8 @@ impl Simulation {
             events: BinaryHeap::new(),
             seq: 0,
             wake_at: None,
+            ticks_at: None,
+            changed: Default::default(),
             next_copy: 0,
             records: vec![Record::default(); scenario.jobs.len()],
             waiting: BTreeMap::new(),
@@ -228,6 +241,7 @@ impl Simulation {
                 break;
             }
             self.advance(t);
+            let mut plan_now = false;
             while let Some(Reverse((at, _, _))) = self.events.peek() {
                 if *at != t {
                     break;
@@ -235,9 +249,27 @@ impl Simulation {
                 let Some(Reverse((_, _, ev))) = self.events.pop() else {
                     break;
                 };
+                plan_now |= ev == Event::Wake;
                 self.on_event(ev);
             }
-            self.dispatch();
+            if plan_now {
+                self.dispatch();
+            } else {
+                // Plan on the next whole tick (or now, on one).
+                let tick = TICK.as_secs_f64();
+                let at = epoch() + Duration::from_secs_f64((secs(t) / tick).ceil() * tick);
+                if self.ticks_at != Some(at) {
+                    self.ticks_at = Some(at);
+                    self.push(at, Event::Wake);
+                }
+            }
+        }
+        // One more look, with descriptions, for the Jobs still waiting.
+        self.world.config.describe = true;
+        self.world.touch_all();
+        let last = plan(&mut self.world, self.now);
+        for (class, (_, message)) in last.waiting {
+            self.waiting.insert(class, message);
         }
         report::build(&self)
     }
@@ -308,9 +340,10 @@ impl Simulation {
     ) -> R {
         let inv = Arc::make_mut(&mut self.world.inventory);
         let index = self.workers[w].index;
-        let table = inv.resources.clone();
+        self.changed.insert(index);
+        let table = &inv.resources;
         let cluster = Arc::make_mut(&mut inv.clusters[index]);
-        f(&mut self.workers[w], cluster, &table)
+        f(&mut self.workers[w], cluster, table)
     }
 
     fn effects(&mut self, w: usize, fx: worker::Effects) {
@@ -318,6 +351,12 @@ impl Simulation {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
         }
         self.topology_errors += fx.topology_errors;
+        if !fx.freed.is_empty() {
+            let name = self.workers[w].name.clone();
+            for n in &fx.freed {
+                self.world.capacity_changed_on(&name, *n);
+            }
+        }
         let u = &mut self.usage[w];
         for (i, d) in fx.usage_delta.iter().enumerate() {
             if let Some(v) = u.used.get_mut(i) {
@@ -351,6 +390,7 @@ impl Simulation {
     /// Plans and carries out actions until the dispatcher has nothing more to do now.
     fn dispatch(&mut self) {
         let now = self.now;
+        self.summarize();
         for _ in 0..1000 {
             let p = plan(&mut self.world, now);
             for (class, (_, message)) in &p.waiting {
@@ -372,10 +412,31 @@ impl Simulation {
         }
     }
 
+    /// Decides everything afresh at every pass, reusing nothing from earlier ones: slower,
+    /// the same decisions (a test holds the two to that).
+    pub fn without_memory(mut self) -> Self {
+        self.world.config.remember = false;
+        self
+    }
+
     /// Keeps a line per decision carried out (see [`Report::events`]).
     pub fn with_events(mut self) -> Self {
         self.log = Some(Vec::new());
         self
+    }
+
+    /// Brings the summaries of the clusters whose nodes changed up to date, once per plan.
+    fn summarize(&mut self) {
+        if self.changed.is_empty() {
+            return;
+        }
+        let inv = Arc::make_mut(&mut self.world.inventory);
+        let n = inv.resources.len();
+        for i in std::mem::take(&mut self.changed) {
+            if let Some(c) = inv.clusters.get_mut(i) {
+                Arc::make_mut(c).summarize(n);
+            }
+        }
     }
 
     fn execute(&mut self, action: Action) {
@@ -395,7 +456,7 @@ impl Simulation {
         match &action {
             Action::Dispatch { job, cluster, hold } => {
                 if !hold.takes.is_empty() {
-                    self.world.holds.insert(hold.job_uid.clone(), hold.clone());
+                    self.world.hold(hold.clone());
                 }
                 if let Some(i) = self.by_key.get(job).copied() {
                     let r = &mut self.records[i];
@@ -434,12 +495,8 @@ impl Simulation {
                     self.effects(w, fx);
                 }
             }
-            Action::Hold(h) => {
-                self.world.holds.insert(h.job_uid.clone(), h.clone());
-            }
-            Action::Release { job_uid } => {
-                self.world.holds.remove(job_uid);
-            }
+            Action::Hold(h) => self.world.hold(h.clone()),
+            Action::Release { job_uid } => self.world.release(job_uid),
             Action::WriteStatus {
                 job,
                 status,

@@ -20,7 +20,9 @@
 //! form a class; when the first of a class cannot be admitted, none of the rest can, so a pass
 //! costs one attempt per class, not one per Job.
 
-use super::model::{Action, ClassKey, Hold, Job, JobKey, Placement, Rank, World};
+use super::model::{
+    Action, ClassKey, ClassMemo, Hold, Job, JobKey, KnownMisfit, Placement, Rank, World,
+};
 use super::reason;
 use crate::inventory::{Cluster, ResourceTable};
 use crate::placement::inflight::Take;
@@ -34,11 +36,31 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+/// A message for people, built only when the world asks for them (`simulate` asks only at
+/// the end, for the Jobs still waiting).
+macro_rules! say {
+    ($world:expr, $($arg:tt)*) => {
+        if $world.config.describe {
+            format!($($arg)*)
+        } else {
+            String::new()
+        }
+    };
+}
+
 /// What one admission pass decided.
 #[derive(Debug, Default)]
 pub struct Admission {
     /// Dispatches, in admission order.
     pub actions: Vec<Action>,
+    /// Misfits found in this pass, to remember (see [`World::misfit`]).
+    pub misfits: Vec<(ClassKey, String, KnownMisfit)>,
+    /// Fits on drained workers found in this pass (see [`World::drained_fit`]).
+    pub drained: Vec<(ClassKey, String, u64, Option<i64>)>,
+    /// Why classes failed, to remember (see [`World::class_memo`]).
+    pub class_memos: Vec<(ClassKey, ClassMemo)>,
+    /// A digest of the workers and quota held for starving Jobs at the end of the pass.
+    pub reservations: u64,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
     /// Job's reason, which is every later Job's of the class too.
     pub waiting: BTreeMap<ClassKey, (&'static str, String)>,
@@ -57,6 +79,8 @@ impl Admission {
 #[derive(Default)]
 struct QueueState {
     usage: BTreeMap<String, i64>,
+    /// The quota in force, computed once per pass.
+    quota: Option<BTreeMap<String, i64>>,
     /// Quota held for starving Jobs earlier in the order.
     held: BTreeMap<String, i64>,
     /// Set when an admitted Job of a `blockAdmission` queue is not Ready: (the Job, its worker).
@@ -68,28 +92,36 @@ struct QueueState {
 struct Working<'a> {
     world: &'a World,
     clusters: BTreeMap<String, Cow<'a, Cluster>>,
+    /// The held placements by cluster.
+    held: BTreeMap<&'a str, Vec<&'a Take>>,
     /// Under [`Placement::SumOfFree`]: what this pass gave each cluster, per resource.
     sums_taken: BTreeMap<String, BTreeMap<String, i64>>,
 }
 
 impl<'a> Working<'a> {
+    fn new(world: &'a World) -> Self {
+        let mut held: BTreeMap<&str, Vec<&Take>> = BTreeMap::new();
+        for h in world.holds().values() {
+            held.entry(h.cluster.as_str()).or_default().extend(&h.takes);
+        }
+        Self {
+            world,
+            clusters: BTreeMap::new(),
+            held,
+            sums_taken: BTreeMap::new(),
+        }
+    }
+
     fn cluster(&mut self, name: &str) -> Option<&Cluster> {
         if !self.clusters.contains_key(name) {
             let base = self.world.inventory.cluster(name)?;
-            let table = &self.world.inventory.resources;
-            let holds: Vec<&Take> = self
-                .world
-                .holds
-                .values()
-                .filter(|h| h.cluster == name)
-                .flat_map(|h| &h.takes)
-                .collect();
-            let cluster = if holds.is_empty() {
-                Cow::Borrowed(base)
-            } else {
-                let mut c = base.clone();
-                apply(&mut c, table, holds.into_iter());
-                Cow::Owned(c)
+            let cluster = match self.held.get(name) {
+                None => Cow::Borrowed(base),
+                Some(takes) => {
+                    let mut c = base.clone();
+                    apply(&mut c, takes.iter().copied());
+                    Cow::Owned(c)
+                }
             };
             self.clusters.insert(name.to_string(), cluster);
         }
@@ -136,20 +168,24 @@ impl<'a> Working<'a> {
     }
 
     fn take(&mut self, name: &str, takes: &[Take]) {
-        let table = &self.world.inventory.resources;
         if let Some(c) = self.clusters.get_mut(name) {
-            apply(c.to_mut(), table, takes.iter());
+            apply(c.to_mut(), takes.iter());
         }
     }
 }
 
-fn apply<'t>(cluster: &mut Cluster, table: &ResourceTable, takes: impl Iterator<Item = &'t Take>) {
+fn apply<'t>(cluster: &mut Cluster, takes: impl Iterator<Item = &'t Take>) {
     for t in takes {
-        if let Some(node) = cluster.nodes.iter_mut().find(|n| n.name == t.node) {
-            t.apply_to(node, table);
+        let at = match cluster.nodes.get(t.index) {
+            Some(n) if n.name == t.node => Some(t.index),
+            _ => cluster.nodes.iter().position(|n| n.name == t.node),
+        };
+        if let Some(node) = at.and_then(|i| cluster.nodes.get_mut(i)) {
+            t.apply_to(std::sync::Arc::make_mut(node));
         }
     }
-    cluster.summarize(table.len());
+    // The summary is left as it was: an upper bound of what is free, which only makes its
+    // early rejections rarer, never wrong, and spares a pass over every node.
 }
 
 /// The result of trying one Job.
@@ -177,16 +213,13 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             name.as_str(),
             QueueState {
                 usage: u.usage.clone(),
+                quota: None,
                 held: BTreeMap::new(),
                 gate,
             },
         );
     }
-    let mut working = Working {
-        world,
-        clusters: BTreeMap::new(),
-        sums_taken: BTreeMap::new(),
-    };
+    let mut working = Working::new(world);
     // Clusters reserved for starving Jobs, with the Job.
     let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
 
@@ -223,6 +256,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
         match attempt(
             world,
             job,
+            &class,
             state,
             &mut working,
             &mut reserved,
@@ -273,12 +307,23 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             }
         }
     }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    {
+        use std::hash::Hash;
+        reserved.hash(&mut h);
+        for (q, s) in &queues {
+            (q, &s.held).hash(&mut h);
+        }
+    }
+    pass.reservations = std::hash::Hasher::finish(&h);
     pass
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attempt(
     world: &World,
     job: &Job,
+    class: &ClassKey,
     state: &mut QueueState,
     working: &mut Working<'_>,
     reserved: &mut BTreeMap<String, JobKey>,
@@ -288,7 +333,7 @@ fn attempt(
     let Some(queue) = world.queues.get(&job.queue) else {
         return Attempt::Wait(
             reason::QUEUE_NOT_FOUND,
-            format!(
+            say!(world, 
                 "queue {:?} does not exist: create a DispatchQueue named {:?}, or label the Job with an existing queue",
                 job.queue, job.queue
             ),
@@ -299,7 +344,7 @@ fn attempt(
         Err(e) => {
             return Attempt::Wait(
                 reason::QUEUE_INVALID,
-                format!("queue {:?} is not usable: {e}", job.queue),
+                say!(world, "queue {:?} is not usable: {e}", job.queue),
             )
         }
     };
@@ -318,30 +363,99 @@ fn attempt(
         if !crate::selector::matches(selector, labels) {
             return Attempt::Wait(
                 reason::NAMESPACE_NOT_ALLOWED,
-                format!(
+                say!(
+                    world,
                     "namespace {} does not match the namespaceSelector of queue {:?}",
-                    job.key.namespace, job.queue
+                    job.key.namespace,
+                    job.queue
                 ),
             );
         }
     }
-    let shape = match &job.pod {
-        Ok(s) => s.clone(),
-        Err(e) => return Attempt::Wait(reason::INVALID_JOB, e.clone()),
-    };
+    if let Err(e) = &job.pod {
+        return Attempt::Wait(reason::INVALID_JOB, e.clone());
+    }
     if let Some((other, cluster)) = &state.gate {
         return Attempt::Wait(
             reason::WAITING_FOR_PODS_READY,
-            format!(
+            say!(world, 
                 "queue {:?} admits one Job at a time until its pods are Ready (blockAdmission): waiting for {other} in {cluster}",
                 job.queue
             ),
         );
     }
 
+    // What follows depends only on the queue's workers, quota and reservations (and on
+    // whether the Job starves): when none of them changed since the class last failed, it
+    // fails the same way.
+    let starving = now.duration_since(job.waiting_since()).unwrap_or_default()
+        >= world.config.starvation_after;
+    if !starving {
+        pass.wake(job.waiting_since() + world.config.starvation_after);
+    }
+    let key = world.memo_key(&job.queue, starving);
+    if let Some(m) = world.class_memo(class, &key) {
+        if let Some(c) = &m.reserve {
+            reserved.insert(c.clone(), job.key.clone());
+        }
+        if m.holds_quota {
+            for (r, v) in job.total_request() {
+                *state.held.entry(r).or_insert(0) += v;
+            }
+        }
+        return Attempt::Wait(m.reason, m.message.clone());
+    }
+    let reserved_before = reserved.len();
+    let held_before = state.held.values().sum::<i64>();
+    let attempt = judge(
+        world, job, class, settings, state, working, reserved, starving, pass,
+    );
+    if let Attempt::Wait(reason, message) = &attempt {
+        let reserve = (reserved.len() > reserved_before)
+            .then(|| {
+                reserved
+                    .iter()
+                    .find(|(_, k)| *k == &job.key)
+                    .map(|(c, _)| c.clone())
+            })
+            .flatten();
+        pass.class_memos.push((
+            class.clone(),
+            ClassMemo {
+                key,
+                reason,
+                message: message.clone(),
+                reserve,
+                holds_quota: state.held.values().sum::<i64>() > held_before,
+            },
+        ));
+    }
+    attempt
+}
+
+/// Quota and placement for a Job whose queue, namespace, template and gate allow it.
+#[allow(clippy::too_many_arguments)]
+fn judge(
+    world: &World,
+    job: &Job,
+    class: &ClassKey,
+    settings: &crate::api::QueueSettings,
+    state: &mut QueueState,
+    working: &mut Working<'_>,
+    reserved: &mut BTreeMap<String, JobKey>,
+    starving: bool,
+    pass: &mut Admission,
+) -> Attempt {
+    let shape = match &job.pod {
+        Ok(s) => s.clone(),
+        Err(e) => return Attempt::Wait(reason::INVALID_JOB, e.clone()),
+    };
     // Quota.
     let need = job.total_request();
-    let quota = effective_quota(world, settings);
+    let quota = state
+        .quota
+        .get_or_insert_with(|| effective_quota(world, settings))
+        .clone();
     let mut short = String::new();
     let mut never = String::new();
     for (r, &n) in &need {
@@ -377,17 +491,13 @@ fn attempt(
     if !never.is_empty() {
         return Attempt::Wait(
             reason::NEVER_FITS,
-            format!(
+            say!(
+                world,
                 "the gang of {} pods needs more than queue {:?} can ever give: {never}",
                 job.gang(),
                 job.queue
             ),
         );
-    }
-    let starving = now.duration_since(job.waiting_since()).unwrap_or_default()
-        >= world.config.starvation_after;
-    if !starving {
-        pass.wake(job.waiting_since() + world.config.starvation_after);
     }
     if !short.is_empty() {
         let mut message = format!(
@@ -405,7 +515,7 @@ fn attempt(
     }
 
     // Placement.
-    let bound = shape.bind(&world.inventory.resources);
+    let bound_pod = shape.bind(&world.inventory.resources);
     let strategy = shape.strategy(settings.strategy);
     let gang = job.gang() as usize;
     let mut fits: Vec<(bool, i64, usize, String)> = Vec::new();
@@ -429,18 +539,83 @@ fn attempt(
                     reasons.push((name.clone(), "not in the inventory yet".into(), false));
                     continue;
                 };
+                // Still a misfit if the nodes that gained room since it was found cannot make
+                // up the difference (or none did).
+                let epoch = world.capacity_epoch(name);
+                if let Some(known) = world.misfit(class, name) {
+                    let bound = if known.epoch == epoch {
+                        Some(known.fitted)
+                    } else {
+                        world.changes_since(name, known.epoch).map(|nodes| {
+                            let mut bound = known.fitted;
+                            for i in nodes {
+                                if bound >= gang {
+                                    break;
+                                }
+                                if let Some(node) = cluster.nodes.get(i) {
+                                    let want = gang - bound;
+                                    bound += fit_node(
+                                        node,
+                                        &world.inventory.resources,
+                                        &shape,
+                                        &bound_pod,
+                                        want,
+                                        &world.config.engine,
+                                        false,
+                                    )
+                                    .count;
+                                }
+                            }
+                            bound
+                        })
+                    };
+                    if let Some(bound) = bound.filter(|b| *b < gang) {
+                        if known.epoch != epoch {
+                            pass.misfits.push((
+                                class.clone(),
+                                name.clone(),
+                                KnownMisfit {
+                                    epoch,
+                                    fitted: bound,
+                                    ..known.clone()
+                                },
+                            ));
+                        }
+                        reasons.push((name.clone(), known.reason.clone(), known.never));
+                        continue;
+                    }
+                }
                 let fit = fit_cluster(
                     cluster,
                     &world.inventory.resources,
                     &shape,
-                    &bound,
+                    &bound_pod,
                     gang,
                     &world.config.engine,
                     strategy,
                 );
                 match &fit.misfit {
                     None => fits.push((preferred, fit.score, order, name.clone())),
-                    Some(m) => reasons.push((name.clone(), m.to_string(), m.unresolvable())),
+                    Some(m) => {
+                        let reason = if world.config.describe {
+                            m.to_string()
+                        } else {
+                            String::new()
+                        };
+                        let never = m.unresolvable();
+                        pass.misfits.push((
+                            class.clone(),
+                            name.clone(),
+                            KnownMisfit {
+                                reason: reason.clone(),
+                                never,
+                                epoch,
+                                queues: world.queues_generation(),
+                                fitted: fit.fitted,
+                            },
+                        ));
+                        reasons.push((name.clone(), reason, never));
+                    }
                 }
             }
         }
@@ -466,7 +641,7 @@ fn attempt(
                     cluster,
                     &world.inventory.resources,
                     &shape,
-                    &bound,
+                    &bound_pod,
                     gang,
                     &world.config.engine,
                     strategy,
@@ -475,7 +650,7 @@ fn attempt(
                     cluster,
                     &world.inventory.resources,
                     &shape,
-                    &bound,
+                    &bound_pod,
                     &fit,
                     world,
                 )
@@ -494,7 +669,8 @@ fn attempt(
     if candidates.is_empty() {
         return Attempt::Wait(
             reason::NO_ACTIVE_WORKER,
-            format!(
+            say!(
+                world,
                 "no worker of queue {:?} can take Jobs now: {}",
                 job.queue,
                 join(&reasons)
@@ -503,31 +679,45 @@ fn attempt(
     }
     let all_never = reasons.iter().all(|(_, _, never)| *never);
     if world.config.placement == Placement::Exact && (starving || all_never) {
-        // Would it fit anywhere if the worker were empty?
+        // Would it fit anywhere if the worker were empty? (Remembered while the worker's
+        // nodes stay the same.)
         let mut drained_best: Option<(i64, String)> = None;
         for name in &candidates {
             let Some(base) = world.inventory.cluster(name) else {
                 continue;
             };
-            let empty = drained(base, world.inventory.resources.len());
-            let fit = fit_cluster(
-                &empty,
-                &world.inventory.resources,
-                &shape,
-                &bound,
-                gang,
-                &world.config.engine,
-                strategy,
-            );
-            if fit.fits() && drained_best.as_ref().is_none_or(|(s, _)| fit.score > *s) {
-                drained_best = Some((fit.score, (*name).clone()));
+            let print = super::model::fingerprint(base);
+            let score = match world.drained_fit(class, name, print) {
+                Some(known) => known,
+                None => {
+                    let empty = drained(base, world.inventory.resources.len());
+                    let fit = fit_cluster(
+                        &empty,
+                        &world.inventory.resources,
+                        &shape,
+                        &bound_pod,
+                        gang,
+                        &world.config.engine,
+                        strategy,
+                    );
+                    let score = fit.fits().then_some(fit.score);
+                    pass.drained
+                        .push((class.clone(), (*name).clone(), print, score));
+                    score
+                }
+            };
+            if let Some(score) = score {
+                if drained_best.as_ref().is_none_or(|(s, _)| score > *s) {
+                    drained_best = Some((score, (*name).clone()));
+                }
             }
         }
         match drained_best {
             None => {
                 return Attempt::Wait(
                     reason::NEVER_FITS,
-                    format!(
+                    say!(
+                        world,
                         "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
                         job.queue,
                         job.gang(),
@@ -542,7 +732,7 @@ fn attempt(
                 }
                 return Attempt::Wait(
                     reason::NO_WORKER_FITS,
-                    format!(
+                    say!(world, 
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
                         job.gang(),
                         super::model::rfc3339(job.waiting_since()),
@@ -555,7 +745,8 @@ fn attempt(
     }
     Attempt::Wait(
         reason::NO_WORKER_FITS,
-        format!(
+        say!(
+            world,
             "no worker can take the gang of {} pods now: {}",
             job.gang(),
             join(&reasons)
@@ -661,7 +852,7 @@ fn takes_of(
                 false,
             );
             (after.count == count)
-                .then(|| Take::between(node, table, &NodeState::of(node), &after.state))
+                .then(|| Take::between(node, &NodeState::of(node), &after.state).at(i))
         })
         .collect()
 }
@@ -670,6 +861,7 @@ fn takes_of(
 fn drained(cluster: &Cluster, resources: usize) -> Cluster {
     let mut c = cluster.clone();
     for n in &mut c.nodes {
+        let n = std::sync::Arc::make_mut(n);
         n.requested.iter_mut().for_each(|v| *v = 0);
         if let Some(numa) = &mut n.numa {
             for z in &mut numa.zones {

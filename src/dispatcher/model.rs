@@ -285,6 +285,58 @@ pub enum Placement {
     Everywhere,
 }
 
+/// What a worker's nodes can hold when empty: their number and allocatable amounts. Usage
+/// does not enter it.
+pub fn fingerprint(cluster: &crate::inventory::Cluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let s = &cluster.summary;
+    (
+        s.nodes,
+        &s.allocatable,
+        &s.max_allocatable_on_node,
+        &s.max_allocatable_in_zone,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+/// What a class's last failure depended on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoKey {
+    pub queue_epoch: u64,
+    pub queues: u64,
+    pub reservations: u64,
+    /// Whether the class's first Job was starving (holds what it waits for).
+    pub starving: bool,
+}
+
+/// Why a class of pending Jobs could not be admitted, and what it held for itself.
+#[derive(Debug, Clone)]
+pub struct ClassMemo {
+    pub key: MemoKey,
+    pub reason: &'static str,
+    pub message: String,
+    /// The worker kept for it, when it starves.
+    pub reserve: Option<String>,
+    /// Whether its quota is held for it.
+    pub holds_quota: bool,
+}
+
+/// A class of pending Jobs that did not fit in a worker: why, and at which capacity epoch
+/// and queues generation.
+#[derive(Debug, Clone)]
+pub struct KnownMisfit {
+    pub reason: String,
+    /// Preemption could not help: the worker is too small even empty.
+    pub never: bool,
+    pub epoch: u64,
+    pub queues: u64,
+    /// At most this many pods of the gang fitted. Each node's room for identical pods is its
+    /// own, so later the gang fits at most this many plus what the nodes changed since hold.
+    pub fitted: usize,
+}
+
 /// Tunables of the decisions.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
@@ -301,6 +353,11 @@ pub struct DispatchConfig {
     pub create_retry_after: Duration,
     /// A message-only change of a waiting Job's reason is written at most this often.
     pub wait_rewrite_after: Duration,
+    /// Build the messages that say why Jobs wait (off in `simulate` until the end).
+    pub describe: bool,
+    /// Reuse what earlier passes found (misfits, drained fits, failed classes). Off only to
+    /// check that reusing never changes a decision.
+    pub remember: bool,
 }
 
 impl Default for DispatchConfig {
@@ -313,6 +370,8 @@ impl Default for DispatchConfig {
             hold_timeout: Duration::from_secs(600),
             create_retry_after: Duration::from_secs(10),
             wait_rewrite_after: Duration::from_secs(30),
+            describe: true,
+            remember: true,
         }
     }
 }
@@ -377,7 +436,30 @@ pub struct World {
     pub queues: BTreeMap<String, Queue>,
     pub workers: BTreeMap<String, Worker>,
     pub inventory: Arc<Inventory>,
-    pub holds: BTreeMap<String, Hold>,
+    holds: BTreeMap<String, Hold>,
+    /// Per worker, a counter bumped whenever it may have gained room (its inventory changed,
+    /// a placement held there was released): a misfit remembered at an epoch stays a misfit
+    /// until the epoch moves.
+    capacity: HashMap<String, u64>,
+    /// Per worker, the nodes that may have gained room, with the epoch of each change;
+    /// `None` for a change anywhere (the whole worker must be looked at again).
+    changes: HashMap<String, std::collections::VecDeque<(u64, Option<usize>)>>,
+    /// Bumped when a queue is added, changed or removed.
+    queues_generation: u64,
+    /// Per queue, a counter bumped whenever its Jobs may have become admissible: one of its
+    /// workers may have gained room or changed state, or its quota use went down.
+    queue_epochs: HashMap<String, u64>,
+    /// Bumped when the workers and quota held for starving Jobs change.
+    reservations_generation: u64,
+    /// The last reservations, to tell when they change.
+    last_reservations: u64,
+    /// Why each class of pending Jobs last failed, and under which epochs.
+    class_memos: HashMap<ClassKey, ClassMemo>,
+    /// Misfits of a class of pending Jobs in a worker, with the epochs they were found at.
+    misfits: HashMap<ClassKey, HashMap<String, KnownMisfit>>,
+    /// Whether a class would fit in a worker once it drains (its score if so), with the
+    /// fingerprint of the worker's nodes it was judged on.
+    drained: HashMap<ClassKey, HashMap<String, (u64, Option<i64>)>>,
     /// When each waiting Job's reason was last written (by uid).
     pub wait_written: HashMap<String, SystemTime>,
     /// The last status write the API server refused, per Job uid, so the same write is not
@@ -399,6 +481,10 @@ pub struct World {
     /// yet: nothing new is dispatched there until they are (a worker that comes back first
     /// loses the copies of the Jobs taken back from it).
     stale: BTreeMap<String, BTreeSet<String>>,
+    /// Origin uids of copies whose Job is unknown.
+    orphan_uids: BTreeSet<String>,
+    /// Per worker, namespace/name to the origin uid of the copy holding that name there.
+    names: HashMap<String, HashMap<JobKey, String>>,
 }
 
 /// What one Job contributes to its queue's totals.
@@ -422,6 +508,7 @@ impl World {
 
     /// Adds or replaces a manager Job.
     pub fn upsert_job(&mut self, job: Job) {
+        let before = self.charges.get(&job.key).map(|c| c.usage.clone());
         self.uncharge(&job.key);
         self.by_uid.insert(job.uid.clone(), job.key.clone());
         if let Some(old) = self.jobs.get(&job.key) {
@@ -430,23 +517,38 @@ impl World {
             }
         }
         self.charge(&job);
+        if let Some(before) = before {
+            let after = &self.charges[&job.key].usage;
+            if before
+                .iter()
+                .any(|(r, v)| after.get(r).copied().unwrap_or(0) < *v)
+            {
+                self.bump_queue(&job.queue);
+            }
+        }
         self.dirty.insert(job.key.clone());
         let uid = job.uid.clone();
         self.jobs.insert(job.key.clone(), job);
-        self.restale(&uid);
+        self.restale(&uid, None);
     }
 
     /// Forgets a manager Job (deleted). Its copies stay until they are removed.
     pub fn remove_job(&mut self, key: &JobKey) -> Option<Job> {
+        if let Some(c) = self.charges.get(key) {
+            if !c.usage.is_empty() {
+                let queue = c.queue.clone();
+                self.bump_queue(&queue);
+            }
+        }
         self.uncharge(key);
         let job = self.jobs.remove(key)?;
         self.by_uid.remove(&job.uid);
-        self.holds.remove(&job.uid);
+        self.release(&job.uid);
         self.wait_written.remove(&job.uid);
         self.refused_status.remove(&job.uid);
         self.create_attempted.remove(&job.uid);
         self.dirty.remove(key);
-        self.restale(&job.uid);
+        self.restale(&job.uid, None);
         Some(job)
     }
 
@@ -455,20 +557,35 @@ impl World {
     }
 
     pub fn upsert_copy(&mut self, copy: Copy) {
+        if copy.deleting {
+            // Its pods are going.
+            self.capacity_changed(&copy.cluster);
+        }
         if let Some(key) = self.by_uid.get(&copy.origin_uid) {
             self.dirty.insert(key.clone());
         }
         let uid = copy.origin_uid.clone();
+        let cluster = copy.cluster.clone();
+        self.names
+            .entry(cluster.clone())
+            .or_default()
+            .insert(copy.key.clone(), uid.clone());
         self.copies
             .entry(uid.clone())
             .or_default()
-            .insert(copy.cluster.clone(), copy);
-        self.restale(&uid);
+            .insert(cluster.clone(), copy);
+        self.restale(&uid, Some(&cluster));
     }
 
     pub fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
         if let Some(m) = self.copies.get_mut(origin_uid) {
-            m.remove(cluster);
+            if let Some(c) = m.remove(cluster) {
+                if let Some(names) = self.names.get_mut(cluster) {
+                    if names.get(&c.key).map(String::as_str) == Some(origin_uid) {
+                        names.remove(&c.key);
+                    }
+                }
+            }
             if m.is_empty() {
                 self.copies.remove(origin_uid);
             }
@@ -476,7 +593,9 @@ impl World {
         if let Some(key) = self.by_uid.get(origin_uid) {
             self.dirty.insert(key.clone());
         }
-        self.restale(origin_uid);
+        self.restale(origin_uid, Some(cluster));
+        // Its pods go, and its name is free there again.
+        self.capacity_changed(cluster);
     }
 
     /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
@@ -484,14 +603,31 @@ impl World {
         self.stale.get(cluster).is_some_and(|s| !s.is_empty())
     }
 
-    fn restale(&mut self, uid: &str) {
-        for set in self.stale.values_mut() {
-            set.remove(uid);
+    /// Recomputes where the copies of `uid` are stale (and whether they are orphans); `also`
+    /// is a worker where one of them just went away.
+    fn restale(&mut self, uid: &str, also: Option<&str>) {
+        let clusters: Vec<String> = self
+            .copies
+            .get(uid)
+            .into_iter()
+            .flat_map(|m| m.keys().cloned())
+            .chain(also.map(str::to_string))
+            .collect();
+        for c in &clusters {
+            if let Some(set) = self.stale.get_mut(c) {
+                set.remove(uid);
+            }
         }
         let job = self.by_uid.get(uid).and_then(|k| self.jobs.get(k));
         let Some(copies) = self.copies.get(uid) else {
+            self.orphan_uids.remove(uid);
             return;
         };
+        if job.is_none() {
+            self.orphan_uids.insert(uid.to_string());
+        } else {
+            self.orphan_uids.remove(uid);
+        }
         for c in copies.values() {
             let stale = !c.deleting
                 && match job {
@@ -554,22 +690,22 @@ impl World {
         self.copies.get(uid).and_then(|m| m.get(cluster))
     }
 
-    /// Every copy of a Job with another uid holding `key`'s name in `cluster`.
+    /// The copy of a Job with another uid holding `key`'s name in `cluster` (an earlier Job
+    /// of the same name, not yet removed there).
     pub fn foreign_copy(&self, key: &JobKey, uid: &str, cluster: &str) -> Option<&Copy> {
-        // Few copies are orphans at any time; a scan over them is cheap.
-        self.copies
-            .iter()
-            .filter(|(origin, _)| origin.as_str() != uid)
-            .filter_map(|(_, m)| m.get(cluster))
-            .find(|c| &c.key == key)
+        let origin = self.names.get(cluster)?.get(key)?;
+        if origin == uid {
+            return None;
+        }
+        self.copy_in(origin, cluster)
     }
 
     /// Copies whose origin Job is unknown.
     pub fn orphans(&self) -> impl Iterator<Item = &Copy> {
-        self.copies
+        self.orphan_uids
             .iter()
-            .filter(|(uid, _)| !self.by_uid.contains_key(*uid))
-            .flat_map(|(_, m)| m.values())
+            .filter_map(|uid| self.copies.get(uid))
+            .flat_map(|m| m.values())
     }
 
     /// All copies in `cluster`.
@@ -584,6 +720,7 @@ impl World {
         if changed {
             let name = worker.name.clone();
             self.mark_jobs_in(&name);
+            self.capacity_changed(&name);
         }
         self.workers.insert(worker.name.clone(), worker);
     }
@@ -591,6 +728,7 @@ impl World {
     pub fn remove_worker(&mut self, name: &str) {
         self.workers.remove(name);
         self.mark_jobs_in(name);
+        self.capacity_changed(name);
     }
 
     fn mark_jobs_in(&mut self, cluster: &str) {
@@ -604,11 +742,210 @@ impl World {
     }
 
     pub fn upsert_queue(&mut self, queue: Queue) {
+        self.queues_generation += 1;
         self.queues.insert(queue.name.clone(), queue);
     }
 
     pub fn remove_queue(&mut self, name: &str) {
+        self.queues_generation += 1;
         self.queues.remove(name);
+    }
+
+    pub fn queues_generation(&self) -> u64 {
+        self.queues_generation
+    }
+
+    /// Holds a placement for an admitted Job (replacing any it had).
+    pub fn hold(&mut self, hold: Hold) {
+        if let Some(old) = self.holds.insert(hold.job_uid.clone(), hold) {
+            for t in &old.takes {
+                self.capacity_changed_on(&old.cluster, t.index);
+            }
+        }
+    }
+
+    /// Stops holding the Job's placement.
+    pub fn release(&mut self, job_uid: &str) {
+        if let Some(old) = self.holds.remove(job_uid) {
+            for t in &old.takes {
+                self.capacity_changed_on(&old.cluster, t.index);
+            }
+        }
+    }
+
+    pub fn holds(&self) -> &BTreeMap<String, Hold> {
+        &self.holds
+    }
+
+    /// The worker may have gained room: misfits found there are looked at again.
+    pub fn capacity_changed(&mut self, cluster: &str) {
+        self.changed_at(cluster, None);
+    }
+
+    /// Node `index` of the worker may have gained room (a pod ended, a placement held there
+    /// was released).
+    pub fn capacity_changed_on(&mut self, cluster: &str, index: usize) {
+        self.changed_at(cluster, Some(index));
+    }
+
+    /// The nodes (by index) of the worker that may have gained room since `epoch`, when known
+    /// node by node; `None` when anything may have changed.
+    pub fn changes_since(&self, cluster: &str, epoch: u64) -> Option<Vec<usize>> {
+        let log = self.changes.get(cluster)?;
+        if log.front().is_none_or(|(e, _)| *e > epoch + 1) {
+            // Older changes were forgotten.
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for (e, node) in log.iter().rev() {
+            if *e <= epoch {
+                break;
+            }
+            nodes.push((*node)?);
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        Some(nodes)
+    }
+
+    fn changed_at(&mut self, cluster: &str, node: Option<usize>) {
+        let epoch = self.capacity.entry(cluster.to_string()).or_insert(0);
+        *epoch += 1;
+        let epoch = *epoch;
+        let log = self.changes.entry(cluster.to_string()).or_default();
+        log.push_back((epoch, node));
+        while log.len() > 4096 {
+            log.pop_front();
+        }
+        let queues: Vec<String> = self
+            .queues
+            .values()
+            .filter(|q| {
+                q.settings
+                    .as_ref()
+                    .is_ok_and(|s| s.clusters.iter().any(|c| c == cluster))
+            })
+            .map(|q| q.name.clone())
+            .collect();
+        for q in queues {
+            self.bump_queue(&q);
+        }
+    }
+
+    fn bump_queue(&mut self, queue: &str) {
+        *self.queue_epochs.entry(queue.to_string()).or_insert(0) += 1;
+    }
+
+    /// What a class's failure depends on, beyond its own Jobs.
+    pub fn memo_key(&self, queue: &str, starving: bool) -> MemoKey {
+        MemoKey {
+            queue_epoch: self.queue_epochs.get(queue).copied().unwrap_or(0),
+            queues: self.queues_generation,
+            reservations: self.reservations_generation,
+            starving,
+        }
+    }
+
+    /// Why `class` failed, if nothing it depends on changed since.
+    pub fn class_memo(&self, class: &ClassKey, key: &MemoKey) -> Option<&ClassMemo> {
+        if !self.config.remember {
+            return None;
+        }
+        self.class_memos
+            .get(class)
+            .filter(|m| &m.key == key && (!self.config.describe || !m.message.is_empty()))
+    }
+
+    pub fn remember_class(&mut self, class: ClassKey, memo: ClassMemo) {
+        self.class_memos.insert(class, memo);
+        if self.class_memos.len() > 4 * (self.pending.len() + 1) {
+            let pending = &self.pending;
+            self.class_memos
+                .retain(|class, _| pending.contains_key(class));
+        }
+    }
+
+    /// Records the workers and quota a pass held for starving Jobs.
+    pub fn reservations_now(&mut self, fingerprint: u64) {
+        if fingerprint != self.last_reservations {
+            self.last_reservations = fingerprint;
+            self.reservations_generation += 1;
+        }
+    }
+
+    pub fn capacity_epoch(&self, cluster: &str) -> u64 {
+        self.capacity.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// Replaces the inventory; workers whose data changed may have gained room.
+    pub fn set_inventory(&mut self, inventory: Arc<Inventory>) {
+        let old = std::mem::replace(&mut self.inventory, inventory);
+        let changed: Vec<String> = self
+            .inventory
+            .clusters
+            .iter()
+            .filter(|c| {
+                old.cluster(&c.name)
+                    .is_none_or(|o| !std::ptr::eq(o, c.as_ref()))
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        for c in changed {
+            self.capacity_changed(&c);
+        }
+    }
+
+    /// A remembered misfit of `class` in `cluster`, found at any epoch of the current queues
+    /// generation (and described, when the world asks for descriptions).
+    pub fn misfit(&self, class: &ClassKey, cluster: &str) -> Option<&KnownMisfit> {
+        if !self.config.remember {
+            return None;
+        }
+        self.misfits.get(class)?.get(cluster).filter(|m| {
+            m.queues == self.queues_generation && (!self.config.describe || !m.reason.is_empty())
+        })
+    }
+
+    /// Whether `class` would fit in `cluster` drained, if known for nodes with this
+    /// [`fingerprint`]: `Some(None)` for no, `Some(Some(score))` for yes.
+    pub fn drained_fit(&self, class: &ClassKey, cluster: &str, print: u64) -> Option<Option<i64>> {
+        if !self.config.remember {
+            return None;
+        }
+        self.drained
+            .get(class)?
+            .get(cluster)
+            .filter(|(p, _)| *p == print)
+            .map(|(_, s)| *s)
+    }
+
+    pub fn remember_drained(
+        &mut self,
+        class: ClassKey,
+        cluster: String,
+        print: u64,
+        score: Option<i64>,
+    ) {
+        self.drained
+            .entry(class)
+            .or_default()
+            .insert(cluster, (print, score));
+        if self.drained.len() > 4 * (self.pending.len() + 1) {
+            let pending = &self.pending;
+            self.drained.retain(|class, _| pending.contains_key(class));
+        }
+    }
+
+    pub fn remember_misfit(&mut self, class: ClassKey, cluster: String, misfit: KnownMisfit) {
+        self.misfits
+            .entry(class)
+            .or_default()
+            .insert(cluster, misfit);
+        // Forget the classes that are gone now and then.
+        if self.misfits.len() > 4 * (self.pending.len() + 1) {
+            let pending = &self.pending;
+            self.misfits.retain(|class, _| pending.contains_key(class));
+        }
     }
 
     pub fn queue_use(&self, queue: &str) -> Option<&QueueUse> {

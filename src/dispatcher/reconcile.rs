@@ -175,7 +175,7 @@ pub fn reconcile(
     };
     write_status(world, job, copy, readiness, now, out);
 
-    let hold = world.holds.get(&job.uid);
+    let hold = world.holds().get(&job.uid);
     if readiness.all() {
         if hold.is_some() {
             out.push(Action::Release {
@@ -451,7 +451,7 @@ fn delete(world: &World, out: &mut Vec<Action>, c: &Copy, why: &'static str) {
 }
 
 fn release(world: &World, job: &Job, out: &mut Vec<Action>) {
-    if world.holds.contains_key(&job.uid) {
+    if world.holds().contains_key(&job.uid) {
         out.push(Action::Release {
             job_uid: job.uid.clone(),
         });

@@ -130,7 +130,7 @@ pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryEr
         }
         let mut nodes = Vec::with_capacity(c.nodes.len());
         for n in c.nodes {
-            nodes.push(build_node(&c.name, n, &mut resources)?);
+            nodes.push(std::sync::Arc::new(build_node(&c.name, n, &mut resources)?));
         }
         out.push(std::sync::Arc::new(Cluster {
             name: c.name,
@@ -144,6 +144,7 @@ pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryEr
         resources,
         clusters: out,
         node_index: Default::default(),
+        cluster_index: Default::default(),
     }
     .finish())
 }

@@ -1621,7 +1621,7 @@ mod equivalence {
         let inv = parse_yaml(&cluster_yaml(&mut rng)).unwrap();
         let node = &inv.clusters[0].nodes[0];
         for _ in 0..20_000 {
-            let mut node = node.clone();
+            let mut node = Node::clone(node);
             let width = 1 + rng.below(5) as usize;
             node.allocatable = (0..width).map(|_| rng.below(9) as i64 * 500).collect();
             let after = NodeState {
@@ -1664,7 +1664,9 @@ mod equivalence {
                 let n = 1 + rng.below(6) as usize;
                 // Traced fits take the full merge; untraced ones the direct one. (Under the
                 // none policy a traced fit also takes from the zones, an untraced one not.)
-                let aligned = |n: &&Node| n.numa.as_ref().is_none_or(|t| t.policy != Policy::None);
+                let aligned = |n: &&std::sync::Arc<Node>| {
+                    n.numa.as_ref().is_none_or(|t| t.policy != Policy::None)
+                };
                 for node in cluster.nodes.iter().filter(aligned) {
                     let traced = fit_node(node, &inv.resources, &shape, &pod, n, &config, true);
                     let quick = fit_node(node, &inv.resources, &shape, &pod, n, &config, false);

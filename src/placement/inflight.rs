@@ -4,7 +4,7 @@
 //! time is a parameter, never read here.
 
 use super::fit::NodeState;
-use crate::inventory::{Cluster, Node, ResourceTable};
+use crate::inventory::{Cluster, Node, ResourceId, ResourceTable};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,62 +13,67 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Take {
     pub node: String,
-    /// Node-level amounts by resource name.
-    pub amounts: Vec<(String, i64)>,
-    /// Per NUMA zone (by zone index): amounts by resource name.
-    pub zone_amounts: Vec<(usize, String, i64)>,
+    /// Where the node was in its cluster's list when the take was made: looked at first.
+    pub index: usize,
+    /// Node-level amounts by resource id. Ids come from the inventory's resource table,
+    /// which only ever grows, so they stay valid in later snapshots.
+    pub amounts: Vec<(ResourceId, i64)>,
+    /// Per NUMA zone (by zone index): amounts by resource id.
+    pub zone_amounts: Vec<(usize, ResourceId, i64)>,
 }
 
 impl Take {
     /// The difference between a node's state before and after a simulated placement.
-    pub fn between(
-        node: &Node,
-        table: &ResourceTable,
-        before: &NodeState,
-        after: &NodeState,
-    ) -> Self {
+    pub fn between(node: &Node, before: &NodeState, after: &NodeState) -> Self {
         let amounts = before
             .free
             .iter()
             .zip(&after.free)
             .enumerate()
             .filter(|(_, (b, a))| b != a)
-            .map(|(r, (b, a))| (table.name(r).to_string(), b - a))
+            .map(|(r, (b, a))| (r, b - a))
             .collect();
         let mut zone_amounts = Vec::new();
         for (zi, (b, a)) in before.zones.iter().zip(&after.zones).enumerate() {
             for (r, (bv, av)) in b.iter().zip(a).enumerate() {
                 if bv != av {
-                    zone_amounts.push((zi, table.name(r).to_string(), bv - av));
+                    zone_amounts.push((zi, r, bv - av));
                 }
             }
         }
         Self {
             node: node.name.clone(),
+            index: 0,
             amounts,
             zone_amounts,
         }
     }
 
+    /// The same take, noting the node's index in its cluster.
+    pub fn at(mut self, index: usize) -> Self {
+        self.index = index;
+        self
+    }
+
     /// Subtracts the take from `node` (which must be the node it was taken from).
-    pub fn apply_to(&self, node: &mut Node, table: &ResourceTable) {
-        self.add(node, table, 1);
+    pub fn apply_to(&self, node: &mut Node) {
+        self.add(node, 1);
     }
 
     /// Gives the take back to `node`.
-    pub fn release_from(&self, node: &mut Node, table: &ResourceTable) {
-        self.add(node, table, -1);
+    pub fn release_from(&self, node: &mut Node) {
+        self.add(node, -1);
     }
 
-    fn add(&self, node: &mut Node, table: &ResourceTable, sign: i64) {
-        for (name, amount) in &self.amounts {
-            if let Some(v) = table.id(name).and_then(|id| node.requested.get_mut(id)) {
+    fn add(&self, node: &mut Node, sign: i64) {
+        for &(id, amount) in &self.amounts {
+            if let Some(v) = node.requested.get_mut(id) {
                 *v += sign * amount;
             }
         }
         if let Some(numa) = &mut node.numa {
-            for (zi, name, amount) in &self.zone_amounts {
-                if let (Some(id), Some(z)) = (table.id(name), numa.zones.get_mut(*zi)) {
+            for &(zi, id, amount) in &self.zone_amounts {
+                if let Some(z) = numa.zones.get_mut(zi) {
                     if let Some(v) = z.available.get_mut(id) {
                         *v -= sign * amount;
                     }
@@ -92,14 +97,13 @@ impl Reservation {
     pub fn between(
         owner: &str,
         node: &Node,
-        table: &ResourceTable,
         before: &NodeState,
         after: &NodeState,
         expires_at: Instant,
     ) -> Self {
         Self {
             owner: owner.to_string(),
-            take: Take::between(node, table, before, after),
+            take: Take::between(node, before, after),
             expires_at,
         }
     }
@@ -149,13 +153,13 @@ impl InFlight {
     }
 
     /// `node` with its live reservations subtracted.
-    pub fn node<'a>(&self, node: &'a Node, table: &ResourceTable, now: Instant) -> Cow<'a, Node> {
+    pub fn node<'a>(&self, node: &'a Node, now: Instant) -> Cow<'a, Node> {
         let Some(held) = self.by_node.get(&node.name) else {
             return Cow::Borrowed(node);
         };
         let mut n = node.clone();
         for r in held.iter().filter(|r| r.expires_at > now) {
-            r.take.apply_to(&mut n, table);
+            r.take.apply_to(&mut n);
         }
         Cow::Owned(n)
     }
@@ -176,8 +180,8 @@ impl InFlight {
         }
         let mut c = cluster.clone();
         for n in &mut c.nodes {
-            if let Cow::Owned(adjusted) = self.node(n, table, now) {
-                *n = adjusted;
+            if let Cow::Owned(adjusted) = self.node(n, now) {
+                *n = std::sync::Arc::new(adjusted);
             }
         }
         c.summarize(table.len());

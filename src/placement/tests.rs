@@ -296,12 +296,11 @@ fn in_flight_placements_are_not_booked_twice() {
     inflight.reserve(inflight::Reservation::between(
         "pod-1",
         node,
-        &inv.resources,
         &NodeState::of(node),
         &first.state,
         now + Duration::from_secs(30),
     ));
-    let adjusted = inflight.node(node, &inv.resources, now);
+    let adjusted = inflight.node(node, now);
     let second = fit_node(
         &adjusted,
         &inv.resources,
@@ -313,7 +312,7 @@ fn in_flight_placements_are_not_booked_twice() {
     );
     assert_eq!(second.count, 0, "the zone is taken by the first placement");
     // Expired or released, the space is free again.
-    let later = inflight.node(node, &inv.resources, now + Duration::from_secs(31));
+    let later = inflight.node(node, now + Duration::from_secs(31));
     assert_eq!(
         fit_node(
             &later,

@@ -4,6 +4,9 @@
 //! rejects a pod it cannot align (TopologyAffinityError, counted), and a Job controller
 //! (replacement pods with back-off, backoffLimit 6, Complete and Failed as Kubernetes 1.31+
 //! writes them).
+//!
+//! Node usage changes here without the cluster's summary being recomputed each time: the
+//! simulation does it once before the dispatcher plans (see `Simulation::dispatch`).
 
 use crate::dispatcher::{Copy, JobKey};
 use crate::inventory::{Cluster, Node, ResourceTable};
@@ -81,6 +84,8 @@ pub struct Effects {
     pub topology_errors: u64,
     /// Resources taken (+) or given back (−) by scenario pods, for utilization.
     pub usage_delta: Vec<i64>,
+    /// Nodes (by index) that got room back.
+    pub freed: Vec<usize>,
 }
 
 pub struct SimWorker {
@@ -156,7 +161,6 @@ impl SimWorker {
             release(cluster, table, pod, fx);
         }
         if !job.pods.is_empty() {
-            cluster.summarize(table.len());
             self.schedule(cluster, table, now, fx);
         }
     }
@@ -196,7 +200,6 @@ impl SimWorker {
                     return;
                 };
                 release(cluster, table, &p, fx);
-                cluster.summarize(table.len());
                 fx.changed.push(job_uid.clone());
                 if job.behaviour.fails {
                     job.failed += 1;
@@ -267,8 +270,8 @@ impl SimWorker {
                 false,
             );
             if fit.count == 1 {
-                let take = Take::between(node, table, &NodeState::of(node), &fit.state);
-                take.apply_to(node, table);
+                let take = Take::between(node, &NodeState::of(node), &fit.state).at(n);
+                take.apply_to(Arc::make_mut(node));
                 usage(&mut fx.usage_delta, table, &take, 1);
                 changed_nodes = true;
                 let id = job.next_pod;
@@ -297,7 +300,6 @@ impl SimWorker {
                 changed_nodes |= terminate_if_finished(job, cluster, table, fx);
             }
             if changed_nodes {
-                cluster.summarize(table.len());
                 changed_nodes = false;
             }
         }
@@ -388,13 +390,13 @@ fn terminate_if_finished(
     for pod in std::mem::take(&mut job.pods).values() {
         release(cluster, table, pod, fx);
     }
-    cluster.summarize(table.len());
     true
 }
 
 fn release(cluster: &mut Cluster, table: &ResourceTable, pod: &Pod, fx: &mut Effects) {
     if let Some(node) = cluster.nodes.get_mut(pod.node) {
-        pod.take.release_from(node, table);
+        pod.take.release_from(Arc::make_mut(node));
+        fx.freed.push(pod.node);
     }
     usage(&mut fx.usage_delta, table, &pod.take, -1);
 }
@@ -403,9 +405,9 @@ fn usage(delta: &mut Vec<i64>, table: &ResourceTable, take: &Take, sign: i64) {
     if delta.len() < table.len() {
         delta.resize(table.len(), 0);
     }
-    for (name, amount) in &take.amounts {
-        if let Some(id) = table.id(name) {
-            delta[id] += sign * amount;
+    for &(id, amount) in &take.amounts {
+        if let Some(d) = delta.get_mut(id) {
+            *d += sign * amount;
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::placement::pod::{effective_request, ContainerKind, ContainerRequest};
 use crate::quantity;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// What the inventory needs of a Node.
 #[derive(Debug, Clone, PartialEq)]
@@ -372,14 +373,14 @@ impl ClusterState {
                     }
                     None => None,
                 };
-                Node {
+                Arc::new(Node {
                     name: name.clone(),
                     labels: rec.labels.clone(),
                     taints: rec.taints.clone(),
                     allocatable,
                     requested,
                     numa,
-                }
+                })
             })
             .collect();
         (
