@@ -333,7 +333,7 @@ fn attempt(
     let Some(queue) = world.queues.get(&job.queue) else {
         return Attempt::Wait(
             reason::QUEUE_NOT_FOUND,
-            say!(world, 
+            say!(world,
                 "queue {:?} does not exist: create a DispatchQueue named {:?}, or label the Job with an existing queue",
                 job.queue, job.queue
             ),
@@ -378,7 +378,7 @@ fn attempt(
     if let Some((other, cluster)) = &state.gate {
         return Attempt::Wait(
             reason::WAITING_FOR_PODS_READY,
-            say!(world, 
+            say!(world,
                 "queue {:?} admits one Job at a time until its pods are Ready (blockAdmission): waiting for {other} in {cluster}",
                 job.queue
             ),
@@ -732,7 +732,7 @@ fn judge(
                 }
                 return Attempt::Wait(
                     reason::NO_WORKER_FITS,
-                    say!(world, 
+                    say!(world,
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
                         job.gang(),
                         super::model::rfc3339(job.waiting_since()),
