@@ -19,6 +19,8 @@ pub enum Update {
     Topology(String, Box<Event<DynamicObject>>),
     /// The worker answered (a probe, a list, an event): it is not stale.
     Alive(String),
+    /// A worker to keep an inventory for (or its new labels).
+    Registered(String, BTreeMap<String, String>),
     /// The worker is gone from the configuration.
     Removed(String),
 }
@@ -93,6 +95,12 @@ impl Hub {
                 self.dirty.insert(c.clone());
                 return;
             }
+            Update::Registered(c, labels) => {
+                let labels = labels.clone();
+                let c = c.clone();
+                self.add_worker(&c, labels, now);
+                return;
+            }
         };
         let table = &mut self.table;
         let Some(w) = self.workers.get_mut(&cluster) else {
@@ -100,7 +108,7 @@ impl Hub {
         };
         w.last_seen = now;
         let changed = match update {
-            Update::Alive(_) | Update::Removed(_) => false,
+            Update::Alive(_) | Update::Removed(_) | Update::Registered(..) => false,
             Update::Node(_, ev) => match *ev {
                 Event::Apply(n) => {
                     w.state.apply_node(&n);
