@@ -14,6 +14,7 @@ pub mod config;
 pub mod explain;
 pub mod extender;
 pub mod inventory;
+pub mod leader;
 pub mod metrics;
 pub mod namespaces;
 pub mod placement;
