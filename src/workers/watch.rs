@@ -45,9 +45,10 @@ impl Default for WatchOptions {
     }
 }
 
-/// How a worker's node and pod watches are doing: listed at least once, and the last error.
-/// A watch that recovers after an error emits nothing on a quiet cluster, so an error counts
-/// as current for a window (longer than the watchers' longest retry delay, 30 s).
+/// How a worker's node and pod watches are doing: listed at least once, and their last
+/// error. A watch that recovers after an error emits nothing on a quiet cluster, so an error
+/// counts as current for a window (longer than the watchers' longest retry delay, 30 s)
+/// unless the watch proves it recovered by listing again or delivering an event.
 #[derive(Debug, Default)]
 pub struct WatchHealth {
     inner: std::sync::Mutex<HealthState>,
@@ -57,7 +58,8 @@ pub struct WatchHealth {
 struct HealthState {
     nodes_listed: bool,
     pods_listed: bool,
-    last_error: Option<(Instant, String)>,
+    /// The last unrecovered error of the node and of the pod watch.
+    errors: [Option<(Instant, String)>; 2],
 }
 
 /// The kinds whose health counts: NodeResourceTopology is optional (the CRD may not exist).
@@ -68,34 +70,52 @@ enum Tracked {
     Not,
 }
 
+impl Tracked {
+    fn index(self) -> Option<usize> {
+        match self {
+            Tracked::Nodes => Some(0),
+            Tracked::Pods => Some(1),
+            Tracked::Not => None,
+        }
+    }
+}
+
 impl WatchHealth {
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn mark_listed(&self, kind: Tracked) {
+    fn mark_ok(&self, kind: Tracked, listed: bool) {
+        let Some(i) = kind.index() else {
+            return;
+        };
         let mut s = self.lock();
-        match kind {
-            Tracked::Nodes => s.nodes_listed = true,
-            Tracked::Pods => s.pods_listed = true,
-            Tracked::Not => {}
+        s.errors[i] = None;
+        if listed {
+            match kind {
+                Tracked::Nodes => s.nodes_listed = true,
+                Tracked::Pods => s.pods_listed = true,
+                Tracked::Not => {}
+            }
         }
     }
 
     fn mark_failed(&self, kind: Tracked, error: String, now: Instant) {
-        if kind != Tracked::Not {
-            self.lock().last_error = Some((now, error));
+        if let Some(i) = kind.index() {
+            self.lock().errors[i] = Some((now, error));
         }
     }
 
     /// Whether the inventory is being kept up to date at `now`: nodes and pods listed, and
-    /// no error in the last `window`; otherwise why not.
+    /// no unrecovered error in the last `window`; otherwise why not.
     pub fn fresh(&self, now: Instant, window: Duration) -> Result<(), String> {
         let s = self.lock();
-        if let Some((at, e)) = &s.last_error {
-            let ago = now.saturating_duration_since(*at);
-            if ago < window {
-                return Err(format!("a watch failed {}s ago: {e}", ago.as_secs()));
+        for (what, error) in ["node", "pod"].iter().zip(&s.errors) {
+            if let Some((at, e)) = error {
+                let ago = now.saturating_duration_since(*at);
+                if ago < window {
+                    return Err(format!("the {what} watch failed {}s ago: {e}", ago.as_secs()));
+                }
             }
         }
         match (s.nodes_listed, s.pods_listed) {
@@ -127,8 +147,11 @@ async fn forward<K, F>(
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
-                if matches!(ev, Event::InitDone) {
-                    health.mark_listed(kind);
+                // A relist in progress proves nothing yet; its end or a live event does.
+                match ev {
+                    Event::Init | Event::InitApply(_) => {}
+                    Event::InitDone => health.mark_ok(kind, true),
+                    Event::Apply(_) | Event::Delete(_) => health.mark_ok(kind, false),
                 }
                 if tx.send(wrap(cluster.clone(), ev)).await.is_err() {
                     return;
