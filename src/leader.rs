@@ -90,8 +90,10 @@ pub fn micro_time(t: SystemTime) -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::from_microsecond(micros).unwrap_or_default())
 }
 
+/// Whole seconds, rounded up: a lease is never written shorter than configured.
 fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
 
 /// When a Lease stops being valid: its last renewal (or acquisition) plus its duration.
