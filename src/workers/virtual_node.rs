@@ -287,6 +287,10 @@ pub async fn maintain(
         }
         let inventory = store.snapshot();
         for (name, view) in views.iter() {
+            // Leadership lost mid-pass: the new leader writes from here on.
+            if !*leader.borrow() {
+                break;
+            }
             let Some(cluster) = inventory.cluster(name) else {
                 continue;
             };
@@ -349,7 +353,7 @@ pub async fn maintain(
                 }
             }
         }
-        if synced {
+        if synced && *leader.borrow() {
             let gone: Vec<String> = kept
                 .keys()
                 .filter(|n| !views.contains_key(*n))
