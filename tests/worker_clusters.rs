@@ -281,6 +281,30 @@ async fn a_hanging_worker_never_delays_two_healthy_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_that_are_not_established_in_time_count_as_a_failed_connection() {
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("w-1", 8, 0));
+    // Probes answer, lists never do.
+    worker.set_hang_collections(true);
+    let fleet = Fleet::start().await;
+    let started = Instant::now();
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    let v = fleet
+        .view("w1", "the establish timeout", |v| v.attempts >= 1)
+        .await;
+    assert_eq!(v.reason, "ClientConnectionFailed");
+    assert!(
+        v.message.contains("the node and pod lists did not complete within 3s"),
+        "{}",
+        v.message
+    );
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    worker.set_hang_collections(false);
+    fleet.view("w1", "connected and fresh", |v| v.active).await;
+    wait_inventory(&fleet.store, "w-1", |inv| inv.node("w-1").is_some()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_status() {
     let worker = FakeApi::start_tls().await;
     worker.upsert(NODES, fake_api::node("g-1", 32, 8));

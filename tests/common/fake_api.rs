@@ -232,6 +232,8 @@ struct State {
     fail_lists: u32,
     expire_watches: HashMap<String, u32>,
     hang: bool,
+    /// Hang every request but `GET /version`: a server that answers probes but not lists.
+    hang_collections: bool,
     nrt_missing: bool,
     /// When set, only this bearer token is accepted.
     token: Option<String>,
@@ -276,6 +278,7 @@ impl FakeApi {
             fail_lists: 0,
             expire_watches: HashMap::new(),
             hang: false,
+            hang_collections: false,
             nrt_missing: false,
             token: None,
             max_watch: Duration::from_secs(2),
@@ -452,6 +455,9 @@ impl FakeApi {
     pub fn set_hang(&self, hang: bool) {
         self.state.lock().unwrap().hang = hang;
     }
+    pub fn set_hang_collections(&self, hang: bool) {
+        self.state.lock().unwrap().hang_collections = hang;
+    }
     pub fn set_nrt_missing(&self, missing: bool) {
         self.state.lock().unwrap().nrt_missing = missing;
     }
@@ -495,7 +501,7 @@ impl FakeApi {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let (hang, nrt_missing, token) = {
+        let (hang, hang_collections, nrt_missing, token) = {
             let mut s = self.state.lock().unwrap();
             s.requests.push(Recorded {
                 method: method.clone(),
@@ -504,9 +510,9 @@ impl FakeApi {
                 content_type: content_type.clone(),
                 body: body.clone(),
             });
-            (s.hang, s.nrt_missing, s.token.clone())
+            (s.hang, s.hang_collections, s.nrt_missing, s.token.clone())
         };
-        if hang {
+        if hang || (hang_collections && path != "/version") {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         if let Some(token) = token {
