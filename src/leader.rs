@@ -112,7 +112,12 @@ pub fn expiry(lease: &LeaseSpec) -> Option<SystemTime> {
 
 /// Decides what `me` does with `lease` at `now`, holding it for `lease_duration` when it
 /// writes.
-pub fn step(lease: Option<&LeaseSpec>, me: &str, now: SystemTime, lease_duration: Duration) -> Step {
+pub fn step(
+    lease: Option<&LeaseSpec>,
+    me: &str,
+    now: SystemTime,
+    lease_duration: Duration,
+) -> Step {
     let held_by_me = |acquired: Option<MicroTime>, transitions: i32| LeaseSpec {
         holder_identity: Some(me.to_string()),
         lease_duration_seconds: Some(seconds(lease_duration)),
@@ -223,7 +228,9 @@ impl Elector {
                 // The resourceVersion read above rides along: a write that raced another
                 // candidate's fails with 409 instead of overwriting it.
                 lease.spec = Some(spec.clone());
-                self.api.replace(&name, &PostParams::default(), &lease).await
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
             }
             (Step::Acquire(_) | Step::Renew(_), None) => unreachable_lease(),
         };
@@ -237,7 +244,10 @@ impl Elector {
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 self.held = None;
-                Ok(Attempt::Following(format!("another candidate ({})", e.reason)))
+                Ok(Attempt::Following(format!(
+                    "another candidate ({})",
+                    e.reason
+                )))
             }
             Err(e) => Err(self.err(e)),
         }
@@ -260,9 +270,15 @@ impl Elector {
             ..Default::default()
         });
         let name = self.config.lease_name.clone();
-        match self.api.replace(&name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => tracing::info!(lease = %name, "leadership released"),
-            Err(e) => tracing::warn!(lease = %name, error = %e, "cannot release leadership; it expires on its own"),
+            Err(e) => {
+                tracing::warn!(lease = %name, error = %e, "cannot release leadership; it expires on its own")
+            }
         }
     }
 }
@@ -270,9 +286,7 @@ impl Elector {
 /// A `Step::Acquire`/`Renew` always comes from an existing Lease; this keeps the match total
 /// without a panic.
 fn unreachable_lease() -> Result<Lease, kube::Error> {
-    Err(kube::Error::Service(
-        "internal: no Lease to update".into(),
-    ))
+    Err(kube::Error::Service("internal: no Lease to update".into()))
 }
 
 /// Runs the election until `stop` turns true (then releases the Lease if held), publishing
@@ -295,7 +309,12 @@ pub async fn run(
             break;
         }
         let limit = config.renew_deadline;
-        let outcome = match tokio::time::timeout(limit, elector.attempt()).await {
+        // A stop never waits for an attempt stuck on a slow API server.
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(limit, elector.attempt()) => r,
+            _ = stop.changed() => break,
+        };
+        let outcome = match attempt {
             Ok(r) => r,
             Err(_) => Err(LeaderError::Timeout {
                 namespace: config.namespace.clone(),
@@ -356,9 +375,9 @@ struct Jitter(u64);
 
 impl Jitter {
     fn new(seed: &str) -> Self {
-        let s = seed
-            .bytes()
-            .fold(0x9E37_79B9_7F4A_7C15u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3));
+        let s = seed.bytes().fold(0x9E37_79B9_7F4A_7C15u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
+        });
         Jitter(s | 1)
     }
     fn next(&mut self) -> f64 {
