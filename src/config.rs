@@ -439,7 +439,10 @@ fn leader_election(file: LeaderElectionFile) -> Result<LeaderElectionSettings, C
     if !crate::api::is_dns1123_subdomain(&s.lease_name) {
         return Err(ConfigError::Invalid {
             field: "leaderElection.leaseName",
-            message: format!("{:?} is not a Lease name (a DNS-1123 subdomain)", s.lease_name),
+            message: format!(
+                "{:?} is not a Lease name (a DNS-1123 subdomain)",
+                s.lease_name
+            ),
         });
     }
     if s.lease_duration <= s.renew_deadline {
@@ -564,9 +567,18 @@ mod tests {
         assert_eq!(s.leader_election.retry_period, Duration::from_secs(4));
 
         for (yaml, field) in [
-            ("leaderElection:\n  leaseDuration: 5s\n", "leaderElection.leaseDuration"),
-            ("leaderElection:\n  retryPeriod: 9s\n", "leaderElection.renewDeadline"),
-            ("leaderElection:\n  leaseName: Not_A_Name\n", "leaderElection.leaseName"),
+            (
+                "leaderElection:\n  leaseDuration: 5s\n",
+                "leaderElection.leaseDuration",
+            ),
+            (
+                "leaderElection:\n  retryPeriod: 9s\n",
+                "leaderElection.renewDeadline",
+            ),
+            (
+                "leaderElection:\n  leaseName: Not_A_Name\n",
+                "leaderElection.leaseName",
+            ),
             ("workerQps: 0\n", "workerQps"),
             ("workerBurst: 0\n", "workerBurst"),
             ("namespace: Bad_NS\n", "namespace"),

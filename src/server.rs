@@ -155,7 +155,13 @@ pub async fn start_with_client(
             store.replace(inv);
         }
         (None, Some(client), Role::Manager) => {
-            let started = start_manager(client.clone(), &settings, store.clone(), metrics.clone(), stop_rx.clone());
+            let started = start_manager(
+                client.clone(),
+                &settings,
+                store.clone(),
+                metrics.clone(),
+                stop_rx.clone(),
+            );
             notes.extend(started.notes);
             election = started.election;
             background = started.background;
@@ -345,9 +351,15 @@ fn start_manager(
         tracing::info!(lease = %config.lease_name, identity = %config.identity, "leader election");
         let (tx, rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(crate::leader::run(client.clone(), config, tx, stop));
-        (rx.clone(), Some((task, le.renew_deadline)), Some((line, rx)))
+        (
+            rx.clone(),
+            Some((task, le.renew_deadline)),
+            Some((line, rx)),
+        )
     } else {
-        notes.push("leader election: off (leaderElection.enabled: false): this replica leads".to_string());
+        notes.push(
+            "leader election: off (leaderElection.enabled: false): this replica leads".to_string(),
+        );
         (crate::leader::always(), None, None)
     };
     {
@@ -703,7 +715,11 @@ async fn readyz(state: ProbeState) -> HttpResponse {
         body.push('\n');
     }
     if let Some((line, leader)) = &readiness.leader {
-        let leading = if *leader.borrow() { "leading" } else { "following" };
+        let leading = if *leader.borrow() {
+            "leading"
+        } else {
+            "following"
+        };
         body.push_str(&format!("{line}: {leading}\n"));
     }
     HttpResponse::build(status)

@@ -109,7 +109,9 @@ async fn a_missing_lease_is_created_and_held() {
     // Renewals after the create.
     Mock::given(method("GET"))
         .and(path(LEASE_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]),
+        )
         .mount(&api)
         .await;
     Mock::given(method("PUT"))
@@ -120,7 +122,10 @@ async fn a_missing_lease_is_created_and_held() {
     let mut c = candidate(mock_client(&api), config("switchyard-0"));
     c.wait(true, "leading after the create").await;
     let requests = api.received_requests().await.unwrap();
-    let create = requests.iter().find(|r| r.method.as_str() == "POST").unwrap();
+    let create = requests
+        .iter()
+        .find(|r| r.method.as_str() == "POST")
+        .unwrap();
     let sent = body(create);
     let want = &fixture("lease_create")["request"]["body"];
     assert_eq!(sent["apiVersion"], want["apiVersion"]);
@@ -140,7 +145,9 @@ async fn the_holder_renews_with_the_resource_version_it_read() {
     let api = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(LEASE_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]),
+        )
         .mount(&api)
         .await;
     Mock::given(method("PUT"))
@@ -151,7 +158,12 @@ async fn the_holder_renews_with_the_resource_version_it_read() {
     let mut c = candidate(mock_client(&api), config("switchyard-0"));
     c.wait(true, "leading after the renewal").await;
     let requests = api.received_requests().await.unwrap();
-    let put = body(requests.iter().find(|r| r.method.as_str() == "PUT").unwrap());
+    let put = body(
+        requests
+            .iter()
+            .find(|r| r.method.as_str() == "PUT")
+            .unwrap(),
+    );
     let want = &fixture("lease_renew")["request"]["body"];
     assert_eq!(put["metadata"]["resourceVersion"], "391");
     assert_eq!(put["metadata"]["uid"], want["metadata"]["uid"]);
@@ -169,7 +181,9 @@ async fn a_conflict_means_someone_else_won() {
     let api = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(LEASE_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]),
+        )
         .mount(&api)
         .await;
     Mock::given(method("PUT"))
@@ -181,7 +195,12 @@ async fn a_conflict_means_someone_else_won() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!*c.leading.borrow());
     let requests = api.received_requests().await.unwrap();
-    let put = body(requests.iter().find(|r| r.method.as_str() == "PUT").unwrap());
+    let put = body(
+        requests
+            .iter()
+            .find(|r| r.method.as_str() == "PUT")
+            .unwrap(),
+    );
     assert_eq!(put["spec"]["holderIdentity"], "switchyard-1");
     assert_eq!(put["spec"]["leaseTransitions"], 1);
     assert_eq!(put["metadata"]["resourceVersion"], "391");
@@ -190,7 +209,9 @@ async fn a_conflict_means_someone_else_won() {
     let api = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(LEASE_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(&fixture("lease_create")["response"]["body"]),
+        )
         .mount(&api)
         .await;
     Mock::given(method("PUT"))
@@ -229,7 +250,8 @@ async fn a_conflict_means_someone_else_won() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn candidates_racing_on_one_lease_never_lead_together_and_a_stopped_leader_hands_over_at_once() {
+async fn candidates_racing_on_one_lease_never_lead_together_and_a_stopped_leader_hands_over_at_once(
+) {
     let api = FakeApi::start().await;
     let mut candidates: Vec<Candidate> = (0..3)
         .map(|i| candidate(api.client(), config(&format!("switchyard-{i}"))))
@@ -243,12 +265,14 @@ async fn candidates_racing_on_one_lease_never_lead_together_and_a_stopped_leader
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(led, "nobody led");
-    let lease = api.get(LEASES, "switchyard-system", "switchyard-leader").unwrap();
-    let holder = lease["spec"]["holderIdentity"].as_str().unwrap().to_string();
-    let i = candidates
-        .iter()
-        .position(|c| *c.leading.borrow())
+    let lease = api
+        .get(LEASES, "switchyard-system", "switchyard-leader")
         .unwrap();
+    let holder = lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let i = candidates.iter().position(|c| *c.leading.borrow()).unwrap();
     assert_eq!(holder, format!("switchyard-{i}"));
     let transitions = lease["spec"]["leaseTransitions"].as_i64().unwrap();
 
@@ -274,8 +298,13 @@ async fn candidates_racing_on_one_lease_never_lead_together_and_a_stopped_leader
         stopped.elapsed()
     );
     assert!(!(*a.leading.borrow() && *b.leading.borrow()));
-    let lease = api.get(LEASES, "switchyard-system", "switchyard-leader").unwrap();
-    assert_ne!(lease["spec"]["holderIdentity"].as_str(), Some(holder.as_str()));
+    let lease = api
+        .get(LEASES, "switchyard-system", "switchyard-leader")
+        .unwrap();
+    assert_ne!(
+        lease["spec"]["holderIdentity"].as_str(),
+        Some(holder.as_str())
+    );
     assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap() > transitions);
     a.stop().await;
     b.stop().await;
@@ -293,7 +322,9 @@ async fn an_expired_lease_is_taken_over_and_a_leader_that_cannot_renew_steps_dow
     );
     let mut c = candidate(api.client(), config("switchyard-new"));
     c.wait(true, "took the expired lease over").await;
-    let lease = api.get(LEASES, "switchyard-system", "switchyard-leader").unwrap();
+    let lease = api
+        .get(LEASES, "switchyard-system", "switchyard-leader")
+        .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "switchyard-new");
     assert_eq!(lease["spec"]["leaseTransitions"], 5);
     assert_ne!(lease["spec"]["acquireTime"], "2026-11-22T03:55:02.499338Z");
@@ -324,9 +355,9 @@ async fn a_valid_lease_of_another_is_followed() {
     let c = candidate(api.client(), config("switchyard-me"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!*c.leading.borrow());
-    assert!(api
-        .recorded()
-        .iter()
-        .all(|r| r.method == "GET"), "a follower never writes");
+    assert!(
+        api.recorded().iter().all(|r| r.method == "GET"),
+        "a follower never writes"
+    );
     c.stop().await;
 }

@@ -8,8 +8,8 @@ mod common;
 
 use common::fake_api::{self, FakeApi, LEASES, NODES, WORKER_CLUSTERS};
 use common::fleet::{active, NS, WAIT};
-use common::tls_client::{connect, connector_from_dir};
 use common::probe_get;
+use common::tls_client::{connect, connector_from_dir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use switchyard::cli::Role;
@@ -65,7 +65,9 @@ async fn serve_as_manager_connects_workers_leads_and_feeds_the_extender() {
 
     // The extender judges the worker's nodes and its virtual node from the live inventory.
     let tls = connector_from_dir(dir.path());
-    let mut conn = connect(&tls, running.https_addr, "localhost").await.unwrap();
+    let mut conn = connect(&tls, running.https_addr, "localhost")
+        .await
+        .unwrap();
     let body = json!({
         "Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u1", "resourceVersion": "1"},
                 "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "4"}}}]}},
@@ -80,11 +82,16 @@ async fn serve_as_manager_connects_workers_leads_and_feeds_the_extender() {
         assert_eq!(status, 200);
         let reply: Value = serde_json::from_slice(&reply).unwrap();
         if reply["NodeNames"] == json!(["switchyard-w1", "w-gpu"]) {
-            let why = reply["FailedAndUnresolvableNodes"]["w-cpu"].as_str().unwrap();
+            let why = reply["FailedAndUnresolvableNodes"]["w-cpu"]
+                .as_str()
+                .unwrap();
             assert!(why.contains("needs 4 cpu"), "{why}");
             break;
         }
-        assert!(Instant::now() < deadline, "the live inventory never reached the extender: {reply}");
+        assert!(
+            Instant::now() < deadline,
+            "the live inventory never reached the extender: {reply}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -95,7 +102,10 @@ async fn serve_as_manager_connects_workers_leads_and_feeds_the_extender() {
             .filter(|o| active(&o["status"]).1 == "Connected")
     })
     .await;
-    let node = until("the virtual node", || manager.get(NODES, "", "switchyard-w1")).await;
+    let node = until("the virtual node", || {
+        manager.get(NODES, "", "switchyard-w1")
+    })
+    .await;
     assert_eq!(node["status"]["allocatable"]["cpu"], "34");
     assert_eq!(node["metadata"]["labels"]["tier"], "gold");
 
@@ -112,7 +122,10 @@ async fn serve_as_manager_connects_workers_leads_and_feeds_the_extender() {
     assert!(ready.contains(": leading\n"), "{ready}");
     let (_, metrics) = probe_get(running.probe_addr, "/metrics").await;
     assert!(metrics.contains("switchyard_leader 1"), "{metrics}");
-    assert!(metrics.contains("switchyard_worker_connected{cluster=\"w1\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("switchyard_worker_connected{cluster=\"w1\"} 1"),
+        "{metrics}"
+    );
 
     let lease = manager.get(LEASES, NS, "switchyard-leader").unwrap();
     assert!(lease["spec"]["holderIdentity"].as_str().is_some());

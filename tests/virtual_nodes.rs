@@ -219,7 +219,9 @@ async fn the_leader_keeps_a_ready_node_per_worker_renews_its_lease_and_removes_i
                "spec": {"holderIdentity": "switchyard-ghost", "leaseDurationSeconds": 40}}),
     );
     // The manager's own nodes are never touched.
-    fleet.manager.upsert(NODES, fake_api::node("manager-1", 4, 0));
+    fleet
+        .manager
+        .upsert(NODES, fake_api::node("manager-1", 4, 0));
     fleet.add("w1", &worker.kubeconfig("tok"));
     let task = keep(&fleet);
 
@@ -235,7 +237,10 @@ async fn the_leader_keeps_a_ready_node_per_worker_renews_its_lease_and_removes_i
     assert_eq!(labels["tier"], "gold", "the WorkerCluster's labels");
     assert_eq!(labels["type"], "virtual-kubelet");
     assert_eq!(labels["kubernetes.io/hostname"], "switchyard-w1");
-    assert_eq!(labels["kubernetes.io/os"], "linux", "labels every node shares");
+    assert_eq!(
+        labels["kubernetes.io/os"], "linux",
+        "labels every node shares"
+    );
     assert_eq!(node["spec"]["taints"][0]["key"], "switchyard.dev/virtual");
     assert_eq!(node["status"]["capacity"]["nvidia.com/gpu"], "4");
     assert_eq!(node["status"]["allocatable"]["pods"], "220");
@@ -260,7 +265,10 @@ async fn the_leader_keeps_a_ready_node_per_worker_renews_its_lease_and_removes_i
 
     until("the orphan and its Lease gone", || {
         (fleet.manager.get(NODES, "", "switchyard-ghost").is_none()
-            && fleet.manager.get(LEASES, "kube-node-lease", "switchyard-ghost").is_none())
+            && fleet
+                .manager
+                .get(LEASES, "kube-node-lease", "switchyard-ghost")
+                .is_none())
         .then_some(())
     })
     .await;
@@ -289,7 +297,10 @@ async fn the_leader_keeps_a_ready_node_per_worker_renews_its_lease_and_removes_i
     fleet.manager.delete(WORKER_CLUSTERS, "w1");
     until("the node and its Lease gone", || {
         (fleet.manager.get(NODES, "", "switchyard-w1").is_none()
-            && fleet.manager.get(LEASES, "kube-node-lease", "switchyard-w1").is_none())
+            && fleet
+                .manager
+                .get(LEASES, "kube-node-lease", "switchyard-w1")
+                .is_none())
         .then_some(())
     })
     .await;

@@ -21,7 +21,9 @@ async fn a_secret_kubeconfig_connects_and_a_rotation_rebuilds_the_client() {
     let fleet = Fleet::start().await;
     fleet.add("w1", &a.kubeconfig("token-1"));
 
-    let v = fleet.view("w1", "connected", |v| v.connected && v.active).await;
+    let v = fleet
+        .view("w1", "connected", |v| v.connected && v.active)
+        .await;
     assert_eq!(v.client_generation, 1);
     assert_eq!(v.reason, "Connected");
     assert_eq!(v.labels["tier"], "gold");
@@ -31,14 +33,18 @@ async fn a_secret_kubeconfig_connects_and_a_rotation_rebuilds_the_client() {
         inv.node("a-1").is_some_and(|(c, _)| c.name == "w1")
     })
     .await;
-    let s = fleet.wait_status("w1", "Active=True", reason_is("Connected")).await;
+    let s = fleet
+        .wait_status("w1", "Active=True", reason_is("Connected"))
+        .await;
     assert_eq!(active(&s).0, "True");
     assert_eq!(s["conditions"][0]["observedGeneration"], 1);
 
     // The Secret now points at another server: a new client, requests go there.
     fleet.secret("w1-kubeconfig", &b.kubeconfig("token-2"));
     let v = fleet
-        .view("w1", "the rotated client", |v| v.client_generation == 2 && v.connected)
+        .view("w1", "the rotated client", |v| {
+            v.client_generation == 2 && v.connected
+        })
         .await;
     assert_eq!(node_names(v.client.unwrap()).await, vec!["b-1"]);
     wait_inventory(&fleet.store, "b-1 instead of a-1", |inv| {
@@ -65,9 +71,18 @@ async fn a_secret_kubeconfig_connects_and_a_rotation_rebuilds_the_client() {
         .any(|r| r.authorization.as_deref() == Some("Bearer token-3")));
 
     let text = fleet.metrics.encode();
-    assert!(text.contains("switchyard_worker_connected{cluster=\"w1\"} 1"), "{text}");
-    assert!(text.contains("switchyard_worker_request_duration_seconds_count{cluster=\"w1\"}"), "{text}");
-    assert!(text.contains("switchyard_worker_watch_restarts_total{cluster=\"w1\"}"), "{text}");
+    assert!(
+        text.contains("switchyard_worker_connected{cluster=\"w1\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switchyard_worker_request_duration_seconds_count{cluster=\"w1\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switchyard_worker_watch_restarts_total{cluster=\"w1\"}"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +150,10 @@ async fn every_unsafe_kubeconfig_is_refused_in_the_status_with_its_reason() {
             .await;
         let (status, _, message) = active(&s);
         assert_eq!(status, "False", "{name}");
-        assert!(message.contains(why), "{name}: {message:?} should name {why:?}");
+        assert!(
+            message.contains(why),
+            "{name}: {message:?} should name {why:?}"
+        );
         assert!(message.starts_with("attempt "), "{message}");
         assert!(message.contains("next attempt at "), "{message}");
         let v = fleet.workers.get(name).unwrap();
@@ -174,7 +192,11 @@ async fn a_missing_secret_is_a_bad_kubeconfig_until_a_good_one_appears() {
         json!({"metadata": {"name": "w1-kubeconfig", "namespace": NS}, "data": {"config": "eA=="}}),
     );
     fleet
-        .wait_status("w1", "the missing key", |s| active(s).2.contains("has no key \"kubeconfig\" (keys: [config])"))
+        .wait_status("w1", "the missing key", |s| {
+            active(s)
+                .2
+                .contains("has no key \"kubeconfig\" (keys: [config])")
+        })
         .await;
     fleet.secret("w1-kubeconfig", "this: [is not a kubeconfig");
     fleet
@@ -189,7 +211,9 @@ async fn a_missing_secret_is_a_bad_kubeconfig_until_a_good_one_appears() {
     let v = fleet.view("w1", "connected", |v| v.connected).await;
     assert!(lost.is_some());
     assert!(v.disconnected_since.is_none());
-    fleet.wait_status("w1", "Connected", reason_is("Connected")).await;
+    fleet
+        .wait_status("w1", "Connected", reason_is("Connected"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,11 +229,15 @@ async fn an_unreachable_worker_backs_off_and_keeps_the_time_it_was_lost() {
         .replace(&worker.addr.port().to_string(), &closed.to_string());
     let fleet = Fleet::start().await;
     fleet.add("gone", &kubeconfig);
-    let first = fleet.view("gone", "a failed attempt", |v| v.attempts >= 1).await;
+    let first = fleet
+        .view("gone", "a failed attempt", |v| v.attempts >= 1)
+        .await;
     assert_eq!(first.reason, "ClientConnectionFailed");
     assert!(!first.connected && first.client.is_some());
     let since = first.disconnected_since.unwrap();
-    let third = fleet.view("gone", "three attempts", |v| v.attempts >= 3).await;
+    let third = fleet
+        .view("gone", "three attempts", |v| v.attempts >= 3)
+        .await;
     assert_eq!(third.disconnected_since, Some(since), "survives retries");
     // 300 ms doubling: the third failure waits 1.2 s.
     let wait = third
@@ -224,15 +252,24 @@ async fn an_unreachable_worker_backs_off_and_keeps_the_time_it_was_lost() {
         })
         .await;
     let (status, reason, message) = active(&s);
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "ClientConnectionFailed"));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ClientConnectionFailed")
+    );
     assert!(message.starts_with("attempt "), "{message}");
     assert!(message.contains("failed: GET /version"), "{message}");
     assert!(message.contains("; next attempt at 20"), "{message}");
     assert!(s["connection"]["disconnectedSince"].is_string());
     assert!(s["connection"]["nextAttemptTime"].is_string());
-    assert!(s["connection"]["lastError"].as_str().unwrap().contains("GET /version"));
+    assert!(s["connection"]["lastError"]
+        .as_str()
+        .unwrap()
+        .contains("GET /version"));
     let text = fleet.metrics.encode();
-    assert!(text.contains("switchyard_worker_connected{cluster=\"gone\"} 0"), "{text}");
+    assert!(
+        text.contains("switchyard_worker_connected{cluster=\"gone\"} 0"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,7 +299,9 @@ async fn a_hanging_worker_never_delays_two_healthy_ones() {
         "the hanging worker delayed the others: {:?}",
         started.elapsed()
     );
-    let v = fleet.view("hung", "its probe timed out", |v| v.attempts >= 1).await;
+    let v = fleet
+        .view("hung", "its probe timed out", |v| v.attempts >= 1)
+        .await;
     assert_eq!(v.reason, "ClientConnectionFailed");
     assert!(v.message.contains("no answer within"), "{}", v.message);
     // Over time it goes stale in the inventory; the others stay schedulable.
@@ -276,7 +315,9 @@ async fn a_hanging_worker_never_delays_two_healthy_ones() {
 
     // It comes back: connected, listed, active.
     hung.set_hang(false);
-    fleet.view("hung", "back", |v| v.connected && v.active).await;
+    fleet
+        .view("hung", "back", |v| v.connected && v.active)
+        .await;
     wait_inventory(&fleet.store, "h-1", |inv| inv.node("h-1").is_some()).await;
 }
 
@@ -294,7 +335,8 @@ async fn watches_that_are_not_established_in_time_count_as_a_failed_connection()
         .await;
     assert_eq!(v.reason, "ClientConnectionFailed");
     assert!(
-        v.message.contains("the node and pod lists did not complete within 3s"),
+        v.message
+            .contains("the node and pod lists did not complete within 3s"),
         "{}",
         v.message
     );
@@ -351,8 +393,16 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
     assert!(active(&s).2.contains("stale"), "{s}");
     let v = fleet.view("w1", "stale", |v| v.reason == "Stale").await;
     assert!(v.connected && !v.active);
-    assert!(fleet.store.snapshot().cluster("w1").unwrap().unavailable.is_some());
-    fleet.wait_status("w1", "fresh again", reason_is("Connected")).await;
+    assert!(fleet
+        .store
+        .snapshot()
+        .cluster("w1")
+        .unwrap()
+        .unavailable
+        .is_some());
+    fleet
+        .wait_status("w1", "fresh again", reason_is("Connected"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,20 +421,31 @@ async fn only_the_leader_writes_status() {
     };
     assert_eq!(status_writes(&fleet.manager), 0);
     fleet.leader.send_replace(true);
-    fleet.wait_status("w1", "written by the new leader", reason_is("Connected")).await;
+    fleet
+        .wait_status("w1", "written by the new leader", reason_is("Connected"))
+        .await;
     // Once written, a steady worker's status is not rewritten.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let writes = status_writes(&fleet.manager);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(status_writes(&fleet.manager), writes, "no write without a change");
+    assert_eq!(
+        status_writes(&fleet.manager),
+        writes,
+        "no write without a change"
+    );
     let patch = fleet
         .manager
         .recorded()
         .into_iter()
         .find(|r| r.method == "PATCH")
         .unwrap();
-    assert_eq!(patch.content_type.as_deref(), Some("application/merge-patch+json"));
-    assert!(patch.uri.starts_with("/apis/switchyard.dev/v1alpha1/workerclusters/w1/status"));
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert!(patch
+        .uri
+        .starts_with("/apis/switchyard.dev/v1alpha1/workerclusters/w1/status"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,7 +484,9 @@ async fn a_path_kubeconfig_is_reread_when_the_file_changes() {
         json!({"metadata": {"name": "w1", "generation": 1},
                "spec": {"kubeConfig": {"location": path.to_str().unwrap(), "locationType": "Path"}}}),
     );
-    let s = fleet.wait_status("w1", "no file yet", reason_is("BadKubeConfig")).await;
+    let s = fleet
+        .wait_status("w1", "no file yet", reason_is("BadKubeConfig"))
+        .await;
     assert!(active(&s).2.contains("cannot read kubeconfig file"), "{s}");
     std::fs::write(&path, a.kubeconfig("tok")).unwrap();
     let v = fleet.view("w1", "connected to a", |v| v.connected).await;
@@ -433,7 +496,9 @@ async fn a_path_kubeconfig_is_reread_when_the_file_changes() {
     std::fs::write(&tmp, b.kubeconfig("tok")).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
     let v = fleet
-        .view("w1", "connected to b", |v| v.connected && v.client_generation == 2)
+        .view("w1", "connected to b", |v| {
+            v.connected && v.client_generation == 2
+        })
         .await;
     assert_eq!(node_names(v.client.unwrap()).await, vec!["b-1"]);
 }
@@ -442,7 +507,8 @@ async fn a_path_kubeconfig_is_reread_when_the_file_changes() {
 async fn a_workers_client_is_really_rate_limited() {
     use switchyard::workers::{client_for, ClientOptions, RateLimiter};
     let worker = FakeApi::start_tls().await;
-    let latency = prometheus_client::metrics::histogram::Histogram::new([0.01, 0.1, 1.0].into_iter());
+    let latency =
+        prometheus_client::metrics::histogram::Histogram::new([0.01, 0.1, 1.0].into_iter());
     let client = client_for(
         &worker.kubeconfig("tok"),
         &ClientOptions {

@@ -77,9 +77,15 @@ fn a_valid_lease_of_another_is_followed_until_it_expires_then_taken_over() {
 fn a_released_or_timeless_lease_is_taken_at_once() {
     let mut released = held("b", at(10, 0), 1);
     released.holder_identity = None;
-    assert!(matches!(step(Some(&released), "a", at(10, 1), D), Step::Acquire(_)));
+    assert!(matches!(
+        step(Some(&released), "a", at(10, 1), D),
+        Step::Acquire(_)
+    ));
     released.holder_identity = Some(String::new());
-    assert!(matches!(step(Some(&released), "a", at(10, 1), D), Step::Acquire(_)));
+    assert!(matches!(
+        step(Some(&released), "a", at(10, 1), D),
+        Step::Acquire(_)
+    ));
     let timeless = LeaseSpec {
         holder_identity: Some("b".into()),
         ..Default::default()

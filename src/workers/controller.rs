@@ -228,7 +228,10 @@ impl Controller {
             }
         };
         if relabel {
-            let _ = self.hub.send(Update::Registered(name.clone(), labels)).await;
+            let _ = self
+                .hub
+                .send(Update::Registered(name.clone(), labels))
+                .await;
         }
         if restart {
             self.start_link(&name, location, spec_error);

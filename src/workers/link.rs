@@ -115,10 +115,9 @@ impl Link {
                         Ok(client) => {
                             self.report(&current, generation, &state);
                             match probe(&client, self.options.probe_timeout).await {
-                                Err(e) => (
-                                    Reason::ClientConnectionFailed,
-                                    format!("GET /version: {e}"),
-                                ),
+                                Err(e) => {
+                                    (Reason::ClientConnectionFailed, format!("GET /version: {e}"))
+                                }
                                 Ok(version) => {
                                     tracing::info!(cluster = %self.name, %version, generation, "worker connected");
                                     state.connected(SystemTime::now());
@@ -126,7 +125,9 @@ impl Link {
                                     match self.session(client).await {
                                         SessionEnd::Gone => return,
                                         SessionEnd::KubeconfigChanged => continue,
-                                        SessionEnd::Failed(m) => (Reason::ClientConnectionFailed, m),
+                                        SessionEnd::Failed(m) => {
+                                            (Reason::ClientConnectionFailed, m)
+                                        }
                                     }
                                 }
                             }
@@ -156,7 +157,12 @@ impl Link {
         }
     }
 
-    fn report(&self, current: &Option<(String, kube::Client)>, generation: u64, state: &ConnectionState) {
+    fn report(
+        &self,
+        current: &Option<(String, kube::Client)>,
+        generation: u64,
+        state: &ConnectionState,
+    ) {
         let _ = self.reports.send(LinkReport {
             name: self.name.clone(),
             epoch: self.epoch,

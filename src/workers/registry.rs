@@ -172,7 +172,8 @@ impl WorkersPublisher {
 
     /// Marks the first full read of the WorkerClusters done.
     pub fn set_synced(&self) {
-        self.tx.send_if_modified(|p| !std::mem::replace(&mut p.synced, true));
+        self.tx
+            .send_if_modified(|p| !std::mem::replace(&mut p.synced, true));
     }
 
     pub fn subscribe(&self) -> Workers {

@@ -41,7 +41,11 @@ pub fn active(health: &Health, stale: Option<&str>) -> (&'static str, &'static s
     }
 }
 
-fn quantities(table: &ResourceTable, amounts: &[i64], keep: impl Fn(usize) -> bool) -> BTreeMap<String, Quantity> {
+fn quantities(
+    table: &ResourceTable,
+    amounts: &[i64],
+    keep: impl Fn(usize) -> bool,
+) -> BTreeMap<String, Quantity> {
     (0..table.len())
         .filter(|r| keep(*r))
         .map(|r| {
@@ -53,7 +57,11 @@ fn quantities(table: &ResourceTable, amounts: &[i64], keep: impl Fn(usize) -> bo
 }
 
 /// The summary of a worker's inventory; `last_sync` is when it was last known fresh.
-pub fn summary(cluster: &Cluster, table: &ResourceTable, last_sync: Option<SystemTime>) -> ClusterSummary {
+pub fn summary(
+    cluster: &Cluster,
+    table: &ResourceTable,
+    last_sync: Option<SystemTime>,
+) -> ClusterSummary {
     let s = &cluster.summary;
     let on = |v: &[i64], r: usize| v.get(r).copied().unwrap_or(0) > 0;
     ClusterSummary {

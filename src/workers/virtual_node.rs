@@ -345,7 +345,12 @@ pub async fn maintain(
                 .renewed_at
                 .is_none_or(|t| t.elapsed() >= options.heartbeat.mul_f32(0.8));
             if renew_due {
-                match bounded(options.request_timeout, renew_lease(&client, &node_name, now)).await {
+                match bounded(
+                    options.request_timeout,
+                    renew_lease(&client, &node_name, now),
+                )
+                .await
+                {
                     Ok(()) => k.renewed_at = Some(Instant::now()),
                     Err(e) => {
                         tracing::warn!(node = %node_name, error = %e, "cannot renew virtual node lease")
@@ -398,7 +403,11 @@ async fn remove_orphans(
     };
     for node in nodes {
         let name = node.metadata.name.unwrap_or_default();
-        let Some(cluster) = node.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_LABEL))
+        let Some(cluster) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLUSTER_LABEL))
         else {
             continue;
         };

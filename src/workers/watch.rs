@@ -114,7 +114,10 @@ impl WatchHealth {
             if let Some((at, e)) = error {
                 let ago = now.saturating_duration_since(*at);
                 if ago < window {
-                    return Err(format!("the {what} watch failed {}s ago: {e}", ago.as_secs()));
+                    return Err(format!(
+                        "the {what} watch failed {}s ago: {e}",
+                        ago.as_secs()
+                    ));
                 }
             }
         }
@@ -207,9 +210,13 @@ pub async fn watches(
             ctx(Tracked::Pods),
             |c, e| Update::Pod(c, Box::new(e))
         ),
-        forward(cluster.clone(), nrts, tx.clone(), ctx(Tracked::Not), |c, e| {
-            Update::Topology(c, Box::new(e))
-        }),
+        forward(
+            cluster.clone(),
+            nrts,
+            tx.clone(),
+            ctx(Tracked::Not),
+            |c, e| { Update::Topology(c, Box::new(e)) }
+        ),
     );
 }
 

@@ -342,7 +342,11 @@ impl FakeApi {
     }
 
     pub fn url(&self) -> String {
-        let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -356,8 +360,11 @@ impl FakeApi {
     /// A safe kubeconfig for this (HTTPS) server: the CA embedded, a bearer token.
     pub fn kubeconfig(&self, token: &str) -> String {
         use base64::Engine;
-        let ca = base64::engine::general_purpose::STANDARD
-            .encode(self.ca_pem.as_deref().expect("kubeconfig() needs start_tls()"));
+        let ca = base64::engine::general_purpose::STANDARD.encode(
+            self.ca_pem
+                .as_deref()
+                .expect("kubeconfig() needs start_tls()"),
+        );
         format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: worker\nclusters:\n  - name: worker\n    cluster:\n      server: {}\n      certificate-authority-data: {ca}\nusers:\n  - name: switchyard\n    user:\n      token: {token}\ncontexts:\n  - name: worker\n    context: {{cluster: worker, user: switchyard}}\n",
             self.url()
@@ -384,8 +391,14 @@ impl FakeApi {
         obj["kind"] = json!(kind_of(&t.plural).unwrap_or("Unknown"));
         obj["apiVersion"] = json!(t.api_version);
         let key = (
-            obj["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
-            obj["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         );
         let col = s.collections.entry(t.collection.clone()).or_default();
         let ty = match kind {
@@ -549,10 +562,12 @@ impl FakeApi {
                 self.watch(&t, &query)
             }
             ("GET", None) => self.list_objects(&t, &query),
-            ("GET", Some(name)) => match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
-                Some(obj) => full(200, obj),
-                None => self.not_found(&t, name),
-            },
+            ("GET", Some(name)) => {
+                match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
+                    Some(obj) => full(200, obj),
+                    None => self.not_found(&t, name),
+                }
+            }
             ("POST", None) => self.create(&t, body),
             ("PUT", Some(name)) => self.replace(&t, name, body),
             ("PATCH", Some(name)) => self.patch(&t, name, content_type.as_deref(), body),
@@ -565,7 +580,11 @@ impl FakeApi {
             }
             _ => full(
                 405,
-                status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"),
+                status(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                ),
             ),
         }
     }
@@ -573,7 +592,13 @@ impl FakeApi {
     fn not_found(&self, t: &Target, name: &str) -> Response<Body> {
         full(
             404,
-            object_status(t, name, 404, "NotFound", format!("{} {name:?} not found", resource(t))),
+            object_status(
+                t,
+                name,
+                404,
+                "NotFound",
+                format!("{} {name:?} not found", resource(t)),
+            ),
         )
     }
 
@@ -620,9 +645,19 @@ impl FakeApi {
 
     fn create(&self, t: &Target, body: Option<Value>) -> Response<Body> {
         let Some(mut obj) = body.filter(Value::is_object) else {
-            return full(400, status(400, "BadRequest", "the body of the request could not be decoded"));
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
         };
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if let Some(ns) = &t.namespace {
             obj["metadata"]["namespace"] = json!(ns);
         }
@@ -630,7 +665,13 @@ impl FakeApi {
         if self.get(&t.collection, &ns, &name).is_some() {
             return full(
                 409,
-                object_status(t, &name, 409, "AlreadyExists", format!("{} {name:?} already exists", resource(t))),
+                object_status(
+                    t,
+                    &name,
+                    409,
+                    "AlreadyExists",
+                    format!("{} {name:?} already exists", resource(t)),
+                ),
             );
         }
         if let Some(m) = obj["metadata"].as_object_mut() {
@@ -645,9 +686,18 @@ impl FakeApi {
             return self.not_found(t, name);
         };
         let Some(mut obj) = body.filter(Value::is_object) else {
-            return full(400, status(400, "BadRequest", "the body of the request could not be decoded"));
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
         };
-        let sent = obj["metadata"]["resourceVersion"].as_str().map(str::to_string);
+        let sent = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
         if sent.is_some_and(|rv| Some(rv.as_str()) != old["metadata"]["resourceVersion"].as_str()) {
             return full(
                 409,
@@ -689,7 +739,14 @@ impl FakeApi {
             return self.not_found(t, name);
         };
         let Some(patch) = body else {
-            return full(400, status(400, "BadRequest", "the body of the request could not be decoded"));
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
         };
         let mut obj = old.clone();
         match t.sub.as_deref() {

@@ -99,7 +99,12 @@ impl Fleet {
         );
     }
 
-    pub async fn view(&self, name: &str, what: &str, cond: impl Fn(&WorkerView) -> bool) -> WorkerView {
+    pub async fn view(
+        &self,
+        name: &str,
+        what: &str,
+        cond: impl Fn(&WorkerView) -> bool,
+    ) -> WorkerView {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(v) = self.workers.get(name).filter(|v| cond(v)) {
@@ -121,7 +126,12 @@ impl Fleet {
             .unwrap_or(Value::Null)
     }
 
-    pub async fn wait_status(&self, name: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        cond: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + WAIT;
         loop {
             let s = self.status(name);
@@ -162,11 +172,17 @@ pub async fn node_names(client: kube::Client) -> Vec<String> {
         .collect()
 }
 
-pub async fn wait_inventory(store: &InventoryStore, what: &str, cond: impl Fn(&switchyard::inventory::Inventory) -> bool) {
+pub async fn wait_inventory(
+    store: &InventoryStore,
+    what: &str,
+    cond: impl Fn(&switchyard::inventory::Inventory) -> bool,
+) {
     let deadline = Instant::now() + WAIT;
     while !cond(&store.snapshot()) {
-        assert!(Instant::now() < deadline, "timed out waiting for the inventory: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the inventory: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
-

@@ -7,7 +7,10 @@ fn t(secs: u64) -> SystemTime {
 }
 
 fn inventory() -> Inventory {
-    parse_yaml(include_str!("../../../tests/data/formats/inventory.example.yaml")).unwrap()
+    parse_yaml(include_str!(
+        "../../../tests/data/formats/inventory.example.yaml"
+    ))
+    .unwrap()
 }
 
 fn q(s: &str) -> Quantity {
@@ -47,7 +50,10 @@ fn a_connected_fresh_worker_is_active_with_its_summary() {
     let health = Health::Connected { since: t(0) };
     let s = desired_at(None, &health, Some(eu), &inv, t(10));
     let c = active_condition(&s);
-    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Connected"));
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "Connected")
+    );
     assert_eq!(c.observed_generation, Some(3));
     assert_eq!(c.last_transition_time, time(t(10)));
     assert!(s.connection.is_none());
@@ -87,11 +93,25 @@ fn a_connected_fresh_worker_is_active_with_its_summary() {
 fn a_lost_worker_shows_attempts_and_the_next_attempt_and_keeps_its_last_summary() {
     let inv = inventory();
     let eu = inv.cluster("eu-1").unwrap();
-    let fresh = desired_at(None, &Health::Connected { since: t(0) }, Some(eu), &inv, t(10));
+    let fresh = desired_at(
+        None,
+        &Health::Connected { since: t(0) },
+        Some(eu),
+        &inv,
+        t(10),
+    );
     let mut c = ConnectionState::new(Backoff::default());
     c.connected(t(0));
-    c.failed(t(20), Reason::ClientConnectionFailed, "connection refused".into());
-    c.failed(t(25), Reason::ClientConnectionFailed, "connection refused".into());
+    c.failed(
+        t(20),
+        Reason::ClientConnectionFailed,
+        "connection refused".into(),
+    );
+    c.failed(
+        t(25),
+        Reason::ClientConnectionFailed,
+        "connection refused".into(),
+    );
     let s = desired_at(Some(&fresh), &c.health, Some(eu), &inv, t(26));
     let cond = active_condition(&s);
     assert_eq!(
@@ -112,18 +132,34 @@ fn a_lost_worker_shows_attempts_and_the_next_attempt_and_keeps_its_last_summary(
     assert_eq!(s.summary, fresh.summary);
     assert!(needs_write(Some(&fresh), &s, Duration::from_secs(60)));
     // Connected again: the condition flips back and the connection block goes (as null).
-    let back = desired_at(Some(&s), &Health::Connected { since: t(40) }, Some(eu), &inv, t(40));
+    let back = desired_at(
+        Some(&s),
+        &Health::Connected { since: t(40) },
+        Some(eu),
+        &inv,
+        t(40),
+    );
     assert_eq!(active_condition(&back).status, "True");
     assert_eq!(patch(&back)["status"]["connection"], Value::Null);
-    assert!(patch(&back)["status"].as_object().unwrap().contains_key("connection"));
+    assert!(patch(&back)["status"]
+        .as_object()
+        .unwrap()
+        .contains_key("connection"));
 }
 
 #[test]
 fn a_connected_but_stale_worker_is_not_active_and_says_why() {
     let inv = inventory();
     let mut eu = inv.cluster("eu-1").unwrap().clone();
-    eu.unavailable = Some("worker cluster eu-1 is stale: no successful watch or resync for over 120s".into());
-    let s = desired_at(None, &Health::Connected { since: t(0) }, Some(&eu), &inv, t(200));
+    eu.unavailable =
+        Some("worker cluster eu-1 is stale: no successful watch or resync for over 120s".into());
+    let s = desired_at(
+        None,
+        &Health::Connected { since: t(0) },
+        Some(&eu),
+        &inv,
+        t(200),
+    );
     let c = active_condition(&s);
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Stale"));
     assert!(c.message.contains("stale"), "{}", c.message);
@@ -139,11 +175,16 @@ fn unsafe_and_broken_kubeconfigs_give_their_reasons() {
         let s = desired_at(None, &c.health, None, &inv, t(0));
         let cond = active_condition(&s);
         assert_eq!(cond.reason, reason.as_str());
-        assert!(cond.message.starts_with("attempt 1 failed: user \"x\" uses basic auth; next attempt at "));
+        assert!(cond
+            .message
+            .starts_with("attempt 1 failed: user \"x\" uses basic auth; next attempt at "));
     }
     let s = desired_at(None, &Health::Connecting, None, &inv, t(0));
     let cond = active_condition(&s);
-    assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("Unknown", "Connecting"));
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("Unknown", "Connecting")
+    );
 }
 
 #[test]
@@ -156,7 +197,11 @@ fn writes_happen_only_for_real_changes_and_to_refresh_the_sync_time() {
     // Seconds later nothing but the clock moved.
     let again = desired_at(Some(&written), &health, Some(eu), &inv, t(30));
     assert_eq!(active_condition(&again).last_transition_time, time(t(10)));
-    assert!(!needs_write(Some(&written), &again, Duration::from_secs(60)));
+    assert!(!needs_write(
+        Some(&written),
+        &again,
+        Duration::from_secs(60)
+    ));
     // A minute later the sync time is worth refreshing.
     let later = desired_at(Some(&written), &health, Some(eu), &inv, t(70));
     assert!(needs_write(Some(&written), &later, Duration::from_secs(60)));
@@ -172,7 +217,11 @@ fn writes_happen_only_for_real_changes_and_to_refresh_the_sync_time() {
     });
     let kept = desired_at(Some(&with_other), &health, Some(eu), &inv, t(20));
     assert_eq!(kept.conditions.len(), 2);
-    assert!(!needs_write(Some(&with_other), &kept, Duration::from_secs(60)));
+    assert!(!needs_write(
+        Some(&with_other),
+        &kept,
+        Duration::from_secs(60)
+    ));
 }
 
 #[test]
