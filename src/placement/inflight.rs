@@ -115,7 +115,9 @@ impl InFlight {
                     }
                 }
             }
-            if let Some(numa) = &mut n.numa {
+            if let Some(numa) = n.numa.as_mut().filter(|_| !r.zone_amounts.is_empty()) {
+                // The node is a copy for this decision; its topology becomes one too.
+                let numa = std::sync::Arc::make_mut(numa);
                 for (zi, name, amount) in &r.zone_amounts {
                     if let (Some(id), Some(z)) = (table.id(name), numa.zones.get_mut(*zi)) {
                         if let Some(v) = z.available.get_mut(id) {

@@ -56,7 +56,7 @@ fn common_labels(cluster: &Cluster) -> BTreeMap<String, String> {
     let Some(first) = nodes.next() else {
         return BTreeMap::new();
     };
-    let mut common = first.labels.clone();
+    let mut common = (*first.labels).clone();
     for n in nodes {
         common.retain(|k, v| n.labels.get(k) == Some(v));
     }
