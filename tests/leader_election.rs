@@ -283,11 +283,9 @@ async fn candidates_racing_on_one_lease_never_lead_together_and_a_stopped_leader
     old.stop().await;
     let (mut a, mut b) = (candidates.remove(0), candidates.remove(0));
     let next = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            tokio::select! {
-                _ = a.leading.wait_for(|l| *l) => return,
-                _ = b.leading.wait_for(|l| *l) => return,
-            }
+        tokio::select! {
+            _ = a.leading.wait_for(|l| *l) => {}
+            _ = b.leading.wait_for(|l| *l) => {}
         }
     })
     .await;

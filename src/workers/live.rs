@@ -405,7 +405,8 @@ impl ClusterState {
             .into_iter()
             .map(|(id, rec)| {
                 let name = names[id].to_string();
-                let allocatable = dense(&mut rec.allocatable.iter().map(|(r, q)| (*r as usize, *q)));
+                let allocatable =
+                    dense(&mut rec.allocatable.iter().map(|(r, q)| (*r as usize, *q)));
                 let requested = dense(
                     &mut self
                         .requested
