@@ -94,7 +94,7 @@ clusters:
         .expect("template inventory");
         let mut cluster = Cluster::clone(&inv.clusters[0]);
         let mut node = std::sync::Arc::unwrap_or_clone(cluster.nodes.pop().expect("template node"));
-        let mut numa = node.numa.take().expect("template topology");
+        let mut numa = NumaTopology::clone(&node.numa.take().expect("template topology"));
         let zone = numa.zones.pop().expect("template zone");
         Self {
             cluster,
@@ -164,12 +164,12 @@ fn node(rng: &mut Rng, t: &Templates, ids: &Ids, name: String, kind: Kind) -> No
     allocatable[ids.pods] = 110 * 1000;
     requested[ids.pods] = (5 + rng.below(40) as i64) * 1000;
     Node {
-        labels: BTreeMap::from([("kubernetes.io/hostname".to_string(), name.clone())]),
+        labels: BTreeMap::from([("kubernetes.io/hostname".to_string(), name.clone())]).into(),
         name,
         taints: Vec::new(),
         allocatable,
         requested,
-        numa: Some(NumaTopology {
+        numa: Some(std::sync::Arc::new(NumaTopology {
             policy,
             scope,
             options: PolicyOptions::default(),
@@ -177,7 +177,7 @@ fn node(rng: &mut Rng, t: &Templates, ids: &Ids, name: String, kind: Kind) -> No
             zones,
             managed,
             ..t.numa.clone()
-        }),
+        })),
         ..t.node.clone()
     }
 }

@@ -48,6 +48,8 @@ pub const CONDITION_ACTIVE: &str = "Active";
 
 /// Reasons of a WorkerCluster's `Active` condition.
 pub mod cluster_reason {
+    /// Unknown: the first connection attempt is in progress.
+    pub const CONNECTING: &str = "Connecting";
     /// True: the client works and the inventory is fresh.
     pub const CONNECTED: &str = "Connected";
     /// False: the kubeconfig is missing (Secret, key or file) or does not parse.

@@ -29,6 +29,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// What a `serve` process is in the fleet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Runs in a manager cluster: the WorkerCluster controller, leader election, virtual
+    /// nodes, and the extender over every worker's live inventory.
+    Manager,
+    /// The extender over the live inventory of the cluster it runs in.
+    #[default]
+    Worker,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhooks (HTTPS) and the probes and metrics (HTTP).
@@ -153,6 +165,17 @@ pub struct ServeArgs {
     /// Inventory file (clusters, nodes, NUMA zones) the scheduler extender judges nodes against.
     #[arg(long, env = "SWITCHYARD_INVENTORY")]
     pub inventory: Option<PathBuf>,
+    /// manager: WorkerClusters, leader election, virtual nodes; worker: the extender over the
+    /// local cluster [default: worker].
+    #[arg(long, env = "SWITCHYARD_ROLE", value_enum)]
+    pub role: Option<Role>,
+    /// Switchyard's namespace (kubeconfig Secrets, the leader Lease) [default: POD_NAMESPACE,
+    /// else the service account's namespace, else switchyard-system].
+    #[arg(long, env = "SWITCHYARD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Do not keep one virtual node per worker cluster in the manager cluster.
+    #[arg(long)]
+    pub no_virtual_nodes: bool,
 }
 
 #[derive(Debug, Args)]

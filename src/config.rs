@@ -2,7 +2,7 @@
 //! [`ServeSettings`] with every default applied.
 
 use crate::admission::{is_dns1123_label, AdmissionPolicy};
-use crate::cli::{LogFormat, ServeArgs};
+use crate::cli::{LogFormat, Role, ServeArgs};
 use crate::selector;
 use crate::wellknown::DEFAULT_DISPATCHER_USERNAME;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -55,6 +55,73 @@ pub struct FileConfig {
     pub placement_strategy: Option<crate::placement::Strategy>,
     pub inflight_ttl: Option<String>,
     pub stale_after: Option<String>,
+    pub role: Option<Role>,
+    pub namespace: Option<String>,
+    pub leader_election: Option<LeaderElectionFile>,
+    pub virtual_nodes: Option<bool>,
+    pub worker_qps: Option<f64>,
+    pub worker_burst: Option<u32>,
+}
+
+/// `leaderElection` in the configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderElectionFile {
+    pub enabled: Option<bool>,
+    pub lease_name: Option<String>,
+    pub lease_duration: Option<String>,
+    pub renew_deadline: Option<String>,
+    pub retry_period: Option<String>,
+}
+
+/// Leader election among manager replicas, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderElectionSettings {
+    pub enabled: bool,
+    pub lease_name: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_name: "switchyard-leader".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Where the service account's namespace is mounted in a pod.
+pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+pub const DEFAULT_NAMESPACE: &str = "switchyard-system";
+
+/// Switchyard's namespace: the flag (or `SWITCHYARD_NAMESPACE`), the file, `POD_NAMESPACE`,
+/// the service account's namespace, else `switchyard-system`. Empty values are skipped.
+pub fn resolve_namespace(
+    flag: Option<&str>,
+    file: Option<&str>,
+    pod_namespace: Option<&str>,
+    service_account: Option<&str>,
+) -> Result<String, ConfigError> {
+    let chosen = [flag, file, pod_namespace, service_account]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_NAMESPACE);
+    if !is_dns1123_label(chosen) {
+        return Err(ConfigError::Invalid {
+            field: "namespace",
+            message: format!("{chosen:?} is not a namespace name (a DNS-1123 label)"),
+        });
+    }
+    Ok(chosen.to_string())
 }
 
 impl FileConfig {
@@ -110,6 +177,15 @@ pub struct ServeSettings {
     pub extender: crate::extender::ExtenderConfig,
     /// A live inventory silent for this long makes its cluster unschedulable.
     pub stale_after: Duration,
+    pub role: Role,
+    /// Switchyard's namespace: kubeconfig Secrets and the leader Lease live there.
+    pub namespace: String,
+    pub leader_election: LeaderElectionSettings,
+    /// Keep one virtual node per worker cluster (manager only).
+    pub virtual_nodes: bool,
+    /// Per-worker client rate limit: requests per second and burst.
+    pub worker_qps: f64,
+    pub worker_burst: u32,
 }
 
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
@@ -135,6 +211,12 @@ impl ServeSettings {
             inventory: None,
             extender: Default::default(),
             stale_after: Duration::from_secs(120),
+            role: Role::Worker,
+            namespace: DEFAULT_NAMESPACE.into(),
+            leader_election: LeaderElectionSettings::default(),
+            virtual_nodes: true,
+            worker_qps: 100.0,
+            worker_burst: 200,
         }
     }
 
@@ -222,7 +304,44 @@ impl ServeSettings {
                 message: "must be at least 1".into(),
             });
         }
+        let role = args.role.or(file.role).unwrap_or_default();
+        let inventory = args.inventory.clone().or(file.inventory);
+        if role == Role::Manager && inventory.is_some() {
+            return Err(ConfigError::Invalid {
+                field: "inventory",
+                message: "a manager's inventory comes from its WorkerClusters: drop --inventory, or use role: worker".into(),
+            });
+        }
+        let namespace = resolve_namespace(
+            args.namespace.as_deref(),
+            file.namespace.as_deref(),
+            std::env::var("POD_NAMESPACE").ok().as_deref(),
+            std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE)
+                .ok()
+                .as_deref(),
+        )?;
+        let leader_election = leader_election(file.leader_election.unwrap_or_default())?;
+        let worker_qps = file.worker_qps.unwrap_or(100.0);
+        if !(worker_qps.is_finite() && worker_qps > 0.0) {
+            return Err(ConfigError::Invalid {
+                field: "workerQps",
+                message: format!("{worker_qps} must be a number above 0"),
+            });
+        }
+        let worker_burst = file.worker_burst.unwrap_or(200);
+        if worker_burst == 0 {
+            return Err(ConfigError::Invalid {
+                field: "workerBurst",
+                message: "must be at least 1".into(),
+            });
+        }
         Ok(Self {
+            role,
+            namespace,
+            leader_election,
+            virtual_nodes: !args.no_virtual_nodes && file.virtual_nodes.unwrap_or(true),
+            worker_qps,
+            worker_burst,
             listen: args
                 .listen
                 .or(file.listen)
@@ -255,7 +374,7 @@ impl ServeSettings {
                 Duration::from_secs(30),
             )?,
             body_timeout: Duration::from_secs(10),
-            inventory: args.inventory.clone().or(file.inventory),
+            inventory,
             stale_after: duration(
                 "staleAfter",
                 &None,
@@ -281,6 +400,70 @@ impl ServeSettings {
             },
         })
     }
+}
+
+/// `leaderElection`, checked as client-go checks it: the lease outlives the renew deadline,
+/// which outlives a retry period with its jitter.
+fn leader_election(file: LeaderElectionFile) -> Result<LeaderElectionSettings, ConfigError> {
+    let d = LeaderElectionSettings::default();
+    let duration = |field: &'static str, text: Option<String>, default: Duration| match text {
+        None => Ok(default),
+        Some(t) => match parse_duration(&t) {
+            Ok(v) if !v.is_zero() => Ok(v),
+            Ok(_) => Err(ConfigError::Invalid {
+                field,
+                message: "must be above 0".into(),
+            }),
+            Err(message) => Err(ConfigError::Invalid { field, message }),
+        },
+    };
+    let s = LeaderElectionSettings {
+        enabled: file.enabled.unwrap_or(d.enabled),
+        lease_name: file.lease_name.unwrap_or(d.lease_name),
+        lease_duration: duration(
+            "leaderElection.leaseDuration",
+            file.lease_duration,
+            d.lease_duration,
+        )?,
+        renew_deadline: duration(
+            "leaderElection.renewDeadline",
+            file.renew_deadline,
+            d.renew_deadline,
+        )?,
+        retry_period: duration(
+            "leaderElection.retryPeriod",
+            file.retry_period,
+            d.retry_period,
+        )?,
+    };
+    if !crate::api::is_dns1123_subdomain(&s.lease_name) {
+        return Err(ConfigError::Invalid {
+            field: "leaderElection.leaseName",
+            message: format!(
+                "{:?} is not a Lease name (a DNS-1123 subdomain)",
+                s.lease_name
+            ),
+        });
+    }
+    if s.lease_duration <= s.renew_deadline {
+        return Err(ConfigError::Invalid {
+            field: "leaderElection.leaseDuration",
+            message: format!(
+                "{:?} must be longer than renewDeadline ({:?}), so a leader steps down before others may take over",
+                s.lease_duration, s.renew_deadline
+            ),
+        });
+    }
+    if s.renew_deadline <= s.retry_period.mul_f64(1.2) {
+        return Err(ConfigError::Invalid {
+            field: "leaderElection.renewDeadline",
+            message: format!(
+                "{:?} must be longer than 1.2 × retryPeriod ({:?})",
+                s.renew_deadline, s.retry_period
+            ),
+        });
+    }
+    Ok(s)
 }
 
 /// Parses durations as Kubernetes writes them: `250ms`, `10s`, `5m`, `1h30m`, `1.5h`.
@@ -358,6 +541,67 @@ mod tests {
             vec![DEFAULT_DISPATCHER_USERNAME]
         );
         assert_eq!(s.tls, TlsSource::Dev("/tmp/x".into()));
+    }
+
+    #[test]
+    fn manager_settings_have_generous_defaults_and_are_checked() {
+        let s = ServeSettings::resolve(&args(), FileConfig::default()).unwrap();
+        assert_eq!(s.role, Role::Worker);
+        assert!(s.virtual_nodes);
+        assert_eq!((s.worker_qps, s.worker_burst), (100.0, 200));
+        assert_eq!(s.leader_election, LeaderElectionSettings::default());
+        assert_eq!(s.leader_election.lease_name, "switchyard-leader");
+
+        let file = FileConfig::parse(
+            "role: manager\nnamespace: fleet\nvirtualNodes: true\nworkerQps: 20\nworkerBurst: 40\nleaderElection:\n  leaseName: sy\n  leaseDuration: 30s\n  renewDeadline: 20s\n  retryPeriod: 4s\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.no_virtual_nodes = true;
+        let s = ServeSettings::resolve(&a, file).unwrap();
+        assert_eq!(s.role, Role::Manager);
+        assert_eq!(s.namespace, "fleet");
+        assert!(!s.virtual_nodes, "the flag turns virtual nodes off");
+        assert_eq!((s.worker_qps, s.worker_burst), (20.0, 40));
+        assert_eq!(s.leader_election.lease_duration, Duration::from_secs(30));
+        assert_eq!(s.leader_election.retry_period, Duration::from_secs(4));
+
+        for (yaml, field) in [
+            (
+                "leaderElection:\n  leaseDuration: 5s\n",
+                "leaderElection.leaseDuration",
+            ),
+            (
+                "leaderElection:\n  retryPeriod: 9s\n",
+                "leaderElection.renewDeadline",
+            ),
+            (
+                "leaderElection:\n  leaseName: Not_A_Name\n",
+                "leaderElection.leaseName",
+            ),
+            ("workerQps: 0\n", "workerQps"),
+            ("workerBurst: 0\n", "workerBurst"),
+            ("namespace: Bad_NS\n", "namespace"),
+            ("role: manager\ninventory: /x.yaml\n", "inventory"),
+        ] {
+            let err = ServeSettings::resolve(&args(), FileConfig::parse(yaml).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(field), "{yaml}: {err}");
+        }
+        let err = FileConfig::parse("leaderElection:\n  leaseNme: x\n").unwrap_err();
+        assert!(err.contains("leaseNme"), "{err}");
+        assert!(FileConfig::parse("role: boss\n").is_err());
+    }
+
+    #[test]
+    fn the_namespace_comes_from_the_first_place_that_names_one() {
+        let ns = |f, y, p, s| resolve_namespace(f, y, p, s).unwrap();
+        assert_eq!(ns(Some("a"), Some("b"), Some("c"), Some("d")), "a");
+        assert_eq!(ns(None, Some("b"), Some("c"), Some("d")), "b");
+        assert_eq!(ns(None, None, Some("c"), Some("d\n")), "c");
+        assert_eq!(ns(None, None, Some(""), Some("d\n")), "d");
+        assert_eq!(ns(None, None, None, None), "switchyard-system");
     }
 
     #[test]

@@ -87,12 +87,15 @@ pub struct Taint {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with the live state and between snapshots: a manager holds a hundred thousand
+    /// nodes, and a copy per snapshot would double the memory they take.
+    pub labels: Arc<BTreeMap<String, String>>,
     pub taints: Vec<Taint>,
     /// Indexed by [`ResourceId`]; missing resources are 0.
     pub allocatable: Vec<i64>,
     pub requested: Vec<i64>,
-    pub numa: Option<NumaTopology>,
+    /// Shared like `labels`; change it with `Arc::make_mut`.
+    pub numa: Option<Arc<NumaTopology>>,
 }
 
 impl Node {
@@ -195,6 +198,7 @@ impl Inventory {
                 node.allocatable.resize(n, 0);
                 node.requested.resize(n, 0);
                 if let Some(numa) = &mut node.numa {
+                    let numa = Arc::make_mut(numa);
                     numa.managed.resize(n, false);
                     for z in &mut numa.zones {
                         z.allocatable.resize(n, 0);

@@ -15,6 +15,7 @@ pub mod dispatcher;
 pub mod explain;
 pub mod extender;
 pub mod inventory;
+pub mod leader;
 pub mod metrics;
 pub mod namespaces;
 pub mod placement;

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
@@ -21,11 +22,28 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// The WorkerCluster's name.
+    pub cluster: String,
+}
+
+/// One worker's series, handed to its connection.
+#[derive(Clone, Debug)]
+pub struct WorkerMetrics {
+    pub watch_restarts: Counter,
+    pub request_duration: Histogram,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub request_duration: Family<RequestLabels, Histogram>,
     pub tls_reloads: Family<ResultLabels, Counter>,
+    pub worker_connected: Family<ClusterLabels, Gauge>,
+    pub worker_watch_restarts: Family<ClusterLabels, Counter>,
+    pub worker_request_duration: Family<ClusterLabels, Histogram>,
+    pub leader: Gauge,
 }
 
 impl Metrics {
@@ -57,6 +75,35 @@ impl Metrics {
             "Serving certificate reloads: success, or error when the new pair was refused and the old one kept",
             tls_reloads.clone(),
         );
+        let worker_connected = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "worker_connected",
+            "1 while the worker cluster's API server answers, 0 while it is disconnected",
+            worker_connected.clone(),
+        );
+        let worker_watch_restarts = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "worker_watch_restarts",
+            "Watches of a worker cluster (nodes, pods, NodeResourceTopology) that failed and were restarted",
+            worker_watch_restarts.clone(),
+        );
+        let worker_request_duration =
+            Family::<ClusterLabels, Histogram>::new_with_constructor(|| {
+                // 1 ms to about 33 s: a nearby API server answers in milliseconds, a watch's
+                // headers may take as long as its list.
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            });
+        registry.register(
+            "worker_request_duration_seconds",
+            "Latency of requests to a worker cluster's API server, until the response headers",
+            worker_request_duration.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader-election Lease",
+            leader.clone(),
+        );
         registry.register(
             "build",
             "Build information",
@@ -67,7 +114,40 @@ impl Metrics {
             requests,
             request_duration,
             tls_reloads,
+            worker_connected,
+            worker_watch_restarts,
+            worker_request_duration,
+            leader,
         }
+    }
+
+    /// The series of one worker cluster (created if missing).
+    pub fn worker(&self, cluster: &str) -> WorkerMetrics {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        WorkerMetrics {
+            watch_restarts: self.worker_watch_restarts.get_or_create(&labels).clone(),
+            request_duration: self.worker_request_duration.get_or_create(&labels).clone(),
+        }
+    }
+
+    pub fn worker_connected(&self, cluster: &str, connected: bool) {
+        self.worker_connected
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_string(),
+            })
+            .set(i64::from(connected));
+    }
+
+    /// Drops a removed worker's series, so a deleted WorkerCluster leaves none behind.
+    pub fn remove_worker(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.worker_connected.remove(&labels);
+        self.worker_watch_restarts.remove(&labels);
+        self.worker_request_duration.remove(&labels);
     }
 
     pub fn observe_request(&self, path: &'static str, result: &'static str, elapsed: Duration) {

@@ -3,7 +3,9 @@
 //! Handlers are thin: read the body within limits, call the pure admission code, answer.
 
 use crate::admission::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook};
+use crate::cli::Role;
 use crate::config::{ServeSettings, TlsSource};
+use crate::inventory::InventoryStore;
 use crate::metrics::Metrics;
 use crate::namespaces::NamespaceLabels;
 use crate::tls::{self, CertificateStore};
@@ -33,6 +35,27 @@ pub struct Readiness {
     shutting_down: AtomicBool,
     /// One line per surface that is off, and why.
     notes: Vec<String>,
+    /// Whether this replica leads, when it runs leader election.
+    leader: Option<(String, tokio::sync::watch::Receiver<bool>)>,
+}
+
+/// What a manager replica runs beside its HTTPS surfaces, built once by [`start`]: the hook
+/// the dispatcher starts from. Everything here is cheap to clone and live: the workers'
+/// views change as WorkerClusters and their connections do, `leader` as the Lease does.
+#[derive(Clone)]
+pub struct Manager {
+    /// The manager cluster's client.
+    pub client: kube::Client,
+    /// Switchyard's namespace.
+    pub namespace: String,
+    /// Every WorkerCluster's view (rate-limited client, connection state, labels).
+    pub workers: crate::workers::Workers,
+    /// Whether this replica leads: only the leader may write (statuses, virtual nodes,
+    /// dispatch decisions).
+    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// Every worker's live inventory, the one the extender judges nodes against.
+    pub inventory: Arc<InventoryStore>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub(crate) struct State {
@@ -59,6 +82,12 @@ pub struct Running {
     servers: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     readiness: Arc<Readiness>,
     stop_background: tokio::sync::watch::Sender<bool>,
+    /// Present with `role: manager` (and a cluster).
+    pub manager: Option<Manager>,
+    /// Awaited on shutdown: it gives the leader Lease up.
+    election: Option<(tokio::task::JoinHandle<()>, Duration)>,
+    /// Aborted on shutdown.
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
@@ -111,15 +140,35 @@ pub async fn start_with_client(
         tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
     }
 
-    // The extender's inventory: a file, else the live cluster this server runs in, else none.
-    let store = Arc::new(crate::inventory::InventoryStore::default());
-    match (&settings.inventory, &client_for_extender) {
-        (Some(path), _) => {
+    // The extender's inventory: a file; else, live, every WorkerCluster (manager) or the
+    // cluster this server runs in (worker); else none.
+    let store = Arc::new(InventoryStore::default());
+    let (stop_background, stop_rx) = tokio::sync::watch::channel(false);
+    let mut manager = None;
+    let mut election = None;
+    let mut background = Vec::new();
+    let mut leader_line = None;
+    match (&settings.inventory, &client_for_extender, settings.role) {
+        (Some(path), _, _) => {
             let inv = crate::inventory::load_file(path)?;
             tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
             store.replace(inv);
         }
-        (None, Some(client)) => {
+        (None, Some(client), Role::Manager) => {
+            let started = start_manager(
+                client.clone(),
+                &settings,
+                store.clone(),
+                metrics.clone(),
+                stop_rx.clone(),
+            );
+            notes.extend(started.notes);
+            election = started.election;
+            background = started.background;
+            leader_line = started.leader_line;
+            manager = Some(started.manager);
+        }
+        (None, Some(client), Role::Worker) => {
             let mut hub = crate::workers::hub::Hub::new(store.clone(), settings.stale_after);
             hub.add_worker(
                 LOCAL_CLUSTER,
@@ -127,29 +176,39 @@ pub async fn start_with_client(
                 std::time::SystemTime::now(),
             );
             let (tx, rx) = tokio::sync::mpsc::channel(4096);
-            tokio::spawn(crate::workers::watch::run(
+            let options = crate::workers::watch::WatchOptions {
+                restarts: Some(metrics.worker(LOCAL_CLUSTER).watch_restarts),
+                ..Default::default()
+            };
+            background.push(tokio::spawn(crate::workers::watch::run(
                 LOCAL_CLUSTER.to_string(),
                 client.clone(),
                 tx,
-                Default::default(),
-            ));
-            tokio::spawn(crate::workers::hub::run(
+                options,
+            )));
+            background.push(tokio::spawn(crate::workers::hub::run(
                 hub,
                 rx,
                 Duration::from_millis(100),
-            ));
+            )));
             notes.push(format!(
                 "extender: live inventory of this cluster (as {LOCAL_CLUSTER:?}) from watches"
             ));
         }
-        (None, None) => notes.push(
-            "extender: no inventory (--inventory FILE): every node is reported as unknown"
-                .to_string(),
-        ),
+        (None, None, role) => {
+            if role == Role::Manager {
+                notes.push("manager: off (--standalone): no WorkerCluster controller, leader election or virtual nodes".to_string());
+            }
+            notes.push(
+                "extender: no inventory (--inventory FILE): every node is reported as unknown"
+                    .to_string(),
+            );
+        }
     }
     let readiness = Arc::new(Readiness {
         shutting_down: AtomicBool::new(false),
         notes,
+        leader: leader_line,
     });
     let extender = Arc::new(crate::extender::Extender::new(
         store,
@@ -230,7 +289,6 @@ pub async fn start_with_client(
     .run();
     let probe_handle = probe.handle();
 
-    let (stop_background, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(certificates.clone().watch(
         settings.tls_reload_interval,
         metrics.clone(),
@@ -248,7 +306,124 @@ pub async fn start_with_client(
         servers,
         readiness,
         stop_background,
+        manager,
+        election,
+        background,
     })
+}
+
+/// What [`start_manager`] started.
+struct ManagerStarted {
+    manager: Manager,
+    notes: Vec<String>,
+    election: Option<(tokio::task::JoinHandle<()>, Duration)>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    leader_line: Option<(String, tokio::sync::watch::Receiver<bool>)>,
+}
+
+/// A manager replica's tasks: leader election, the WorkerCluster controller feeding the
+/// extender's inventory, and (while leading) the virtual nodes.
+fn start_manager(
+    client: kube::Client,
+    settings: &ServeSettings,
+    store: Arc<InventoryStore>,
+    metrics: Arc<Metrics>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> ManagerStarted {
+    use crate::workers::{controller, virtual_node, ControllerOptions};
+    let namespace = settings.namespace.clone();
+    let mut notes = Vec::new();
+    let mut background = Vec::new();
+    let le = &settings.leader_election;
+    let (leader, election, leader_line) = if le.enabled {
+        let config = crate::leader::ElectionConfig {
+            namespace: namespace.clone(),
+            lease_name: le.lease_name.clone(),
+            identity: crate::leader::identity_from_env(),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+        };
+        let line = format!(
+            "leader election: Lease {namespace}/{} as {}",
+            config.lease_name, config.identity
+        );
+        tracing::info!(lease = %config.lease_name, identity = %config.identity, "leader election");
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::leader::run(client.clone(), config, tx, stop));
+        (
+            rx.clone(),
+            Some((task, le.renew_deadline)),
+            Some((line, rx)),
+        )
+    } else {
+        notes.push(
+            "leader election: off (leaderElection.enabled: false): this replica leads".to_string(),
+        );
+        (crate::leader::always(), None, None)
+    };
+    {
+        let mut leader = leader.clone();
+        let metrics = metrics.clone();
+        background.push(tokio::spawn(async move {
+            loop {
+                metrics.leader.set(i64::from(*leader.borrow_and_update()));
+                if leader.changed().await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    let mut options = ControllerOptions::new(&namespace);
+    options.stale_after = settings.stale_after;
+    options.link.qps = settings.worker_qps;
+    options.link.burst = settings.worker_burst;
+    let (workers, task) = controller::start(
+        client.clone(),
+        store.clone(),
+        options,
+        leader.clone(),
+        Some(metrics.clone()),
+    );
+    background.push(task);
+    notes.push(format!(
+        "manager: WorkerCluster controller (kubeconfig Secrets in {namespace}; {} QPS, burst {} per worker)",
+        settings.worker_qps, settings.worker_burst
+    ));
+    notes.push("extender: live inventory of every WorkerCluster from watches".to_string());
+    if settings.virtual_nodes {
+        let options = virtual_node::VirtualNodeOptions {
+            prefix: settings.extender.virtual_node_prefix.clone(),
+            ..Default::default()
+        };
+        background.push(tokio::spawn(virtual_node::maintain(
+            client.clone(),
+            workers.clone(),
+            store.clone(),
+            leader.clone(),
+            options,
+        )));
+        notes.push(format!(
+            "virtual nodes: one per worker ({}<cluster>), kept by the leader",
+            settings.extender.virtual_node_prefix
+        ));
+    } else {
+        notes.push("virtual nodes: off (virtualNodes: false)".to_string());
+    }
+    ManagerStarted {
+        manager: Manager {
+            client,
+            namespace,
+            workers,
+            leader,
+            inventory: store,
+            metrics,
+        },
+        notes,
+        election,
+        background,
+        leader_line,
+    }
 }
 
 impl Running {
@@ -262,6 +437,13 @@ impl Running {
         for server in self.servers {
             let _ = server.await;
         }
+        // The Lease is given up before the process goes, so a successor leads at once.
+        if let Some((election, limit)) = self.election {
+            let _ = tokio::time::timeout(limit + Duration::from_secs(1), election).await;
+        }
+        for task in self.background {
+            task.abort();
+        }
         tracing::info!("stopped");
     }
 }
@@ -269,6 +451,11 @@ impl Running {
 /// `serve`: start, wait for SIGTERM or SIGINT, shut down gracefully.
 pub async fn run(settings: ServeSettings) -> crate::Result<()> {
     let running = start(settings).await?;
+    if let Some(manager) = &running.manager {
+        // The dispatcher hook: it is to be started here, beside the controller, from
+        // `manager` (the workers' views, leadership, the inventory, the manager client).
+        tracing::info!(namespace = %manager.namespace, "manager running");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight requests"),
@@ -526,6 +713,14 @@ async fn readyz(state: ProbeState) -> HttpResponse {
     for note in &readiness.notes {
         body.push_str(note);
         body.push('\n');
+    }
+    if let Some((line, leader)) = &readiness.leader {
+        let leading = if *leader.borrow() {
+            "leading"
+        } else {
+            "following"
+        };
+        body.push_str(&format!("{line}: {leading}\n"));
     }
     HttpResponse::build(status)
         .content_type("text/plain; charset=utf-8")

@@ -1,11 +1,16 @@
 //! Virtual nodes against a fake API server through the real `kube::Client`: created when
 //! missing, status patched (every condition: a merge patch replaces the list), the node Lease
-//! renewed or created, and removal tolerant of what is already gone.
+//! renewed or created, and removal tolerant of what is already gone; then kept by the leader
+//! for every connected WorkerCluster, Ready following the worker, removed with it.
 
+mod common;
+
+use common::fake_api::{self, FakeApi, LEASES, NODES, WORKER_CLUSTERS};
+use common::fleet::{options, Fleet, WAIT};
 use serde_json::{json, Value};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use switchyard::inventory::parse_yaml;
-use switchyard::workers::virtual_node;
+use switchyard::workers::virtual_node::{self, VirtualNodeOptions};
 use wiremock::matchers::{body_partial_json, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -158,4 +163,169 @@ async fn removal_tolerates_what_is_already_gone() {
     virtual_node::remove(&client(&api), "switchyard-eu-1")
         .await
         .unwrap();
+}
+
+fn ready(node: &Value) -> (String, String) {
+    let c = &node["status"]["conditions"][0];
+    assert_eq!(c["type"], "Ready");
+    (
+        c["status"].as_str().unwrap_or_default().to_string(),
+        c["reason"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+async fn until<T>(what: &str, f: impl Fn() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn keep(fleet: &Fleet) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(virtual_node::maintain(
+        fleet.manager.client(),
+        fleet.workers.clone(),
+        fleet.store.clone(),
+        fleet.leader_rx.clone(),
+        VirtualNodeOptions {
+            heartbeat: Duration::from_millis(300),
+            status_every: Duration::from_secs(1),
+            ..Default::default()
+        },
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_keeps_a_ready_node_per_worker_renews_its_lease_and_removes_it_with_the_worker()
+{
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("g-1", 32, 4));
+    worker.upsert(NODES, fake_api::node("c-1", 16, 0));
+    let fleet = Fleet::start().await;
+    // Left over from a WorkerCluster deleted while no replica led.
+    fleet.manager.upsert(
+        NODES,
+        json!({"metadata": {"name": "switchyard-ghost",
+                            "labels": {"switchyard.dev/cluster": "ghost", "type": "virtual-kubelet"}},
+               "spec": {}, "status": {}}),
+    );
+    fleet.manager.upsert(
+        LEASES,
+        json!({"metadata": {"name": "switchyard-ghost", "namespace": "kube-node-lease"},
+               "spec": {"holderIdentity": "switchyard-ghost", "leaseDurationSeconds": 40}}),
+    );
+    // The manager's own nodes are never touched.
+    fleet
+        .manager
+        .upsert(NODES, fake_api::node("manager-1", 4, 0));
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    let task = keep(&fleet);
+
+    let node = until("a Ready virtual node with the worker's sums", || {
+        fleet
+            .manager
+            .get(NODES, "", "switchyard-w1")
+            .filter(|n| ready(n).0 == "True" && n["status"]["allocatable"]["cpu"] == "48")
+    })
+    .await;
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["switchyard.dev/cluster"], "w1");
+    assert_eq!(labels["tier"], "gold", "the WorkerCluster's labels");
+    assert_eq!(labels["type"], "virtual-kubelet");
+    assert_eq!(labels["kubernetes.io/hostname"], "switchyard-w1");
+    assert_eq!(
+        labels["kubernetes.io/os"], "linux",
+        "labels every node shares"
+    );
+    assert_eq!(node["spec"]["taints"][0]["key"], "switchyard.dev/virtual");
+    assert_eq!(node["status"]["capacity"]["nvidia.com/gpu"], "4");
+    assert_eq!(node["status"]["allocatable"]["pods"], "220");
+
+    // Its Lease is renewed, as a kubelet's is.
+    let renew = |l: &Value| l["spec"]["renewTime"].as_str().map(str::to_string);
+    let first = until("the node Lease", || {
+        fleet
+            .manager
+            .get(LEASES, "kube-node-lease", "switchyard-w1")
+            .and_then(|l| renew(&l))
+    })
+    .await;
+    until("a renewal", || {
+        fleet
+            .manager
+            .get(LEASES, "kube-node-lease", "switchyard-w1")
+            .and_then(|l| renew(&l))
+            .filter(|r| *r != first)
+    })
+    .await;
+
+    until("the orphan and its Lease gone", || {
+        (fleet.manager.get(NODES, "", "switchyard-ghost").is_none()
+            && fleet
+                .manager
+                .get(LEASES, "kube-node-lease", "switchyard-ghost")
+                .is_none())
+        .then_some(())
+    })
+    .await;
+    assert!(fleet.manager.get(NODES, "", "manager-1").is_some());
+
+    // Ready follows the worker.
+    worker.set_hang(true);
+    let down = until("Ready=False", || {
+        fleet
+            .manager
+            .get(NODES, "", "switchyard-w1")
+            .filter(|n| ready(n).0 == "False")
+    })
+    .await;
+    assert_eq!(ready(&down).1, "WorkerDisconnected");
+    worker.set_hang(false);
+    until("Ready again", || {
+        fleet
+            .manager
+            .get(NODES, "", "switchyard-w1")
+            .filter(|n| ready(n).0 == "True")
+    })
+    .await;
+
+    // Deleted with its WorkerCluster, Lease and all.
+    fleet.manager.delete(WORKER_CLUSTERS, "w1");
+    until("the node and its Lease gone", || {
+        (fleet.manager.get(NODES, "", "switchyard-w1").is_none()
+            && fleet
+                .manager
+                .get(LEASES, "kube-node-lease", "switchyard-w1")
+                .is_none())
+        .then_some(())
+    })
+    .await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_keep_no_virtual_nodes_until_they_lead() {
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("w-1", 8, 0));
+    let fleet = Fleet::start_with(options(), false).await;
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    let task = keep(&fleet);
+    fleet.view("w1", "connected", |v| v.connected).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(fleet.manager.get(NODES, "", "switchyard-w1").is_none());
+    assert!(fleet
+        .manager
+        .recorded()
+        .iter()
+        .all(|r| !r.uri.starts_with("/api/v1/nodes")));
+    fleet.leader.send_replace(true);
+    until("the node once leading", || {
+        fleet.manager.get(NODES, "", "switchyard-w1")
+    })
+    .await;
+    task.abort();
 }

@@ -25,6 +25,7 @@ fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
         let options = WatchOptions {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
+            ..Default::default()
         };
         tokio::spawn(watch::run(
             name.to_string(),

@@ -864,7 +864,7 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
         let n = std::sync::Arc::make_mut(n);
         n.requested.iter_mut().for_each(|v| *v = 0);
         if let Some(numa) = &mut n.numa {
-            for z in &mut numa.zones {
+            for z in &mut std::sync::Arc::make_mut(numa).zones {
                 z.available.clone_from(&z.allocatable);
             }
         }

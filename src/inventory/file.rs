@@ -187,7 +187,7 @@ fn build_node(
     };
     Ok(Node {
         name: n.name,
-        labels: n.labels,
+        labels: n.labels.into(),
         taints: n
             .taints
             .into_iter()
@@ -199,7 +199,7 @@ fn build_node(
             .collect(),
         allocatable,
         requested,
-        numa,
+        numa: numa.map(std::sync::Arc::new),
     })
 }
 

@@ -1251,7 +1251,7 @@ mod equivalence {
             "clusters:\n  - name: c\n    nodes:\n      - name: n\n        topology:\n          zones: [{name: node-0, type: Node, resources: [{name: cpu, capacity: \"1\"}]}]\n",
         )
         .unwrap();
-        inv.clusters[0].nodes[0].numa.clone().unwrap()
+        inv.clusters[0].nodes[0].numa.as_deref().cloned().unwrap()
     }
 
     /// Zones with ids in order, reversed, spread out or (rarely) repeated, some amounts

@@ -71,7 +71,9 @@ impl Take {
                 *v += sign * amount;
             }
         }
-        if let Some(numa) = &mut node.numa {
+        if let Some(numa) = node.numa.as_mut().filter(|_| !self.zone_amounts.is_empty()) {
+            // Topologies are shared between node copies; this one gets its own.
+            let numa = std::sync::Arc::make_mut(numa);
             for &(zi, id, amount) in &self.zone_amounts {
                 if let Some(z) = numa.zones.get_mut(zi) {
                     if let Some(v) = z.available.get_mut(id) {

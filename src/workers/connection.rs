@@ -126,7 +126,7 @@ impl ConnectionState {
         match &self.health {
             Health::Connecting => (
                 "Unknown",
-                "Connecting",
+                crate::api::cluster_reason::CONNECTING,
                 "first connection attempt in progress".into(),
             ),
             Health::Connected { .. } => ("True", Reason::Connected.as_str(), "connected".into()),

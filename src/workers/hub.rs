@@ -19,6 +19,8 @@ pub enum Update {
     Topology(String, Box<Event<DynamicObject>>),
     /// The worker answered (a probe, a list, an event): it is not stale.
     Alive(String),
+    /// A worker to keep an inventory for (or its new labels).
+    Registered(String, BTreeMap<String, String>),
     /// The worker is gone from the configuration.
     Removed(String),
 }
@@ -93,14 +95,31 @@ impl Hub {
                 self.dirty.insert(c.clone());
                 return;
             }
+            Update::Registered(c, labels) => {
+                let labels = labels.clone();
+                let c = c.clone();
+                self.add_worker(&c, labels, now);
+                return;
+            }
         };
         let table = &mut self.table;
         let Some(w) = self.workers.get_mut(&cluster) else {
             return;
         };
-        w.last_seen = now;
+        // A watcher announces each relist attempt (`Init`) before it reaches the server, so
+        // only what came from the server proves the worker alive: a relist failing over and
+        // over must let the worker go stale.
+        let from_server = match &update {
+            Update::Node(_, e) => !matches!(**e, Event::Init),
+            Update::Pod(_, e) => !matches!(**e, Event::Init),
+            Update::Topology(_, e) => !matches!(**e, Event::Init),
+            _ => true,
+        };
+        if from_server {
+            w.last_seen = now;
+        }
         let changed = match update {
-            Update::Alive(_) | Update::Removed(_) => false,
+            Update::Alive(_) | Update::Removed(_) | Update::Registered(..) => false,
             Update::Node(_, ev) => match *ev {
                 Event::Apply(n) => {
                     w.state.apply_node(&n);
@@ -259,5 +278,33 @@ pub async fn run(mut hub: Hub, mut rx: tokio::sync::mpsc::Receiver<Update>, debo
                 hub.publish(SystemTime::now());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relist_attempts_that_never_reach_the_server_let_a_worker_go_stale() {
+        let store = Arc::new(InventoryStore::default());
+        let mut hub = Hub::new(store.clone(), Duration::from_secs(10));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        hub.apply(Update::Registered("w".into(), BTreeMap::new()), t0);
+        for s in 1..30 {
+            let at = t0 + Duration::from_secs(s);
+            hub.apply(Update::Pod("w".into(), Box::new(Event::Init)), at);
+        }
+        let late = t0 + Duration::from_secs(30);
+        assert!(hub.is_stale("w", late));
+        hub.publish(late);
+        let why = store.snapshot().cluster("w").unwrap().unavailable.clone();
+        assert!(why.unwrap().contains("stale"));
+        // A completed relist is contact.
+        hub.apply(Update::Pod("w".into(), Box::new(Event::InitDone)), late);
+        assert!(!hub.is_stale("w", late + Duration::from_secs(1)));
+        hub.apply(Update::Removed("w".into()), late);
+        hub.publish(late);
+        assert!(store.snapshot().cluster("w").is_none());
     }
 }

@@ -123,8 +123,21 @@ pub fn check(k: &Kubeconfig) -> Result<(), KubeconfigError> {
     Ok(())
 }
 
-/// Parses and checks a kubeconfig, then builds a client for it with bounded timeouts.
-pub async fn client_for(yaml: &str) -> Result<kube::Client, KubeconfigError> {
+/// How a worker's client is built beyond its kubeconfig.
+#[derive(Clone, Default)]
+pub struct ClientOptions {
+    /// Every request of the client waits for a token of this bucket (`None`: unlimited).
+    pub limiter: Option<std::sync::Arc<super::RateLimiter>>,
+    /// Where each request's latency is recorded.
+    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
+}
+
+/// Parses and checks a kubeconfig, then builds a client for it with bounded timeouts, its
+/// requests throttled and timed as `options` say.
+pub async fn client_for(
+    yaml: &str,
+    options: &ClientOptions,
+) -> Result<kube::Client, KubeconfigError> {
     let kubeconfig = Kubeconfig::from_yaml(yaml)
         .map_err(|e| KubeconfigError::Bad(format!("kubeconfig does not parse: {e}")))?;
     check(&kubeconfig)?;
@@ -136,8 +149,14 @@ pub async fn client_for(yaml: &str) -> Result<kube::Client, KubeconfigError> {
     // Watches hold a request open for minutes; each of ours asks the server to end it sooner.
     config.read_timeout = Some(Duration::from_secs(330));
     config.write_timeout = Some(Duration::from_secs(30));
-    kube::Client::try_from(config)
-        .map_err(|e| KubeconfigError::Bad(format!("kubeconfig cannot be used: {e}")))
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| KubeconfigError::Bad(format!("kubeconfig cannot be used: {e}")))?;
+    let limiter = options
+        .limiter
+        .clone()
+        .unwrap_or_else(|| std::sync::Arc::new(super::RateLimiter::new(f64::MAX, u32::MAX)));
+    let layer = super::ratelimit::RateLimitLayer::new(limiter, options.latency.clone());
+    Ok(builder.with_layer(&layer).build())
 }
 
 /// One cheap request that shows the worker answers: `GET /version`, bounded by `timeout`.

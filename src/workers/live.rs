@@ -10,36 +10,35 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// What the inventory needs of a Node.
+/// What the inventory needs of a Node, compactly: a hundred workers of a thousand nodes
+/// each are kept in memory at once.
 #[derive(Debug, Clone, PartialEq)]
 struct NodeRecord {
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
-    allocatable: BTreeMap<String, i64>,
+    /// Shared with every published snapshot of the node.
+    labels: Arc<BTreeMap<String, String>>,
+    taints: Box<[Taint]>,
+    /// By the cluster's interned resource ids.
+    allocatable: Box<[(u16, i64)]>,
 }
 
-/// A pod's key: its UID as 128 bits (real UIDs are UUIDs), or the text for anything else.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum PodKey {
-    Uuid(u128),
-    Other(Box<str>),
+/// A pod's key: a 64-bit hash of its UID. Two pods of one cluster colliding is about as
+/// likely as a cosmic ray (30,000 pods: about 1 in 10^10), and would only misplace one pod's
+/// requests until the next relist.
+fn pod_key(uid: &str) -> u64 {
+    // FNV-1a: stable across processes and versions, and enough for UUIDs.
+    uid.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
-impl PodKey {
-    fn of(uid: &str) -> Self {
-        let hex: String = uid.chars().filter(|c| *c != '-').collect();
-        match (hex.len(), u128::from_str_radix(&hex, 16)) {
-            (32, Ok(v)) => PodKey::Uuid(v),
-            _ => PodKey::Other(uid.into()),
-        }
-    }
-}
-
-/// What the inventory needs of a Pod: where it is and what it holds, as two small ids. A
-/// worker runs tens of thousands of pods and a manager watches a hundred workers: pods with
-/// the same requests share one interned shape, and node names are interned too.
+/// What the inventory needs of a Pod that holds resources: where it is and what it holds,
+/// as two small ids. A worker runs tens of thousands of pods and a manager watches a hundred
+/// workers: pods with the same requests share one interned shape, and node names are
+/// interned too. 16 bytes, kept in one sorted vector per cluster (a hash map would take
+/// three times that).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PodRecord {
+    key: u64,
     node: u32,
     shape: u32,
 }
@@ -47,8 +46,8 @@ struct PodRecord {
 /// Interned strings and request shapes for one cluster.
 #[derive(Debug, Clone, Default)]
 struct Interner {
-    node_ids: HashMap<Box<str>, u32>,
-    node_names: Vec<Box<str>>,
+    node_ids: HashMap<Arc<str>, u32>,
+    node_names: Vec<Arc<str>>,
     resource_ids: HashMap<Box<str>, u16>,
     resource_names: Vec<Box<str>>,
     shape_ids: HashMap<Box<[(u16, i64)]>, u32>,
@@ -61,8 +60,9 @@ impl Interner {
             return *id;
         }
         let id = self.node_names.len() as u32;
-        self.node_names.push(name.into());
-        self.node_ids.insert(name.into(), id);
+        let name: Arc<str> = name.into();
+        self.node_names.push(name.clone());
+        self.node_ids.insert(name, id);
         id
     }
 
@@ -76,13 +76,17 @@ impl Interner {
         id
     }
 
-    fn shape(&mut self, requests: Vec<(String, i64)>) -> u32 {
-        let mut shape: Vec<(u16, i64)> = requests
+    fn amounts(&mut self, amounts: impl IntoIterator<Item = (String, i64)>) -> Box<[(u16, i64)]> {
+        let mut v: Vec<(u16, i64)> = amounts
             .into_iter()
-            .map(|(k, v)| (self.resource(&k), v))
+            .map(|(k, q)| (self.resource(&k), q))
             .collect();
-        shape.sort_unstable();
-        let shape: Box<[(u16, i64)]> = shape.into();
+        v.sort_unstable();
+        v.into()
+    }
+
+    fn shape(&mut self, requests: Vec<(String, i64)>) -> u32 {
+        let shape = self.amounts(requests);
         if let Some(id) = self.shape_ids.get(&shape) {
             return *id;
         }
@@ -97,16 +101,19 @@ impl Interner {
 pub struct ClusterState {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    nodes: BTreeMap<String, NodeRecord>,
     interner: Interner,
-    pods: HashMap<PodKey, PodRecord>,
-    /// Parsed at arrival (the published JSON is ten times larger), or why it could not be.
-    topologies: BTreeMap<String, Result<NumaTopology, String>>,
+    /// By interned node id: the Node, while it exists.
+    nodes: Vec<Option<NodeRecord>>,
+    /// Sorted by key.
+    pods: Vec<PodRecord>,
+    /// Parsed at arrival (the published JSON is ten times larger), or why it could not be;
+    /// by interned node id. Shared with every published snapshot of the node.
+    topologies: HashMap<u32, Result<Arc<NumaTopology>, String>>,
     /// Sum of the pods' requests per interned node, by interned resource, kept as pods come
     /// and go.
-    requested: HashMap<u32, Vec<i64>>,
+    requested: Vec<Vec<i64>>,
     /// Pods collected during a relist, applied when it completes.
-    relist: Option<Vec<(PodKey, PodRecord)>>,
+    relist: Option<Vec<PodRecord>>,
 }
 
 fn parse_amounts(
@@ -176,8 +183,16 @@ impl ClusterState {
         }
     }
 
+    fn node_slot(&mut self, name: &str) -> &mut Option<NodeRecord> {
+        let id = self.interner.node(name) as usize;
+        if self.nodes.len() <= id {
+            self.nodes.resize(id + 1, None);
+        }
+        &mut self.nodes[id]
+    }
+
     pub fn apply_node(&mut self, node: &KubeNode) {
-        let Some(name) = node.metadata.name.clone() else {
+        let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
         let spec = node.spec.as_ref();
@@ -198,23 +213,35 @@ impl ClusterState {
                 effect: "NoSchedule".into(),
             });
         }
+        let labels = Arc::new(node.metadata.labels.clone().unwrap_or_default());
+        let allocatable = self.interner.amounts(parse_amounts(
+            node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+        ));
         let record = NodeRecord {
-            labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints,
-            allocatable: parse_amounts(node.status.as_ref().and_then(|s| s.allocatable.as_ref())),
+            labels,
+            taints: taints.into(),
+            allocatable,
         };
-        self.nodes.insert(name, record);
+        *self.node_slot(name) = Some(record);
     }
 
     pub fn delete_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+        if let Some(id) = self.interner.node_ids.get(name) {
+            if let Some(slot) = self.nodes.get_mut(*id as usize) {
+                *slot = None;
+            }
+        }
     }
 
     fn add_requests(&mut self, rec: PodRecord, sign: i64) {
         let Some(shape) = self.interner.shapes.get(rec.shape as usize) else {
             return;
         };
-        let entry = self.requested.entry(rec.node).or_default();
+        let node = rec.node as usize;
+        if self.requested.len() <= node {
+            self.requested.resize(node + 1, Vec::new());
+        }
+        let entry = &mut self.requested[node];
         for (r, v) in shape.iter() {
             let r = *r as usize;
             if entry.len() <= r {
@@ -222,38 +249,46 @@ impl ClusterState {
             }
             entry[r] += sign * v;
         }
-        if entry.iter().all(|v| *v == 0) {
-            self.requested.remove(&rec.node);
-        }
     }
 
-    fn record(&mut self, pod: &Pod) -> Option<(PodKey, Option<PodRecord>)> {
-        let key = PodKey::of(pod.metadata.uid.as_deref()?);
+    fn record(&mut self, pod: &Pod) -> Option<(u64, Option<PodRecord>)> {
+        let key = pod_key(pod.metadata.uid.as_deref()?);
         let Some(node) = holds_resources(pod) else {
             return Some((key, None));
         };
         let node = self.interner.node(node);
         let shape = self.interner.shape(pod_requests(pod));
-        Some((key, Some(PodRecord { node, shape })))
+        Some((key, Some(PodRecord { key, node, shape })))
+    }
+
+    fn remove_pod(&mut self, key: u64) {
+        if let Ok(i) = self.pods.binary_search_by_key(&key, |p| p.key) {
+            let old = self.pods.remove(i);
+            self.add_requests(old, -1);
+        }
     }
 
     pub fn apply_pod(&mut self, pod: &Pod) {
         let Some((key, record)) = self.record(pod) else {
             return;
         };
-        if let Some(old) = self.pods.remove(&key) {
-            self.add_requests(old, -1);
-        }
-        if let Some(rec) = record {
-            self.add_requests(rec, 1);
-            self.pods.insert(key, rec);
+        match (self.pods.binary_search_by_key(&key, |p| p.key), record) {
+            (Ok(i), Some(rec)) => {
+                let old = std::mem::replace(&mut self.pods[i], rec);
+                self.add_requests(old, -1);
+                self.add_requests(rec, 1);
+            }
+            (Err(i), Some(rec)) => {
+                self.pods.insert(i, rec);
+                self.add_requests(rec, 1);
+            }
+            (Ok(_), None) => self.remove_pod(key),
+            (Err(_), None) => {}
         }
     }
 
     pub fn delete_pod(&mut self, uid: &str) {
-        if let Some(old) = self.pods.remove(&PodKey::of(uid)) {
-            self.add_requests(old, -1);
-        }
+        self.remove_pod(pod_key(uid));
     }
 
     /// Starts a relist of pods: what arrives until [`Self::end_pod_relist`] replaces the set.
@@ -262,18 +297,23 @@ impl ClusterState {
     }
 
     pub fn relist_pod(&mut self, pod: &Pod) {
-        if let Some((key, Some(rec))) = self.record(pod) {
-            self.relist.get_or_insert_with(Vec::new).push((key, rec));
+        if let Some((_, Some(rec))) = self.record(pod) {
+            self.relist.get_or_insert_with(Vec::new).push(rec);
         }
     }
 
     pub fn end_pod_relist(&mut self) {
-        let pods = self.relist.take().unwrap_or_default();
+        let mut pods = self.relist.take().unwrap_or_default();
+        // The last of duplicates wins, as if they had arrived one by one.
+        pods.reverse();
+        pods.sort_by_key(|p| p.key);
+        pods.dedup_by_key(|p| p.key);
+        pods.shrink_to_fit();
         self.clear_pods();
-        for (key, rec) in pods {
-            self.add_requests(rec, 1);
-            self.pods.insert(key, rec);
+        for rec in &pods {
+            self.add_requests(*rec, 1);
         }
+        self.pods = pods;
     }
 
     /// A NodeResourceTopology object (its name is the node's name). Resource names are
@@ -297,23 +337,28 @@ impl ClusterState {
                 if spec.zones.is_empty() {
                     Err(format!("{at}: no zones"))
                 } else {
-                    build_topology(&at, spec, table).map_err(|e| e.to_string())
+                    build_topology(&at, spec, table)
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string())
                 }
             });
-        self.topologies.insert(name.to_string(), parsed);
+        let id = self.interner.node(name);
+        self.topologies.insert(id, parsed);
     }
 
     pub fn delete_topology(&mut self, name: &str) {
-        self.topologies.remove(name);
+        if let Some(id) = self.interner.node_ids.get(name) {
+            self.topologies.remove(id);
+        }
     }
 
     /// Forgets every pod (a relist follows).
     pub fn clear_pods(&mut self) {
-        self.pods.clear();
+        self.pods = Vec::new();
         self.requested.clear();
     }
     pub fn clear_nodes(&mut self) {
-        self.nodes.clear();
+        self.nodes.iter_mut().for_each(|n| *n = None);
     }
     pub fn clear_topologies(&mut self) {
         self.topologies.clear();
@@ -328,42 +373,53 @@ impl ClusterState {
     /// returned beside the cluster so it can be reported.
     pub fn to_cluster(&self, table: &mut ResourceTable) -> (Cluster, Vec<InventoryError>) {
         let mut problems = Vec::new();
-        let nodes = self
+        // This cluster's resource ids in the shared table.
+        let ids: Vec<usize> = self
+            .interner
+            .resource_names
+            .iter()
+            .map(|n| table.intern(n))
+            .collect();
+        let dense = |pairs: &mut dyn Iterator<Item = (usize, i64)>| {
+            let mut v = Vec::new();
+            for (r, q) in pairs {
+                let Some(id) = ids.get(r).copied() else {
+                    continue;
+                };
+                if v.len() <= id {
+                    v.resize(id + 1, 0);
+                }
+                v[id] += q;
+            }
+            v
+        };
+        let names = &self.interner.node_names;
+        let mut present: Vec<(usize, &NodeRecord)> = self
             .nodes
             .iter()
-            .map(|(name, rec)| {
-                let amounts = |m: &BTreeMap<String, i64>, table: &mut ResourceTable| {
-                    let mut v = Vec::new();
-                    for (k, q) in m {
-                        let id = table.intern(k);
-                        if v.len() <= id {
-                            v.resize(id + 1, 0);
-                        }
-                        v[id] = *q;
-                    }
-                    v
-                };
-                let allocatable = amounts(&rec.allocatable, table);
-                let requested_here: BTreeMap<String, i64> = self
-                    .interner
-                    .node_ids
-                    .get(name.as_str())
-                    .and_then(|id| self.requested.get(id))
-                    .map(|v| {
-                        v.iter()
-                            .enumerate()
-                            .filter(|(_, q)| **q != 0)
-                            .map(|(r, q)| (self.interner.resource_names[r].to_string(), *q))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let requested = amounts(&requested_here, table);
-                let numa = match self.topologies.get(name) {
-                    Some(Ok(t)) => {
-                        let mut t = t.clone();
-                        t.managed.resize(table.len(), false);
-                        Some(t)
-                    }
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
+            .collect();
+        present.sort_unstable_by(|a, b| names[a.0].cmp(&names[b.0]));
+        let nodes = present
+            .into_iter()
+            .map(|(id, rec)| {
+                let name = names[id].to_string();
+                let allocatable =
+                    dense(&mut rec.allocatable.iter().map(|(r, q)| (*r as usize, *q)));
+                let requested = dense(
+                    &mut self
+                        .requested
+                        .get(id)
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                        .filter(|(_, q)| **q != 0)
+                        .map(|(r, q)| (r, *q)),
+                );
+                // `managed` is read with `get`: resources interned later are simply unmanaged.
+                let numa = match self.topologies.get(&(id as u32)) {
+                    Some(Ok(t)) => Some(t.clone()),
                     Some(Err(e)) => {
                         problems.push(InventoryError::Invalid {
                             at: format!("node {name}"),
@@ -374,9 +430,9 @@ impl ClusterState {
                     None => None,
                 };
                 Arc::new(Node {
-                    name: name.clone(),
+                    name,
                     labels: rec.labels.clone(),
-                    taints: rec.taints.clone(),
+                    taints: rec.taints.to_vec(),
                     allocatable,
                     requested,
                     numa,

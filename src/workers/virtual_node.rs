@@ -5,15 +5,18 @@
 //! Capacity and allocatable are the sums over the worker's nodes, so kube-scheduler's own fit
 //! check is a cheap necessary condition; the extender decides exactly.
 
-use crate::inventory::{Cluster, ResourceTable};
+use super::registry::Workers;
+use crate::inventory::{Cluster, InventoryStore, ResourceTable};
 use crate::quantity::Milli;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
 
 pub const CLUSTER_LABEL: &str = "switchyard.dev/cluster";
 pub const VIRTUAL_TAINT: &str = "switchyard.dev/virtual";
@@ -53,7 +56,7 @@ fn common_labels(cluster: &Cluster) -> BTreeMap<String, String> {
     let Some(first) = nodes.next() else {
         return BTreeMap::new();
     };
-    let mut common = first.labels.clone();
+    let mut common = (*first.labels).clone();
     for n in nodes {
         common.retain(|k, v| n.labels.get(k) == Some(v));
     }
@@ -112,7 +115,7 @@ pub fn conditions(connected: bool, now: SystemTime) -> Value {
         (
             "False",
             "WorkerDisconnected",
-            "the worker cluster's API server does not answer",
+            "the worker cluster's API server does not answer, or its inventory is stale",
         )
     };
     json!([
@@ -188,6 +191,235 @@ pub async fn remove(client: &kube::Client, name: &str) -> Result<(), kube::Error
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// How virtual nodes are kept.
+#[derive(Debug, Clone)]
+pub struct VirtualNodeOptions {
+    /// Node names are this prefix followed by the worker's name.
+    pub prefix: String,
+    /// How often each node's Lease is renewed (the kubelet's default: 10 s).
+    pub heartbeat: Duration,
+    /// An unchanged node's status is still rewritten this often, as a kubelet reports it.
+    pub status_every: Duration,
+    /// Bound on each request to the manager's API server.
+    pub request_timeout: Duration,
+}
+
+impl Default for VirtualNodeOptions {
+    fn default() -> Self {
+        Self {
+            prefix: "switchyard-".into(),
+            heartbeat: Duration::from_secs(10),
+            status_every: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What was last written for one worker's node.
+struct Kept {
+    /// The node without its heartbeat times, to tell a real change from the clock.
+    content: Value,
+    ready: bool,
+    transition: Value,
+    applied_at: Instant,
+    renewed_at: Option<Instant>,
+}
+
+/// The node without the times that change on every heartbeat.
+fn content(node: &Value) -> Value {
+    let mut n = node.clone();
+    if let Some(conditions) = n["status"]["conditions"].as_array_mut() {
+        for c in conditions {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("lastHeartbeatTime");
+                c.remove("lastTransitionTime");
+            }
+        }
+    }
+    n
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    what: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(limit, what).await.unwrap_or_else(|_| {
+        Err(kube::Error::Service(
+            format!("no answer from the API server within {limit:?}").into(),
+        ))
+    })
+}
+
+/// Keeps one virtual node per worker while this replica leads: created once the worker has
+/// connected, its status rewritten when it changes (Ready follows the worker's `Active`
+/// condition) and at least every `status_every`, its Lease renewed every `heartbeat`, and
+/// deleted with its Lease when the WorkerCluster is gone. Runs until aborted, or until the
+/// leadership's publisher is gone while this replica does not lead.
+pub async fn maintain(
+    client: kube::Client,
+    mut workers: Workers,
+    store: Arc<InventoryStore>,
+    mut leader: watch::Receiver<bool>,
+    options: VirtualNodeOptions,
+) {
+    let mut kept: BTreeMap<String, Kept> = BTreeMap::new();
+    let mut orphans_checked = false;
+    // A gone publisher leaves its last value in place: views fixed for good, or a replica
+    // that leads (or not) for good.
+    let mut workers_alive = true;
+    let mut leader_alive = true;
+    loop {
+        while !*leader.borrow_and_update() {
+            // Another replica keeps the nodes; start from what the API server has when this
+            // one leads again.
+            kept.clear();
+            orphans_checked = false;
+            if leader.changed().await.is_err() {
+                return;
+            }
+        }
+        let views = workers.snapshot();
+        let synced = workers.is_synced();
+        if synced && !orphans_checked {
+            orphans_checked = remove_orphans(&client, &views, &options).await;
+        }
+        let inventory = store.snapshot();
+        for (name, view) in views.iter() {
+            // Leadership lost mid-pass: the new leader writes from here on.
+            if !*leader.borrow() {
+                break;
+            }
+            let Some(cluster) = inventory.cluster(name) else {
+                continue;
+            };
+            if !view.connected && !kept.contains_key(name) {
+                continue;
+            }
+            let node_name = format!("{}{name}", options.prefix);
+            let now = SystemTime::now();
+            let mut node = desired(
+                &node_name,
+                cluster,
+                &inventory.resources,
+                &view.labels,
+                view.active,
+                now,
+            );
+            let previous = kept.get(name);
+            // Ready's transition time moves only when Ready does.
+            if let Some(p) = previous.filter(|p| p.ready == view.active) {
+                node["status"]["conditions"][0]["lastTransitionTime"] = p.transition.clone();
+            }
+            let node_content = content(&node);
+            let due = previous.is_none_or(|p| {
+                p.content != node_content || p.applied_at.elapsed() >= options.status_every
+            });
+            if due {
+                match bounded(options.request_timeout, apply(&client, &node)).await {
+                    Ok(()) => {
+                        let renewed_at = previous.and_then(|p| p.renewed_at);
+                        kept.insert(
+                            name.clone(),
+                            Kept {
+                                content: node_content,
+                                ready: view.active,
+                                transition: node["status"]["conditions"][0]["lastTransitionTime"]
+                                    .clone(),
+                                applied_at: Instant::now(),
+                                renewed_at,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %node_name, error = %e, "cannot write virtual node")
+                    }
+                }
+            }
+            let Some(k) = kept.get_mut(name) else {
+                continue;
+            };
+            // A little early, so a pass that runs late never lets the lease lapse.
+            let renew_due = k
+                .renewed_at
+                .is_none_or(|t| t.elapsed() >= options.heartbeat.mul_f32(0.8));
+            if renew_due {
+                match bounded(
+                    options.request_timeout,
+                    renew_lease(&client, &node_name, now),
+                )
+                .await
+                {
+                    Ok(()) => k.renewed_at = Some(Instant::now()),
+                    Err(e) => {
+                        tracing::warn!(node = %node_name, error = %e, "cannot renew virtual node lease")
+                    }
+                }
+            }
+        }
+        if synced && *leader.borrow() {
+            let gone: Vec<String> = kept
+                .keys()
+                .filter(|n| !views.contains_key(*n))
+                .cloned()
+                .collect();
+            for name in gone {
+                let node_name = format!("{}{name}", options.prefix);
+                match bounded(options.request_timeout, remove(&client, &node_name)).await {
+                    Ok(()) => {
+                        tracing::info!(node = %node_name, "virtual node removed with its worker");
+                        kept.remove(&name);
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %node_name, error = %e, "cannot remove virtual node")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(options.heartbeat / 2) => {}
+            alive = workers.changed(), if workers_alive => workers_alive = alive,
+            changed = leader.changed(), if leader_alive => leader_alive = changed.is_ok(),
+        }
+    }
+}
+
+/// Deletes the virtual nodes (ours by their label) whose worker no longer exists, as after
+/// a WorkerCluster deleted while no replica led. Returns whether the list succeeded.
+async fn remove_orphans(
+    client: &kube::Client,
+    views: &BTreeMap<String, super::registry::WorkerView>,
+    options: &VirtualNodeOptions,
+) -> bool {
+    let api: Api<Node> = Api::all(client.clone());
+    let params = ListParams::default().labels(CLUSTER_LABEL);
+    let nodes = match bounded(options.request_timeout, api.list(&params)).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list virtual nodes");
+            return false;
+        }
+    };
+    for node in nodes {
+        let name = node.metadata.name.unwrap_or_default();
+        let Some(cluster) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLUSTER_LABEL))
+        else {
+            continue;
+        };
+        if views.contains_key(cluster) || name != format!("{}{cluster}", options.prefix) {
+            continue;
+        }
+        match bounded(options.request_timeout, remove(client, &name)).await {
+            Ok(()) => tracing::info!(node = %name, "virtual node of a removed worker deleted"),
+            Err(e) => tracing::warn!(node = %name, error = %e, "cannot remove virtual node"),
+        }
+    }
+    true
 }
 
 #[cfg(test)]

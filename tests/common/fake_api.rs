@@ -1,7 +1,11 @@
-//! A small kube-apiserver stand-in on loopback that speaks list and watch the way the real one
-//! does (shapes from tests/fixtures/kube-api: list metadata.resourceVersion, one JSON object
-//! per chunk in watches, ERROR events carrying a 410 Status, streams that end at
-//! timeoutSeconds), with knobs to break it: fail lists, expire watches, hang.
+//! A small kube-apiserver stand-in on loopback, plain HTTP or HTTPS, that answers the way the
+//! real one does (shapes from the kube-api captures of a v1.36 API server): lists with
+//! `metadata.resourceVersion`, watches with one JSON object per chunk, ERROR events carrying
+//! a 410 Status, streams that end at their timeout; GET, POST (409 AlreadyExists), PUT
+//! (409 Conflict on a stale resourceVersion), merge PATCH of an object or its `status`
+//! (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
+//! `metadata.name` field selectors, bearer tokens (401). Knobs break it: fail lists, expire
+//! watches, hang, hide the NodeResourceTopology CRD.
 
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
@@ -16,52 +20,101 @@ use tokio::sync::broadcast;
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-/// The collections served, by path.
+/// Collections, by path.
 pub const NODES: &str = "/api/v1/nodes";
 pub const PODS: &str = "/api/v1/pods";
 pub const NRTS: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+pub const SECRETS: &str = "/api/v1/secrets";
+pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+pub const WORKER_CLUSTERS: &str = "/apis/switchyard.dev/v1alpha1/workerclusters";
 
-#[derive(Default)]
-struct Collection {
-    objects: BTreeMap<String, Value>,
-    /// (resourceVersion, event line) for replay to watches that start behind.
-    log: Vec<(u64, String)>,
+/// What a request path names.
+#[derive(Debug, Clone)]
+struct Target {
+    /// `<prefix>/<plural>`, the key of the collection (all namespaces).
+    collection: String,
+    api_version: String,
+    group: String,
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
 }
 
-struct State {
-    rv: u64,
-    collections: HashMap<&'static str, Collection>,
-    live: broadcast::Sender<(&'static str, u64, String)>,
-    fail_lists: u32,
-    expire_watches: HashMap<&'static str, u32>,
-    hang: bool,
-    nrt_missing: bool,
-    /// Longest a watch stays open (the real server uses timeoutSeconds; tests want it short).
-    max_watch: Duration,
-    pub requests: Vec<String>,
+fn parse_target(path: &str) -> Option<Target> {
+    let (prefix, api_version, group, rest) = if let Some(rest) = path.strip_prefix("/api/v1") {
+        ("/api/v1".to_string(), "v1".to_string(), String::new(), rest)
+    } else {
+        let rest = path.strip_prefix("/apis/")?;
+        let mut parts = rest.splitn(3, '/');
+        let (g, v) = (parts.next()?, parts.next()?);
+        (
+            format!("/apis/{g}/{v}"),
+            format!("{g}/{v}"),
+            g.to_string(),
+            &path[("/apis/".len() + g.len() + 1 + v.len())..],
+        )
+    };
+    let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let (namespace, segs) = match segs.as_slice() {
+        ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(ns.to_string()), more.to_vec()),
+        _ => (None, segs),
+    };
+    let (plural, name, sub) = match segs.as_slice() {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some(n.to_string()), None),
+        [p, n, s] => (*p, Some(n.to_string()), Some(s.to_string())),
+        _ => return None,
+    };
+    Some(Target {
+        collection: format!("{prefix}/{plural}"),
+        api_version,
+        group,
+        plural: plural.to_string(),
+        namespace,
+        name,
+        sub,
+    })
 }
 
-#[derive(Clone)]
-pub struct FakeApi {
-    state: Arc<Mutex<State>>,
-    pub addr: SocketAddr,
+fn kind_of(plural: &str) -> Option<&'static str> {
+    Some(match plural {
+        "nodes" => "Node",
+        "pods" => "Pod",
+        "secrets" => "Secret",
+        "leases" => "Lease",
+        "namespaces" => "Namespace",
+        "workerclusters" => "WorkerCluster",
+        "noderesourcetopologies" => "NodeResourceTopology",
+        _ => return None,
+    })
 }
 
-fn kind_of(path: &str) -> (&'static str, &'static str, &'static str) {
-    match path {
-        NODES => ("Node", "NodeList", "v1"),
-        PODS => ("Pod", "PodList", "v1"),
-        _ => (
-            "NodeResourceTopology",
-            "NodeResourceTopologyList",
-            "topology.node.k8s.io/v1alpha2",
-        ),
-    }
+/// Kinds whose `status` only the status subresource writes.
+fn has_status_subresource(plural: &str) -> bool {
+    matches!(plural, "nodes" | "pods" | "workerclusters")
 }
 
-fn status(code: u16, reason: &str, message: &str) -> Value {
+pub fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
+}
+
+fn object_status(t: &Target, name: &str, code: u16, reason: &str, message: String) -> Value {
+    let mut details = json!({"name": name, "kind": t.plural});
+    if !t.group.is_empty() {
+        details["group"] = json!(t.group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "details": details, "code": code})
+}
+
+fn resource(t: &Target) -> String {
+    if t.group.is_empty() {
+        t.plural.clone()
+    } else {
+        format!("{}.{}", t.plural, t.group)
+    }
 }
 
 fn full(status: u16, body: Value) -> Response<Body> {
@@ -72,27 +125,187 @@ fn full(status: u16, body: Value) -> Response<Body> {
         .unwrap()
 }
 
-impl FakeApi {
-    pub async fn start() -> Self {
-        let (live, _) = broadcast::channel(1024);
-        let mut collections = HashMap::new();
-        for p in [NODES, PODS, NRTS] {
-            collections.insert(p, Collection::default());
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
         }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Label selector terms: `k=v`, `k==v`, `k!=v`, `k`, `!k`.
+fn labels_match(selector: &str, obj: &Value) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        if let Some((k, v)) = term.split_once("!=") {
+            labels[k].as_str() != Some(v)
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            labels[k].as_str() == Some(v)
+        } else if let Some(k) = term.strip_prefix('!') {
+            labels.get(k).is_none()
+        } else {
+            labels.get(term).is_some()
+        }
+    })
+}
+
+/// Field selectors: `metadata.name` and `metadata.namespace`; other fields are not checked.
+fn fields_match(selector: &str, obj: &Value) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let Some((k, v)) = term.split_once('=') else {
+            return true;
+        };
+        if k.ends_with('!') {
+            return true;
+        }
+        match k {
+            "metadata.name" => obj["metadata"]["name"].as_str() == Some(v),
+            "metadata.namespace" => obj["metadata"]["namespace"].as_str() == Some(v),
+            _ => true,
+        }
+    })
+}
+
+struct Filter {
+    namespace: Option<String>,
+    labels: Option<String>,
+    fields: Option<String>,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns))
+            && self.labels.as_deref().is_none_or(|s| labels_match(s, obj))
+            && self.fields.as_deref().is_none_or(|s| fields_match(s, obj))
+    }
+}
+
+#[derive(Default)]
+struct Collection {
+    /// By (namespace, name); cluster-scoped objects have namespace "".
+    objects: BTreeMap<(String, String), Value>,
+    /// (resourceVersion, object, event line) for replay to watches that start behind.
+    log: Vec<(u64, Value, String)>,
+}
+
+/// One request as it arrived.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub uri: String,
+    pub authorization: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Option<Value>,
+}
+
+struct State {
+    rv: u64,
+    uid: u64,
+    collections: HashMap<String, Collection>,
+    live: broadcast::Sender<(String, u64, Value, String)>,
+    fail_lists: u32,
+    expire_watches: HashMap<String, u32>,
+    hang: bool,
+    /// Hang every request but `GET /version`: a server that answers probes but not lists.
+    hang_collections: bool,
+    nrt_missing: bool,
+    /// When set, only this bearer token is accepted.
+    token: Option<String>,
+    /// Longest a watch stays open (the real server uses timeoutSeconds; tests want it short).
+    max_watch: Duration,
+    requests: Vec<Recorded>,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+    pub addr: SocketAddr,
+    /// The CA that signed the serving certificate, when serving HTTPS.
+    pub ca_pem: Option<String>,
+}
+
+impl FakeApi {
+    /// Plain HTTP on loopback.
+    pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// HTTPS on loopback with a fresh CA and a certificate for 127.0.0.1 and localhost: a
+    /// worker as a safe kubeconfig reaches it.
+    pub async fn start_tls() -> Self {
+        switchyard::install_crypto_provider();
+        let generated = switchyard::certs::generate(
+            &["localhost".to_string()],
+            &[std::net::IpAddr::from([127, 0, 0, 1])],
+        )
+        .unwrap();
+        Self::start_with(Some(generated)).await
+    }
+
+    async fn start_with(tls: Option<switchyard::certs::Generated>) -> Self {
+        let (live, _) = broadcast::channel(4096);
         let state = Arc::new(Mutex::new(State {
             rv: 100,
-            collections,
+            uid: 0,
+            collections: HashMap::new(),
             live,
             fail_lists: 0,
             expire_watches: HashMap::new(),
             hang: false,
+            hang_collections: false,
             nrt_missing: false,
+            token: None,
             max_watch: Duration::from_secs(2),
             requests: Vec::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let api = FakeApi { state, addr };
+        let acceptor = tls.as_ref().map(|g| {
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(g.cert_pem.as_bytes())
+                    .map(Result::unwrap)
+                    .collect();
+            let key = PrivateKeyDer::from_pem_slice(g.key_pem.as_bytes()).unwrap();
+            let mut config = rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            tokio_rustls::TlsAcceptor::from(Arc::new(config))
+        });
+        let api = FakeApi {
+            state,
+            addr,
+            ca_pem: tls.map(|g| g.ca_cert_pem),
+        };
         let server = api.clone();
         tokio::spawn(async move {
             loop {
@@ -100,84 +313,177 @@ impl FakeApi {
                     return;
                 };
                 let api = server.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let api = api.clone();
                         async move { Ok::<_, Infallible>(api.handle(req).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                        .await;
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        None => {
+                            let _ = builder
+                                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(tls) = acceptor.accept(tcp).await else {
+                                return;
+                            };
+                            let _ = builder
+                                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                .await;
+                        }
+                    }
                 });
             }
         });
         api
     }
 
+    pub fn url(&self) -> String {
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
     /// A kubeconfig-free client for this server (plain HTTP on loopback).
     pub fn client(&self) -> kube::Client {
         switchyard::install_crypto_provider();
-        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        let config = kube::Config::new(self.url().parse().unwrap());
         kube::Client::try_from(config).unwrap()
     }
 
-    fn emit(&self, path: &'static str, kind: &str, mut obj: Value) {
+    /// A safe kubeconfig for this (HTTPS) server: the CA embedded, a bearer token.
+    pub fn kubeconfig(&self, token: &str) -> String {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(
+            self.ca_pem
+                .as_deref()
+                .expect("kubeconfig() needs start_tls()"),
+        );
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: worker\nclusters:\n  - name: worker\n    cluster:\n      server: {}\n      certificate-authority-data: {ca}\nusers:\n  - name: switchyard\n    user:\n      token: {token}\ncontexts:\n  - name: worker\n    context: {{cluster: worker, user: switchyard}}\n",
+            self.url()
+        )
+    }
+
+    fn collection_of(path: &str) -> String {
+        parse_target(path).map_or_else(|| path.to_string(), |t| t.collection)
+    }
+
+    fn emit(&self, path: &str, kind: &str, mut obj: Value) -> Value {
+        let t = parse_target(path).expect("a collection path");
         let mut s = self.state.lock().unwrap();
         s.rv += 1;
         let rv = s.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let (k, _, api_version) = kind_of(path);
-        obj["kind"] = json!(k);
-        obj["apiVersion"] = json!(api_version);
-        let name = obj["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let col = s.collections.get_mut(path).unwrap();
+        if obj["metadata"]["uid"].is_null() {
+            s.uid += 1;
+            obj["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{:012x}", s.uid));
+        }
+        if obj["metadata"]["creationTimestamp"].is_null() {
+            obj["metadata"]["creationTimestamp"] = json!("2026-11-22T03:52:38Z");
+        }
+        obj["kind"] = json!(kind_of(&t.plural).unwrap_or("Unknown"));
+        obj["apiVersion"] = json!(t.api_version);
+        let key = (
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let col = s.collections.entry(t.collection.clone()).or_default();
         let ty = match kind {
             "DELETED" => {
-                col.objects.remove(&name);
+                col.objects.remove(&key);
                 "DELETED"
             }
-            _ if col.objects.contains_key(&name) => "MODIFIED",
+            _ if col.objects.contains_key(&key) => "MODIFIED",
             _ => "ADDED",
         };
         if ty != "DELETED" {
-            col.objects.insert(name, obj.clone());
+            col.objects.insert(key, obj.clone());
         }
         let line = json!({"type": ty, "object": obj}).to_string() + "\n";
-        col.log.push((rv, line.clone()));
-        let _ = s.live.send((path, rv, line));
+        col.log.push((rv, obj.clone(), line.clone()));
+        let _ = s.live.send((t.collection, rv, obj.clone(), line));
+        obj
     }
 
-    pub fn upsert(&self, path: &'static str, obj: Value) {
-        self.emit(path, "UPSERT", obj);
+    /// Creates or replaces an object (its namespace from `metadata.namespace`).
+    pub fn upsert(&self, path: &str, obj: Value) -> Value {
+        self.emit(path, "UPSERT", obj)
     }
 
-    pub fn delete(&self, path: &'static str, name: &str) {
-        let obj = self.state.lock().unwrap().collections[path]
-            .objects
-            .get(name)
-            .cloned();
+    /// Deletes an object by name (in whatever namespace), or as `namespace/name`.
+    pub fn delete(&self, path: &str, name: &str) {
+        let obj = match name.split_once('/') {
+            Some((ns, name)) => self.get(path, ns, name),
+            None => self
+                .list(path)
+                .into_iter()
+                .find(|o| o["metadata"]["name"].as_str() == Some(name)),
+        };
         if let Some(obj) = obj {
             self.emit(path, "DELETED", obj);
         }
+    }
+
+    pub fn get(&self, path: &str, namespace: &str, name: &str) -> Option<Value> {
+        let s = self.state.lock().unwrap();
+        s.collections
+            .get(&Self::collection_of(path))?
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn list(&self, path: &str) -> Vec<Value> {
+        let s = self.state.lock().unwrap();
+        s.collections
+            .get(&Self::collection_of(path))
+            .map(|c| c.objects.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn fail_next_lists(&self, n: u32) {
         self.state.lock().unwrap().fail_lists = n;
     }
     /// The next `n` watches of `path` get a 410 Expired ERROR event, as after compaction.
-    pub fn expire_next_watches(&self, path: &'static str, n: u32) {
-        self.state.lock().unwrap().expire_watches.insert(path, n);
+    pub fn expire_next_watches(&self, path: &str, n: u32) {
+        self.state
+            .lock()
+            .unwrap()
+            .expire_watches
+            .insert(Self::collection_of(path), n);
     }
     pub fn set_hang(&self, hang: bool) {
         self.state.lock().unwrap().hang = hang;
     }
+    pub fn set_hang_collections(&self, hang: bool) {
+        self.state.lock().unwrap().hang_collections = hang;
+    }
     pub fn set_nrt_missing(&self, missing: bool) {
         self.state.lock().unwrap().nrt_missing = missing;
     }
+    /// Accept only `Authorization: Bearer <token>` (others get 401).
+    pub fn require_token(&self, token: &str) {
+        self.state.lock().unwrap().token = Some(token.to_string());
+    }
+    /// The request URIs, in order.
     pub fn requests(&self) -> Vec<String> {
+        let s = self.state.lock().unwrap();
+        s.requests.iter().map(|r| r.uri.clone()).collect()
+    }
+    pub fn recorded(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
 
@@ -189,15 +495,43 @@ impl FakeApi {
             .unwrap_or("")
             .split('&')
             .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), decode(v)))
             .collect();
-        let (hang, nrt_missing) = {
-            let mut s = self.state.lock().unwrap();
-            s.requests.push(req.uri().to_string());
-            (s.hang, s.nrt_missing)
+        let method = req.method().as_str().to_string();
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
         };
-        if hang {
+        let authorization = header("authorization");
+        let content_type = header("content-type");
+        let uri = req.uri().to_string();
+        let bytes = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let body: Option<Value> = serde_json::from_slice(&bytes).ok();
+        let (hang, hang_collections, nrt_missing, token) = {
+            let mut s = self.state.lock().unwrap();
+            s.requests.push(Recorded {
+                method: method.clone(),
+                uri,
+                authorization: authorization.clone(),
+                content_type: content_type.clone(),
+                body: body.clone(),
+            });
+            (s.hang, s.hang_collections, s.nrt_missing, s.token.clone())
+        };
+        if hang || (hang_collections && path != "/version") {
             tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        if let Some(token) = token {
+            if authorization.as_deref() != Some(&format!("Bearer {token}")) {
+                return full(401, status(401, "Unauthorized", "Unauthorized"));
+            }
         }
         if path == "/version" {
             return full(
@@ -207,24 +541,76 @@ impl FakeApi {
                 "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
             );
         }
-        let collection: &'static str = match path.as_str() {
-            NODES => NODES,
-            PODS => PODS,
-            NRTS if !nrt_missing => NRTS,
-            _ => {
-                return full(
+        let not_served = || {
+            full(
+                404,
+                status(
                     404,
-                    status(
-                        404,
-                        "NotFound",
-                        "the server could not find the requested resource",
-                    ),
-                )
-            }
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ),
+            )
         };
-        if query.get("watch").map(String::as_str) == Some("true") {
-            return self.watch(collection, &query);
+        let Some(t) = parse_target(&path) else {
+            return not_served();
+        };
+        if kind_of(&t.plural).is_none() || (t.collection == NRTS && nrt_missing) {
+            return not_served();
         }
+        match (method.as_str(), &t.name) {
+            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
+                self.watch(&t, &query)
+            }
+            ("GET", None) => self.list_objects(&t, &query),
+            ("GET", Some(name)) => {
+                match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
+                    Some(obj) => full(200, obj),
+                    None => self.not_found(&t, name),
+                }
+            }
+            ("POST", None) => self.create(&t, body),
+            ("PUT", Some(name)) => self.replace(&t, name, body),
+            ("PATCH", Some(name)) => self.patch(&t, name, content_type.as_deref(), body),
+            ("DELETE", Some(name)) => {
+                let ns = t.namespace.clone().unwrap_or_default();
+                match self.get(&t.collection, &ns, name) {
+                    Some(obj) => full(200, self.emit(&t.collection, "DELETED", obj)),
+                    None => self.not_found(&t, name),
+                }
+            }
+            _ => full(
+                405,
+                status(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                ),
+            ),
+        }
+    }
+
+    fn not_found(&self, t: &Target, name: &str) -> Response<Body> {
+        full(
+            404,
+            object_status(
+                t,
+                name,
+                404,
+                "NotFound",
+                format!("{} {name:?} not found", resource(t)),
+            ),
+        )
+    }
+
+    fn filter(t: &Target, query: &HashMap<String, String>) -> Filter {
+        Filter {
+            namespace: t.namespace.clone(),
+            labels: query.get("labelSelector").cloned(),
+            fields: query.get("fieldSelector").cloned(),
+        }
+    }
+
+    fn list_objects(&self, t: &Target, query: &HashMap<String, String>) -> Response<Body> {
         let mut s = self.state.lock().unwrap();
         if s.fail_lists > 0 {
             s.fail_lists -= 1;
@@ -237,39 +623,180 @@ impl FakeApi {
                 ),
             );
         }
-        let (_, list_kind, api_version) = kind_of(collection);
-        let items: Vec<Value> = s.collections[collection]
-            .objects
-            .values()
-            .cloned()
-            .collect();
+        let filter = Self::filter(t, query);
+        let kind = kind_of(&t.plural).unwrap_or("Unknown");
+        let items: Vec<Value> = s
+            .collections
+            .get(&t.collection)
+            .map(|c| {
+                c.objects
+                    .values()
+                    .filter(|o| filter.matches(o))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
         full(
             200,
-            json!({"kind": list_kind, "apiVersion": api_version,
-                         "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+            json!({"kind": format!("{kind}List"), "apiVersion": t.api_version,
+                   "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
         )
     }
 
-    fn watch(&self, collection: &'static str, query: &HashMap<String, String>) -> Response<Body> {
+    fn create(&self, t: &Target, body: Option<Value>) -> Response<Body> {
+        let Some(mut obj) = body.filter(Value::is_object) else {
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
+        };
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if let Some(ns) = &t.namespace {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        let ns = t.namespace.clone().unwrap_or_default();
+        if self.get(&t.collection, &ns, &name).is_some() {
+            return full(
+                409,
+                object_status(
+                    t,
+                    &name,
+                    409,
+                    "AlreadyExists",
+                    format!("{} {name:?} already exists", resource(t)),
+                ),
+            );
+        }
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        full(201, self.emit(&t.collection, "ADDED", obj))
+    }
+
+    fn replace(&self, t: &Target, name: &str, body: Option<Value>) -> Response<Body> {
+        let ns = t.namespace.clone().unwrap_or_default();
+        let Some(old) = self.get(&t.collection, &ns, name) else {
+            return self.not_found(t, name);
+        };
+        let Some(mut obj) = body.filter(Value::is_object) else {
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
+        };
+        let sent = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+        if sent.is_some_and(|rv| Some(rv.as_str()) != old["metadata"]["resourceVersion"].as_str()) {
+            return full(
+                409,
+                object_status(
+                    t,
+                    name,
+                    409,
+                    "Conflict",
+                    format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", resource(t)),
+                ),
+            );
+        }
+        obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+        obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+        if !ns.is_empty() {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        if has_status_subresource(&t.plural) {
+            obj["status"] = old["status"].clone();
+        }
+        full(200, self.emit(&t.collection, "MODIFIED", obj))
+    }
+
+    fn patch(
+        &self,
+        t: &Target,
+        name: &str,
+        content_type: Option<&str>,
+        body: Option<Value>,
+    ) -> Response<Body> {
+        if content_type != Some("application/merge-patch+json") {
+            return full(
+                415,
+                status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
+            );
+        }
+        let ns = t.namespace.clone().unwrap_or_default();
+        let Some(old) = self.get(&t.collection, &ns, name) else {
+            return self.not_found(t, name);
+        };
+        let Some(patch) = body else {
+            return full(
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    "the body of the request could not be decoded",
+                ),
+            );
+        };
+        let mut obj = old.clone();
+        match t.sub.as_deref() {
+            Some("status") => {
+                let mut st = old["status"].clone();
+                json_patch::merge(&mut st, &patch["status"]);
+                obj["status"] = st;
+                if let Some(labels) = patch["metadata"].get("labels") {
+                    json_patch::merge(&mut obj["metadata"]["labels"], labels);
+                }
+            }
+            Some(_) => return self.not_found(t, name),
+            None => {
+                json_patch::merge(&mut obj, &patch);
+                if has_status_subresource(&t.plural) {
+                    obj["status"] = old["status"].clone();
+                }
+            }
+        }
+        obj["metadata"]["name"] = json!(name);
+        full(200, self.emit(&t.collection, "MODIFIED", obj))
+    }
+
+    fn watch(&self, t: &Target, query: &HashMap<String, String>) -> Response<Body> {
         let from: u64 = query
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let filter = Self::filter(t, query);
         let mut s = self.state.lock().unwrap();
-        let pending = s.expire_watches.get(collection).copied().unwrap_or(0);
+        let pending = s.expire_watches.get(&t.collection).copied().unwrap_or(0);
         let expired = pending > 0;
         if expired {
-            s.expire_watches.insert(collection, pending - 1);
+            s.expire_watches.insert(t.collection.clone(), pending - 1);
         }
-        let replay: Vec<String> = s.collections[collection]
-            .log
-            .iter()
-            .filter(|(rv, _)| *rv > from)
-            .map(|(_, l)| l.clone())
-            .collect();
+        let replay: Vec<String> = s
+            .collections
+            .get(&t.collection)
+            .map(|c| {
+                c.log
+                    .iter()
+                    .filter(|(rv, obj, _)| *rv > from && filter.matches(obj))
+                    .map(|(_, _, l)| l.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut live = s.live.subscribe();
         let max = s.max_watch;
         drop(s);
+        let collection = t.collection.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
         tokio::spawn(async move {
             if expired {
@@ -288,7 +815,7 @@ impl FakeApi {
                 tokio::select! {
                     _ = &mut deadline => return,
                     ev = live.recv() => match ev {
-                        Ok((path, rv, line)) if path == collection && rv > from => {
+                        Ok((c, rv, obj, line)) if c == collection && rv > from && filter.matches(&obj) => {
                             if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
                                 return;
                             }
@@ -346,5 +873,24 @@ pub fn nrt(node: &str, free: (u32, u32)) -> Value {
                        {"name": "topologyManagerScope", "value": "container"}],
         "topologyPolicies": ["SingleNUMANodeContainerLevel"],
         "zones": [zone(0, free.0), zone(1, free.1)]
+    })
+}
+
+/// A Secret in `namespace` holding `kubeconfig` under the key `kubeconfig`, as the API
+/// server returns Secrets (data base64-encoded).
+pub fn kubeconfig_secret(namespace: &str, name: &str, kubeconfig: &str) -> Value {
+    use base64::Engine;
+    json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {"kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig)}
+    })
+}
+
+/// A WorkerCluster whose kubeconfig is the Secret `secret`, with the given labels.
+pub fn worker_cluster(name: &str, secret: &str, labels: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "generation": 1},
+        "spec": {"kubeConfig": {"location": secret, "locationType": "Secret"}, "labels": labels}
     })
 }

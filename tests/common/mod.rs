@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod fleet;
 
 use base64::Engine;
 use serde_json::Value;

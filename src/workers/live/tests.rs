@@ -197,23 +197,24 @@ fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state(
 }
 
 #[test]
-fn uuid_uids_are_kept_as_128_bits_and_others_as_text() {
+fn pods_are_keyed_by_their_uid_whatever_its_form() {
     assert_eq!(
-        PodKey::of("9331e4ae-a2b6-4846-9ec5-a3fe93629b05"),
-        PodKey::Uuid(0x9331e4aea2b648469ec5a3fe93629b05)
+        pod_key("9331e4ae-a2b6-4846-9ec5-a3fe93629b05"),
+        pod_key("9331e4ae-a2b6-4846-9ec5-a3fe93629b05")
     );
-    assert!(matches!(PodKey::of("p1"), PodKey::Other(_)));
+    assert_ne!(pod_key("p1"), pod_key("p2"));
     let mut s = ClusterState::new("c", Default::default());
     s.apply_node(&node("n1", 8, 0, false));
-    s.apply_pod(&pod(
-        "9331e4ae-a2b6-4846-9ec5-a3fe93629b05",
-        "n1",
-        1000,
-        "Running",
-        false,
-    ));
-    assert_eq!(s.pod_count(), 1);
+    for uid in ["9331e4ae-a2b6-4846-9ec5-a3fe93629b05", "p1"] {
+        s.apply_pod(&pod(uid, "n1", 1000, "Running", false));
+    }
+    assert_eq!(s.pod_count(), 2);
+    // The same pod again replaces its record.
+    s.apply_pod(&pod("p1", "n1", 2000, "Running", false));
+    assert_eq!(s.pod_count(), 2);
+    assert!(comparable(&s, &mut ResourceTable::default()).contains("\"cpu\": 3000"));
     s.delete_pod("9331e4ae-a2b6-4846-9ec5-a3fe93629b05");
+    s.delete_pod("p1");
     assert_eq!(s.pod_count(), 0);
     assert!(!comparable(&s, &mut ResourceTable::default()).contains("req={\"cpu\""));
 }
