@@ -112,6 +112,10 @@ pub struct ServeSettings {
     pub stale_after: Duration,
 }
 
+/// The ports `serve` listens on unless `listen` and `probeListen` say otherwise.
+pub const DEFAULT_HTTPS_PORT: u16 = 9443;
+pub const DEFAULT_PROBE_PORT: u16 = 8080;
+
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
 /// twice (`object` and `oldObject`) plus the envelope: 7 MiB leaves room for both.
 pub const DEFAULT_MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
@@ -226,11 +230,11 @@ impl ServeSettings {
             listen: args
                 .listen
                 .or(file.listen)
-                .unwrap_or(([0, 0, 0, 0], 9443).into()),
+                .unwrap_or(([0, 0, 0, 0], DEFAULT_HTTPS_PORT).into()),
             probe_listen: args
                 .probe_listen
                 .or(file.probe_listen)
-                .unwrap_or(([0, 0, 0, 0], 8080).into()),
+                .unwrap_or(([0, 0, 0, 0], DEFAULT_PROBE_PORT).into()),
             tls,
             client_ca: args.client_ca.clone().or(file.client_ca),
             standalone: args.standalone || file.standalone.unwrap_or(false),
