@@ -443,9 +443,18 @@ mod tests {
         }
     }
 
-    /// (method, path as kube-rs sent it to kube-apiserver 1.36, group, resource, verb, namespace)
-    /// from the captured exchanges in shared/fixtures/kube-api.
-    const CAPTURED: &[(&str, &str, &str, &str, &str, Option<&str>)] = &[
+    /// Method, path as kube-rs sent it to kube-apiserver 1.36, group, resource, verb, namespace.
+    type Captured = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+    );
+
+    /// From the captured exchanges in shared/fixtures/kube-api.
+    const CAPTURED: &[Captured] = &[
         ("GET", "/api/v1/nodes?", "", "nodes", "list", None),
         ("GET", "/api/v1/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Dcap-list-a", "", "pods", "list", None),
         ("GET", "/apis/batch/v1/namespaces/research/jobs?limit=1", "batch", "jobs", "list", Some("research")),

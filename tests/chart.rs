@@ -891,6 +891,7 @@ fn the_second_scheduler_calls_the_extender_verbs_over_tls() {
     if let Some(r) = render(json!({})) {
         assert_eq!(r.all("Deployment").len(), 1, "no scheduler unless enabled");
     }
+    let version_tag = regex::Regex::new(r"^v1\.\d+\.\d+$").unwrap();
     for role in ["manager", "worker"] {
         let Some(r) = render(
             json!({"role": role, "scheduler": {"enabled": true, "extender": {"weight": 7, "ignorable": true}}}),
@@ -965,13 +966,11 @@ fn the_second_scheduler_calls_the_extender_verbs_over_tls() {
         let tag = image
             .strip_prefix("registry.k8s.io/kube-scheduler:")
             .unwrap();
-        assert!(
-            regex::Regex::new(r"^v1\.\d+\.\d+$").unwrap().is_match(tag),
-            "{image}"
-        );
-        assert!(c["command"].as_array().unwrap().contains(&json!(format!(
-            "--config=/etc/kubernetes/switchyard/config.yaml"
-        ))));
+        assert!(version_tag.is_match(tag), "{image}");
+        assert!(c["command"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--config=/etc/kubernetes/switchyard/config.yaml")));
         let config_mount = c["volumeMounts"]
             .as_array()
             .unwrap()
@@ -1014,7 +1013,7 @@ fn the_second_scheduler_calls_the_extender_verbs_over_tls() {
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
 
         // The extender really answers at those paths.
-        let paths = vec![
+        let paths = [
             verb_path(&ext["filterVerb"]),
             verb_path(&ext["prioritizeVerb"]),
         ];
