@@ -10,7 +10,7 @@
 //! may serve a newer schema than the one compiled in.
 
 mod duration;
-mod names;
+pub mod names;
 mod schema;
 
 pub mod dispatch_queue;

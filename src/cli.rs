@@ -176,6 +176,10 @@ pub struct ServeArgs {
     /// Do not keep one virtual node per worker cluster in the manager cluster.
     #[arg(long)]
     pub no_virtual_nodes: bool,
+    /// This manager's name on the worker copies it creates (label `switchyard.dev/origin`)
+    /// [default: switchyard].
+    #[arg(long, env = "SWITCHYARD_MANAGER_ID")]
+    pub manager_id: Option<String>,
 }
 
 #[derive(Debug, Args)]

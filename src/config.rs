@@ -61,6 +61,7 @@ pub struct FileConfig {
     pub virtual_nodes: Option<bool>,
     pub worker_qps: Option<f64>,
     pub worker_burst: Option<u32>,
+    pub manager_id: Option<String>,
 }
 
 /// `leaderElection` in the configuration file.
@@ -100,6 +101,7 @@ impl Default for LeaderElectionSettings {
 pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 pub const DEFAULT_NAMESPACE: &str = "switchyard-system";
+pub const DEFAULT_MANAGER_ID: &str = "switchyard";
 
 /// Switchyard's namespace: the flag (or `SWITCHYARD_NAMESPACE`), the file, `POD_NAMESPACE`,
 /// the service account's namespace, else `switchyard-system`. Empty values are skipped.
@@ -186,7 +188,14 @@ pub struct ServeSettings {
     /// Per-worker client rate limit: requests per second and burst.
     pub worker_qps: f64,
     pub worker_burst: u32,
+    /// Names this manager on the worker copies it creates (`switchyard.dev/origin`), so two
+    /// managers sharing a worker never touch each other's copies.
+    pub manager_id: String,
 }
+
+/// The ports `serve` listens on unless `listen` and `probeListen` say otherwise.
+pub const DEFAULT_HTTPS_PORT: u16 = 9443;
+pub const DEFAULT_PROBE_PORT: u16 = 8080;
 
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
 /// twice (`object` and `oldObject`) plus the envelope: 7 MiB leaves room for both.
@@ -217,6 +226,7 @@ impl ServeSettings {
             virtual_nodes: true,
             worker_qps: 100.0,
             worker_burst: 200,
+            manager_id: DEFAULT_MANAGER_ID.into(),
         }
     }
 
@@ -335,9 +345,23 @@ impl ServeSettings {
                 message: "must be at least 1".into(),
             });
         }
+        let manager_id = args
+            .manager_id
+            .clone()
+            .or(file.manager_id)
+            .unwrap_or_else(|| DEFAULT_MANAGER_ID.into());
+        if !crate::api::names::is_label_value(&manager_id) || manager_id.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "managerId",
+                message: format!(
+                    "{manager_id:?} must be a label value: 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+                ),
+            });
+        }
         Ok(Self {
             role,
             namespace,
+            manager_id,
             leader_election,
             virtual_nodes: !args.no_virtual_nodes && file.virtual_nodes.unwrap_or(true),
             worker_qps,
@@ -345,11 +369,11 @@ impl ServeSettings {
             listen: args
                 .listen
                 .or(file.listen)
-                .unwrap_or(([0, 0, 0, 0], 9443).into()),
+                .unwrap_or(([0, 0, 0, 0], DEFAULT_HTTPS_PORT).into()),
             probe_listen: args
                 .probe_listen
                 .or(file.probe_listen)
-                .unwrap_or(([0, 0, 0, 0], 8080).into()),
+                .unwrap_or(([0, 0, 0, 0], DEFAULT_PROBE_PORT).into()),
             tls,
             client_ca: args.client_ca.clone().or(file.client_ca),
             standalone: args.standalone || file.standalone.unwrap_or(false),

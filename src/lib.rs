@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod placement;
 pub mod quantity;
+pub mod rbac;
 pub mod selector;
 pub mod server;
 pub mod simulate;

@@ -9,7 +9,9 @@ use crate::inventory::InventoryStore;
 use crate::metrics::Metrics;
 use crate::namespaces::NamespaceLabels;
 use crate::tls::{self, CertificateStore};
-use crate::wellknown::{MUTATE_JOB_PATH, VALIDATE_JOB_PATH};
+use crate::wellknown::{
+    HEALTHZ_PATH, METRICS_PATH, MUTATE_JOB_PATH, READYZ_PATH, VALIDATE_JOB_PATH,
+};
 use actix_web::dev::{ServerHandle, Service};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -276,11 +278,11 @@ pub async fn start_with_client(
         App::new()
             .app_data(web::Data::new(probe_state.clone()))
             .route(
-                "/healthz",
+                HEALTHZ_PATH,
                 web::get().to(|| async { HttpResponse::Ok().body("ok\n") }),
             )
-            .route("/readyz", web::get().to(readyz))
-            .route("/metrics", web::get().to(metrics_text))
+            .route(READYZ_PATH, web::get().to(readyz))
+            .route(METRICS_PATH, web::get().to(metrics_text))
     })
     .workers(1)
     .disable_signals()

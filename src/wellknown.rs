@@ -17,3 +17,8 @@ pub const DEFAULT_DISPATCHER_USERNAME: &str = "system:serviceaccount:switchyard-
 /// Paths of the HTTPS surfaces, after the controller-runtime naming convention.
 pub const MUTATE_JOB_PATH: &str = "/mutate-batch-v1-job";
 pub const VALIDATE_JOB_PATH: &str = "/validate-batch-v1-job";
+
+/// Paths of the plain-HTTP probe server (liveness, readiness, OpenMetrics).
+pub const HEALTHZ_PATH: &str = "/healthz";
+pub const READYZ_PATH: &str = "/readyz";
+pub const METRICS_PATH: &str = "/metrics";
