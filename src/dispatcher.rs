@@ -15,9 +15,10 @@
 //! dispatcher rebuilds everything from them.
 
 mod admission;
-// pub mod live;
+pub mod live;
 pub mod mirror;
 mod model;
+pub mod object;
 mod reconcile;
 pub mod remote;
 pub mod status;

@@ -334,6 +334,7 @@ fn start_manager(
 ) -> ManagerStarted {
     use crate::workers::{controller, virtual_node, ControllerOptions};
     let namespace = settings.namespace.clone();
+    let dispatcher_stop = stop.clone();
     let mut notes = Vec::new();
     let mut background = Vec::new();
     let le = &settings.leader_election;
@@ -412,6 +413,30 @@ fn start_manager(
     } else {
         notes.push("virtual nodes: off (virtualNodes: false)".to_string());
     }
+    let options = crate::dispatcher::live::LiveOptions {
+        config: crate::dispatcher::DispatchConfig {
+            manager_id: settings.manager_id.clone(),
+            engine: settings.extender.engine,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    background.push(crate::dispatcher::live::start(
+        crate::dispatcher::live::Inputs {
+            client: client.clone(),
+            workers: workers.clone(),
+            leader: leader.clone(),
+            inventory: store.clone(),
+            metrics: Some(metrics.clone()),
+        },
+        options,
+        dispatcher_stop,
+    ));
+    notes.push(format!(
+        "dispatcher: queued Jobs to worker clusters, copies labelled {}={} (the leader dispatches)",
+        crate::dispatcher::ORIGIN_LABEL,
+        settings.manager_id
+    ));
     ManagerStarted {
         manager: Manager {
             client,
@@ -454,8 +479,6 @@ impl Running {
 pub async fn run(settings: ServeSettings) -> crate::Result<()> {
     let running = start(settings).await?;
     if let Some(manager) = &running.manager {
-        // The dispatcher hook: it is to be started here, beside the controller, from
-        // `manager` (the workers' views, leadership, the inventory, the manager client).
         tracing::info!(namespace = %manager.namespace, "manager running");
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

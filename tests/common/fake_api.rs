@@ -27,6 +27,11 @@ pub const NRTS: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologi
 pub const SECRETS: &str = "/api/v1/secrets";
 pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 pub const WORKER_CLUSTERS: &str = "/apis/switchyard.dev/v1alpha1/workerclusters";
+pub const JOBS: &str = "/apis/batch/v1/jobs";
+pub const NAMESPACES: &str = "/api/v1/namespaces";
+pub const DISPATCH_QUEUES: &str = "/apis/switchyard.dev/v1alpha1/dispatchqueues";
+pub const PRIORITY_CLASSES: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
+pub const EVENTS: &str = "/apis/events.k8s.io/v1/events";
 
 /// What a request path names.
 #[derive(Debug, Clone)]
@@ -86,13 +91,20 @@ fn kind_of(plural: &str) -> Option<&'static str> {
         "namespaces" => "Namespace",
         "workerclusters" => "WorkerCluster",
         "noderesourcetopologies" => "NodeResourceTopology",
+        "jobs" => "Job",
+        "dispatchqueues" => "DispatchQueue",
+        "priorityclasses" => "PriorityClass",
+        "events" => "Event",
         _ => return None,
     })
 }
 
 /// Kinds whose `status` only the status subresource writes.
 fn has_status_subresource(plural: &str) -> bool {
-    matches!(plural, "nodes" | "pods" | "workerclusters")
+    matches!(
+        plural,
+        "nodes" | "pods" | "workerclusters" | "jobs" | "dispatchqueues"
+    )
 }
 
 pub fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -240,6 +252,26 @@ struct State {
     /// Longest a watch stays open (the real server uses timeoutSeconds; tests want it short).
     max_watch: Duration,
     requests: Vec<Recorded>,
+    /// Creates in a namespace that is not stored get 404, as on a real server.
+    require_namespaces: bool,
+    /// Requests refused with a Status: (method, plural, subresource, code, reason, message).
+    refusals: Vec<Refusal>,
+    /// The identity whose RBAC (src/rbac.rs) every request must be covered by.
+    rbac: Option<switchyard::rbac::Role>,
+    uncovered: Vec<String>,
+    /// Delay before answering writes (a slow API server).
+    write_delay: Duration,
+}
+
+/// A request the server refuses, until cleared.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub method: &'static str,
+    pub plural: &'static str,
+    pub sub: Option<&'static str>,
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
 }
 
 #[derive(Clone)]
@@ -283,6 +315,11 @@ impl FakeApi {
             token: None,
             max_watch: Duration::from_secs(2),
             requests: Vec::new(),
+            require_namespaces: false,
+            refusals: Vec::new(),
+            rbac: None,
+            uncovered: Vec::new(),
+            write_delay: Duration::ZERO,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -478,6 +515,38 @@ impl FakeApi {
     pub fn require_token(&self, token: &str) {
         self.state.lock().unwrap().token = Some(token.to_string());
     }
+    /// Creates into a namespace that does not exist here get 404 NotFound.
+    pub fn require_namespaces(&self) {
+        self.state.lock().unwrap().require_namespaces = true;
+    }
+    /// Refuses matching requests with a Status until [`FakeApi::clear_refusals`].
+    pub fn refuse(&self, refusal: Refusal) {
+        self.state.lock().unwrap().refusals.push(refusal);
+    }
+    pub fn clear_refusals(&self) {
+        self.state.lock().unwrap().refusals.clear();
+    }
+    /// Checks every later request against the RBAC table for `role`.
+    pub fn check_rbac(&self, role: switchyard::rbac::Role) {
+        self.state.lock().unwrap().rbac = Some(role);
+    }
+    /// Requests the RBAC table does not allow (see [`FakeApi::check_rbac`]).
+    pub fn uncovered(&self) -> Vec<String> {
+        self.state.lock().unwrap().uncovered.clone()
+    }
+    /// Answers writes (POST, PUT, PATCH, DELETE) only after `delay`.
+    pub fn set_write_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().write_delay = delay;
+    }
+    /// Requests with this method whose path contains `fragment`.
+    pub fn count(&self, method: &str, fragment: &str) -> usize {
+        let s = self.state.lock().unwrap();
+        s.requests
+            .iter()
+            .filter(|r| r.method == method && r.uri.contains(fragment))
+            .count()
+    }
+
     /// The request URIs, in order.
     pub fn requests(&self) -> Vec<String> {
         let s = self.state.lock().unwrap();
@@ -514,8 +583,17 @@ impl FakeApi {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let (hang, hang_collections, nrt_missing, token) = {
+        let (hang, hang_collections, nrt_missing, token, delay) = {
             let mut s = self.state.lock().unwrap();
+            if let Some(role) = s.rbac {
+                let pq = uri
+                    .split_once("://")
+                    .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+                    .unwrap_or_else(|| uri.clone());
+                if !switchyard::rbac::request_is_covered(role, &method, &pq) {
+                    s.uncovered.push(format!("{method} {pq}"));
+                }
+            }
             s.requests.push(Recorded {
                 method: method.clone(),
                 uri,
@@ -523,8 +601,22 @@ impl FakeApi {
                 content_type: content_type.clone(),
                 body: body.clone(),
             });
-            (s.hang, s.hang_collections, s.nrt_missing, s.token.clone())
+            let delay = if method == "GET" {
+                Duration::ZERO
+            } else {
+                s.write_delay
+            };
+            (
+                s.hang,
+                s.hang_collections,
+                s.nrt_missing,
+                s.token.clone(),
+                delay,
+            )
         };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         if hang || (hang_collections && path != "/version") {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
@@ -557,6 +649,20 @@ impl FakeApi {
         if kind_of(&t.plural).is_none() || (t.collection == NRTS && nrt_missing) {
             return not_served();
         }
+        let refusal = {
+            let s = self.state.lock().unwrap();
+            s.refusals
+                .iter()
+                .find(|r| r.method == method && r.plural == t.plural && r.sub == t.sub.as_deref())
+                .cloned()
+        };
+        if let Some(r) = refusal {
+            let mut body = status(r.code, r.reason, &r.message);
+            if let Some(name) = &t.name {
+                body["details"] = json!({"name": name, "kind": t.plural});
+            }
+            return full(r.code, body);
+        }
         match (method.as_str(), &t.name) {
             ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
                 self.watch(&t, &query)
@@ -574,7 +680,25 @@ impl FakeApi {
             ("DELETE", Some(name)) => {
                 let ns = t.namespace.clone().unwrap_or_default();
                 match self.get(&t.collection, &ns, name) {
-                    Some(obj) => full(200, self.emit(&t.collection, "DELETED", obj)),
+                    Some(obj) => {
+                        let want = body
+                            .as_ref()
+                            .and_then(|b| b["preconditions"]["uid"].as_str());
+                        let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
+                        match want {
+                            Some(want) if want != have => full(
+                                409,
+                                object_status(
+                                    &t,
+                                    name,
+                                    409,
+                                    "Conflict",
+                                    format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
+                                ),
+                            ),
+                            _ => full(200, self.emit(&t.collection, "DELETED", obj)),
+                        }
+                    }
                     None => self.not_found(&t, name),
                 }
             }
@@ -662,6 +786,15 @@ impl FakeApi {
             obj["metadata"]["namespace"] = json!(ns);
         }
         let ns = t.namespace.clone().unwrap_or_default();
+        let require = self.state.lock().unwrap().require_namespaces;
+        if require && !ns.is_empty() && self.get(NAMESPACES, "", &ns).is_none() {
+            return full(
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": format!("namespaces {ns:?} not found"), "reason": "NotFound",
+                       "details": {"name": ns, "kind": "namespaces"}, "code": 404}),
+            );
+        }
         if self.get(&t.collection, &ns, &name).is_some() {
             return full(
                 409,
@@ -748,6 +881,20 @@ impl FakeApi {
                 ),
             );
         };
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
+            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
+                return full(
+                    409,
+                    object_status(
+                        t,
+                        name,
+                        409,
+                        "Conflict",
+                        format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", resource(t)),
+                    ),
+                );
+            }
+        }
         let mut obj = old.clone();
         match t.sub.as_deref() {
             Some("status") => {

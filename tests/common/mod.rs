@@ -2,6 +2,7 @@
 //! server certificate against the test CA.
 #![allow(dead_code)]
 
+pub mod dispatch;
 pub mod fake_api;
 pub mod fleet;
 

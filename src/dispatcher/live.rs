@@ -1,0 +1,1505 @@
+//! The dispatcher against real clusters: watches keep a [`World`], [`plan`] decides, and the
+//! executor carries the actions out through `kube::Client`s.
+//!
+//! One task owns the `World`. Watches (the manager's queued Jobs, DispatchQueues, Namespaces,
+//! PriorityClasses; in each worker, the Jobs labelled with our origin) and finished writes
+//! arrive on one channel. The leader plans a moment after a change (changes arriving together
+//! are planned together), at the earliest deadline, and at least every `tick`; a replica that
+//! does not lead keeps its `World` warm and writes nothing.
+//!
+//! Writes for one Job run in order in one task; tasks for different Jobs run concurrently (up
+//! to `concurrency`). Each action's effect is applied to the `World` at once, as if it had
+//! succeeded (as kube-scheduler assumes a binding), so the next plan neither repeats it nor
+//! hands out the same quota twice. When the writes land, the objects the API server returned
+//! replace the assumption; when they fail, the last object the server showed does. Watch
+//! events older than our own writes are skipped (by resourceVersion), and events for a Job
+//! with writes in flight wait for them to land.
+//!
+//! The claim is the one write that must not be repeated blindly: it is a merge patch with the
+//! Job's resourceVersion as a precondition, so of two dispatchers (a leadership change, a
+//! split brain) only one claims a Job; the other gets 409 Conflict, rereads, and sees the claim.
+
+use super::object::{self, Priorities};
+use super::*;
+use crate::api::dispatch_queue::{DispatchQueue, DispatchQueueStatus};
+use crate::inventory::{Inventory, InventoryStore};
+use crate::metrics::{Metrics, QueueLabels};
+use crate::workers::registry::{WorkerView, Workers};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions, PropagationPolicy,
+};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::WatchStreamExt;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How the live dispatcher runs.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    pub config: DispatchConfig,
+    /// How long after a change the dispatcher plans (changes within it are planned together).
+    pub debounce: Duration,
+    /// The longest between two plans: inventory changes and deadlines are picked up by then.
+    pub tick: Duration,
+    /// Jobs whose writes may be in flight at once.
+    pub concurrency: usize,
+    /// Waiting Jobs per class whose `Admitted` condition is (re)written per plan.
+    pub wait_writes_per_class: usize,
+    /// The shortest time between two status writes of one DispatchQueue.
+    pub queue_status_every: Duration,
+    /// Who writes the Events (`reportingInstance`): the pod name.
+    pub instance: String,
+}
+
+impl Default for LiveOptions {
+    fn default() -> Self {
+        Self {
+            config: DispatchConfig::default(),
+            debounce: Duration::from_millis(50),
+            tick: Duration::from_secs(1),
+            concurrency: 64,
+            wait_writes_per_class: 20,
+            queue_status_every: Duration::from_secs(2),
+            instance: std::env::var("POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .unwrap_or_else(|_| "switchyard".into()),
+        }
+    }
+}
+
+/// What the live dispatcher reads from: the manager cluster, the workers' views and
+/// inventories, and whether this replica leads.
+pub struct Inputs {
+    pub client: kube::Client,
+    pub workers: Workers,
+    pub leader: watch::Receiver<bool>,
+    pub inventory: Arc<InventoryStore>,
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// batch/v1 Jobs, read and written as JSON so that fields this version does not know are
+/// kept (the API server may be newer than Switchyard).
+pub fn job_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
+}
+
+/// Starts the dispatcher; it stops when `stop` turns true.
+pub fn start(inputs: Inputs, options: LiveOptions, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(run(inputs, options, stop))
+}
+
+enum Change<K> {
+    Listed(Vec<K>),
+    Applied(K),
+    Deleted(K),
+}
+
+enum Input {
+    Jobs(Change<Value>),
+    Queues(Change<Box<DispatchQueue>>),
+    Namespaces(Change<(String, BTreeMap<String, String>)>),
+    /// name, value, globalDefault
+    Priorities(Change<(String, i32, bool)>),
+    Copies {
+        cluster: String,
+        generation: u64,
+        change: Change<Value>,
+    },
+    Done(Done),
+}
+
+/// What a Job's writes (or a copy's removal) came to.
+#[derive(Default)]
+struct Done {
+    key: Option<JobKey>,
+    /// The Job as the API server last returned it: `Some(None)` when it is gone, `None` when
+    /// unknown (every write failed: the last object seen stands).
+    job: Option<Option<Value>>,
+    created: Vec<(String, Value)>,
+    removed: Vec<(String, String)>,
+    /// The status write the API server refused: the Job uid and the digest.
+    refused: Option<(String, u64)>,
+    /// A copy delete that finished, by (cluster, copy uid).
+    deleted: Option<(String, String)>,
+}
+
+/// Watches `api` and forwards its changes, listed in full after every (re)list.
+fn forward<K, F>(
+    stream: impl futures::Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
+    tx: mpsc::UnboundedSender<Input>,
+    what: String,
+    wrap: F,
+) -> JoinHandle<()>
+where
+    K: Send + 'static,
+    F: Fn(Change<K>) -> Input + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut buffer: Option<Vec<K>> = None;
+        while let Some(event) = stream.next().await {
+            let change = match event {
+                Ok(WatchEvent::Init) => {
+                    buffer = Some(Vec::new());
+                    continue;
+                }
+                Ok(WatchEvent::InitApply(k)) => {
+                    buffer.get_or_insert_with(Vec::new).push(k);
+                    continue;
+                }
+                Ok(WatchEvent::InitDone) => Change::Listed(buffer.take().unwrap_or_default()),
+                Ok(WatchEvent::Apply(k)) => Change::Applied(k),
+                Ok(WatchEvent::Delete(k)) => Change::Deleted(k),
+                Err(e) => {
+                    tracing::warn!(watch = %what, error = %e, "watch failed; retrying");
+                    continue;
+                }
+            };
+            if tx.send(wrap(change)).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+fn to_json(obj: DynamicObject) -> Value {
+    serde_json::to_value(obj).unwrap_or(Value::Null)
+}
+
+fn map_event<A, B>(event: WatchEvent<A>, f: impl Fn(A) -> B) -> WatchEvent<B> {
+    match event {
+        WatchEvent::Apply(o) => WatchEvent::Apply(f(o)),
+        WatchEvent::Delete(o) => WatchEvent::Delete(f(o)),
+        WatchEvent::InitApply(o) => WatchEvent::InitApply(f(o)),
+        WatchEvent::Init => WatchEvent::Init,
+        WatchEvent::InitDone => WatchEvent::InitDone,
+    }
+}
+
+fn json_change(event: WatchEvent<DynamicObject>) -> WatchEvent<Value> {
+    map_event(event, to_json)
+}
+
+/// A worker's copies watch, restarted when its client is replaced.
+struct CopyWatch {
+    generation: u64,
+    task: JoinHandle<()>,
+    synced: bool,
+}
+
+impl Drop for CopyWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Default)]
+struct Synced {
+    jobs: bool,
+    queues: bool,
+    namespaces: bool,
+    priorities: bool,
+}
+
+struct Ctx {
+    client: kube::Client,
+    manager_id: String,
+    recorder: Recorder,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Ctx {
+    fn count(&self, action: &'static str, result: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.dispatch_action(action, result);
+        }
+    }
+
+    /// Publishes an Event on the manager Job, in the background: an Event lost is a line
+    /// missing from `kubectl describe`, never a reason to hold a dispatch back.
+    fn event(&self, job: &Job, warning: bool, reason: &str, action: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let reference = ObjectReference {
+            api_version: Some("batch/v1".into()),
+            kind: Some("Job".into()),
+            name: Some(job.key.name.clone()),
+            namespace: Some(job.key.namespace.clone()),
+            uid: Some(job.uid.clone()),
+            ..Default::default()
+        };
+        let event = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            // events.k8s.io/v1 caps the note at 1 kB.
+            note: Some(truncate(note, 1000)),
+            action: action.to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "event not recorded");
+            }
+        });
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+struct Live {
+    world: World,
+    options: LiveOptions,
+    ctx: Arc<Ctx>,
+    tx: mpsc::UnboundedSender<Input>,
+    /// The manager Jobs as the API server last showed them (the copies are made from these).
+    raw: HashMap<JobKey, Arc<Value>>,
+    namespaces: HashMap<String, Arc<BTreeMap<String, String>>>,
+    priorities: Priorities,
+    priority_classes: BTreeMap<String, (i32, bool)>,
+    synced: Synced,
+    views: Arc<BTreeMap<String, WorkerView>>,
+    copy_watches: HashMap<String, CopyWatch>,
+    in_flight: HashSet<JobKey>,
+    /// The latest watch event of a Job whose writes are in flight (`None`: deleted).
+    stashed: HashMap<JobKey, Option<Value>>,
+    /// The resourceVersion our last write of a Job returned.
+    written: HashMap<JobKey, u64>,
+    deleting: HashSet<(String, String)>,
+    inventory: Arc<InventoryStore>,
+    inventory_seen: Option<Arc<Inventory>>,
+    semaphore: Arc<Semaphore>,
+    queue_status: HashMap<String, (DispatchQueueStatus, SystemTime)>,
+}
+
+async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<bool>) {
+    let Inputs {
+        client,
+        mut workers,
+        mut leader,
+        inventory,
+        metrics,
+    } = inputs;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let reporter = Reporter {
+        controller: "switchyard-dispatcher".into(),
+        instance: Some(options.instance.clone()),
+    };
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        manager_id: options.config.manager_id.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics,
+    });
+    let mut sources = Vec::new();
+    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+    let cfg = watcher::Config::default().labels(crate::wellknown::QUEUE_LABEL);
+    sources.push(forward(
+        watcher::watcher(jobs, cfg)
+            .default_backoff()
+            .map(|e| e.map(json_change)),
+        tx.clone(),
+        "manager jobs".into(),
+        Input::Jobs,
+    ));
+    sources.push(forward(
+        watcher::watcher(
+            Api::<DispatchQueue>::all(client.clone()),
+            Default::default(),
+        )
+        .default_backoff()
+        .map(|e| e.map(|ev| map_event(ev, Box::new))),
+        tx.clone(),
+        "dispatchqueues".into(),
+        Input::Queues,
+    ));
+    sources.push(forward(
+        watcher::watcher(
+            Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
+            Default::default(),
+        )
+        .default_backoff()
+        .map(|e| {
+            e.map(|ev| {
+                map_event(ev, |ns| {
+                    (
+                        ns.metadata.name.unwrap_or_default(),
+                        ns.metadata.labels.unwrap_or_default(),
+                    )
+                })
+            })
+        }),
+        tx.clone(),
+        "namespaces".into(),
+        Input::Namespaces,
+    ));
+    sources.push(forward(
+        watcher::watcher(
+            Api::<PriorityClass>::all(client.clone()),
+            Default::default(),
+        )
+        .default_backoff()
+        .map(|e| {
+            e.map(|ev| {
+                map_event(ev, |p: PriorityClass| {
+                    (
+                        p.metadata.name.unwrap_or_default(),
+                        p.value,
+                        p.global_default == Some(true),
+                    )
+                })
+            })
+        }),
+        tx.clone(),
+        "priorityclasses".into(),
+        Input::Priorities,
+    ));
+
+    let concurrency = options.concurrency.max(1);
+    let mut live = Live {
+        world: World::new(options.config.clone()),
+        options,
+        ctx,
+        tx,
+        raw: HashMap::new(),
+        namespaces: HashMap::new(),
+        priorities: Priorities::default(),
+        priority_classes: BTreeMap::new(),
+        synced: Synced::default(),
+        views: Arc::new(BTreeMap::new()),
+        copy_watches: HashMap::new(),
+        in_flight: HashSet::new(),
+        stashed: HashMap::new(),
+        written: HashMap::new(),
+        deleting: HashSet::new(),
+        inventory,
+        inventory_seen: None,
+        semaphore: Arc::new(Semaphore::new(concurrency)),
+        queue_status: HashMap::new(),
+    };
+    live.sync_workers(&workers);
+    let mut leading = *leader.borrow();
+    let mut workers_open = true;
+    let mut leader_open = true;
+    let mut next = Instant::now();
+    tracing::info!(manager_id = %live.ctx.manager_id, "dispatcher started");
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            input = rx.recv() => {
+                let Some(input) = input else { break };
+                live.apply(input);
+                // Take whatever else arrived, so one plan sees it all.
+                while let Ok(input) = rx.try_recv() {
+                    live.apply(input);
+                }
+                next = next.min(Instant::now() + live.options.debounce);
+            }
+            open = workers.changed(), if workers_open => {
+                workers_open = open;
+                live.sync_workers(&workers);
+                next = next.min(Instant::now() + live.options.debounce);
+            }
+            open = leader.changed(), if leader_open => {
+                leader_open = open.is_ok();
+                let now_leading = *leader.borrow();
+                if now_leading && !leading {
+                    tracing::info!("leading: dispatching");
+                    // Deadlines and waits are recomputed from the objects.
+                    live.world.touch_all();
+                    next = Instant::now();
+                } else if !now_leading && leading {
+                    tracing::info!("no longer leading: dispatching stops");
+                }
+                leading = now_leading;
+            }
+            _ = tokio::time::sleep_until(next) => {
+                tracing::trace!(leading, ready = live.ready(), "tick");
+                let wake = if leading && live.ready() {
+                    live.plan_and_execute()
+                } else {
+                    None
+                };
+                let tick = Instant::now() + live.options.tick;
+                next = match wake.and_then(|w| w.duration_since(SystemTime::now()).ok()) {
+                    Some(d) => tick.min(Instant::now() + d.max(Duration::from_millis(10))),
+                    None => tick,
+                };
+            }
+        }
+    }
+    for s in sources {
+        s.abort();
+    }
+    live.copy_watches.clear();
+    tracing::info!("dispatcher stopped");
+}
+
+impl Live {
+    fn ready(&self) -> bool {
+        self.synced.jobs && self.synced.queues && self.synced.namespaces && self.synced.priorities
+    }
+
+    fn apply(&mut self, input: Input) {
+        if !self.ready() {
+            tracing::debug!(
+                jobs = self.synced.jobs,
+                queues = self.synced.queues,
+                namespaces = self.synced.namespaces,
+                priorities = self.synced.priorities,
+                "waiting for the first lists"
+            );
+        }
+        match input {
+            Input::Jobs(change) => self.jobs_changed(change),
+            Input::Queues(change) => {
+                match change {
+                    Change::Listed(all) => {
+                        let names: HashSet<String> =
+                            all.iter().filter_map(|q| q.metadata.name.clone()).collect();
+                        let gone: Vec<String> = self
+                            .world
+                            .queues
+                            .keys()
+                            .filter(|n| !names.contains(*n))
+                            .cloned()
+                            .collect();
+                        for n in gone {
+                            self.world.remove_queue(&n);
+                        }
+                        for q in &all {
+                            if let Some(q) = object::parse_queue(q) {
+                                self.world.upsert_queue(q);
+                            }
+                        }
+                        self.synced.queues = true;
+                    }
+                    Change::Applied(q) => {
+                        if let Some(q) = object::parse_queue(&q) {
+                            self.world.upsert_queue(q);
+                        }
+                    }
+                    Change::Deleted(q) => {
+                        if let Some(n) = &q.metadata.name {
+                            self.world.remove_queue(n);
+                            self.queue_status.remove(n);
+                        }
+                    }
+                }
+                self.world.touch_all();
+            }
+            Input::Namespaces(change) => {
+                let mut touched = Vec::new();
+                match change {
+                    Change::Listed(all) => {
+                        self.namespaces = all.into_iter().map(|(n, l)| (n, Arc::new(l))).collect();
+                        touched.extend(self.namespaces.keys().cloned());
+                        self.synced.namespaces = true;
+                    }
+                    Change::Applied((n, l)) => {
+                        if self.namespaces.get(&n).is_none_or(|old| **old != l) {
+                            self.namespaces.insert(n.clone(), Arc::new(l));
+                            touched.push(n);
+                        }
+                    }
+                    Change::Deleted((n, _)) => {
+                        self.namespaces.remove(&n);
+                        touched.push(n);
+                    }
+                }
+                let touched: HashSet<String> = touched.into_iter().collect();
+                self.reparse(|k| touched.contains(&k.namespace));
+            }
+            Input::Priorities(change) => {
+                match change {
+                    Change::Listed(all) => {
+                        self.priority_classes =
+                            all.into_iter().map(|(n, v, d)| (n, (v, d))).collect();
+                        self.synced.priorities = true;
+                    }
+                    Change::Applied((n, v, d)) => {
+                        self.priority_classes.insert(n, (v, d));
+                    }
+                    Change::Deleted((n, _, _)) => {
+                        self.priority_classes.remove(&n);
+                    }
+                }
+                let priorities = Priorities {
+                    by_name: self
+                        .priority_classes
+                        .iter()
+                        .map(|(n, (v, _))| (n.clone(), *v))
+                        .collect(),
+                    global_default: self
+                        .priority_classes
+                        .values()
+                        .filter(|(_, d)| *d)
+                        .map(|(v, _)| *v)
+                        .max(),
+                };
+                if priorities != self.priorities {
+                    self.priorities = priorities;
+                    self.reparse(|_| true);
+                }
+            }
+            Input::Copies {
+                cluster,
+                generation,
+                change,
+            } => self.copies_changed(&cluster, generation, change),
+            Input::Done(done) => self.landed(done),
+        }
+    }
+
+    /// Reads the Jobs selected again (their Namespace's labels or priorities changed).
+    fn reparse(&mut self, select: impl Fn(&JobKey) -> bool) {
+        let keys: Vec<JobKey> = self.raw.keys().filter(|k| select(k)).cloned().collect();
+        for k in keys {
+            if self.in_flight.contains(&k) {
+                continue;
+            }
+            if let Some(raw) = self.raw.get(&k).cloned() {
+                self.put_job(raw);
+            }
+        }
+    }
+
+    fn put_job(&mut self, raw: Arc<Value>) {
+        let Some(key) = object::job_key(&raw) else {
+            return;
+        };
+        let labels = self.namespaces.get(&key.namespace).cloned();
+        match object::parse_job(&raw, labels, &self.priorities) {
+            Ok(job) => {
+                self.world.upsert_job(job);
+                self.raw.insert(key, raw);
+            }
+            Err(why) => {
+                tracing::warn!(job = %key, %why, "Job ignored");
+                self.forget_job(&key);
+            }
+        }
+    }
+
+    fn forget_job(&mut self, key: &JobKey) {
+        self.world.remove_job(key);
+        self.raw.remove(key);
+        self.written.remove(key);
+    }
+
+    fn jobs_changed(&mut self, change: Change<Value>) {
+        match change {
+            Change::Listed(all) => {
+                let listed: HashSet<JobKey> = all.iter().filter_map(object::job_key).collect();
+                let gone: Vec<JobKey> = self
+                    .raw
+                    .keys()
+                    .filter(|k| !listed.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    self.job_event(k, None);
+                }
+                for obj in all {
+                    if let Some(k) = object::job_key(&obj) {
+                        self.job_event(k, Some(obj));
+                    }
+                }
+                self.world.jobs_synced = true;
+                self.synced.jobs = true;
+            }
+            Change::Applied(obj) => {
+                if let Some(k) = object::job_key(&obj) {
+                    self.job_event(k, Some(obj));
+                }
+            }
+            Change::Deleted(obj) => {
+                if let Some(k) = object::job_key(&obj) {
+                    self.job_event(k, None);
+                }
+            }
+        }
+    }
+
+    fn job_event(&mut self, key: JobKey, obj: Option<Value>) {
+        if self.in_flight.contains(&key) {
+            self.stashed.insert(key, obj);
+            return;
+        }
+        match obj {
+            Some(obj) => {
+                if object::newer(&obj, self.written.get(&key).copied()) {
+                    self.put_job(Arc::new(obj));
+                }
+            }
+            None => self.forget_job(&key),
+        }
+    }
+
+    fn copies_changed(&mut self, cluster: &str, generation: u64, change: Change<Value>) {
+        let Some(w) = self.copy_watches.get_mut(cluster) else {
+            return;
+        };
+        if w.generation != generation {
+            return;
+        }
+        match change {
+            Change::Listed(all) => {
+                w.synced = true;
+                let copies = all
+                    .iter()
+                    .filter_map(|o| remote::parse_copy(cluster, o))
+                    .collect();
+                self.world.replace_copies(cluster, copies);
+                self.sync_workers_now();
+            }
+            Change::Applied(obj) => {
+                if let Some(c) = remote::parse_copy(cluster, &obj) {
+                    self.world.upsert_copy(c);
+                }
+            }
+            Change::Deleted(obj) => {
+                if let Some(c) = remote::parse_copy(cluster, &obj) {
+                    self.world.remove_copy(cluster, &c.origin_uid);
+                }
+            }
+        }
+    }
+
+    fn sync_workers_now(&mut self) {
+        let views = self.views.clone();
+        self.set_workers(&views);
+    }
+
+    fn sync_workers(&mut self, workers: &Workers) {
+        let views = workers.snapshot();
+        self.views = views.clone();
+        self.set_workers(&views);
+    }
+
+    /// Brings the World's workers and the copies watches in line with the workers' views.
+    fn set_workers(&mut self, views: &BTreeMap<String, WorkerView>) {
+        let gone: Vec<String> = self
+            .world
+            .workers
+            .keys()
+            .filter(|n| !views.contains_key(*n))
+            .cloned()
+            .collect();
+        for n in gone {
+            self.world.remove_worker(&n);
+            self.copy_watches.remove(&n);
+        }
+        for (name, view) in views {
+            match (&view.client, self.copy_watches.get(name)) {
+                (Some(client), w) if w.is_none_or(|w| w.generation != view.client_generation) => {
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+                    let cfg = watcher::Config::default()
+                        .labels(&format!("{ORIGIN_LABEL}={}", self.ctx.manager_id));
+                    let cluster = name.clone();
+                    let generation = view.client_generation;
+                    let task = forward(
+                        watcher::watcher(api, cfg)
+                            .default_backoff()
+                            .map(|e| e.map(json_change)),
+                        self.tx.clone(),
+                        format!("jobs in worker {name}"),
+                        move |change| Input::Copies {
+                            cluster: cluster.clone(),
+                            generation,
+                            change,
+                        },
+                    );
+                    self.copy_watches.insert(
+                        name.clone(),
+                        CopyWatch {
+                            generation,
+                            task,
+                            synced: false,
+                        },
+                    );
+                }
+                (None, Some(_)) => {
+                    self.copy_watches.remove(name);
+                }
+                _ => {}
+            }
+            let copies_synced = self.copy_watches.get(name).is_some_and(|w| w.synced);
+            self.world.upsert_worker(Worker {
+                name: name.clone(),
+                connected: view.connected,
+                disconnected_since: view.disconnected_since,
+                copies_synced,
+                scheduler_name: view.scheduler_name.clone(),
+                message: view.message.clone(),
+            });
+        }
+    }
+
+    fn refresh_inventory(&mut self) {
+        let snapshot = self.inventory.snapshot();
+        if self
+            .inventory_seen
+            .as_ref()
+            .is_none_or(|seen| !Arc::ptr_eq(seen, &snapshot))
+        {
+            self.inventory_seen = Some(snapshot.clone());
+            self.world.set_inventory(snapshot);
+        }
+    }
+
+    /// Decides, assumes the decisions, and starts their writes. Returns when to plan again.
+    fn plan_and_execute(&mut self) -> Option<SystemTime> {
+        self.refresh_inventory();
+        let now = SystemTime::now();
+        let started = std::time::Instant::now();
+        tracing::trace!(jobs = self.world.jobs.len(), "planning");
+        let plan = plan(&mut self.world, now);
+        if let Some(m) = &self.ctx.metrics {
+            m.dispatch_plan_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
+        tracing::debug!(
+            jobs = self.world.jobs.len(),
+            actions = plan.actions.len(),
+            waiting = ?plan.waiting.values().collect::<Vec<_>>(),
+            "planned"
+        );
+        let mut groups: Vec<(JobKey, Vec<Action>)> = Vec::new();
+        let mut index: HashMap<JobKey, usize> = HashMap::new();
+        let mut deferred = Vec::new();
+        for action in plan.actions {
+            match &action {
+                Action::Hold(h) => {
+                    self.world.hold(h.clone());
+                    continue;
+                }
+                Action::Release { job_uid } => {
+                    self.world.release(job_uid);
+                    continue;
+                }
+                Action::DeleteCopy {
+                    cluster,
+                    job,
+                    uid,
+                    origin_uid,
+                    reason,
+                } => {
+                    self.delete_copy(cluster, job, uid, origin_uid, reason);
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(key) = action.job().cloned() else {
+                continue;
+            };
+            if self.in_flight.contains(&key) {
+                // Decided on an assumption still being written: decided again once it lands.
+                deferred.push(key);
+                continue;
+            }
+            match index.get(&key) {
+                Some(&i) => groups[i].1.push(action),
+                None => {
+                    index.insert(key.clone(), groups.len());
+                    groups.push((key, vec![action]));
+                }
+            }
+        }
+        self.waits(&plan.waiting, now, &mut groups, &index);
+        for (key, actions) in groups {
+            self.execute(key, actions, now);
+        }
+        self.write_queue_statuses(now);
+        plan.wake_at
+    }
+
+    /// Says why Jobs wait: the `Admitted` condition of the first Jobs of each waiting class,
+    /// written when the reason changes, and when only the message does at most every
+    /// `wait_rewrite_after`.
+    fn waits(
+        &mut self,
+        waiting: &BTreeMap<ClassKey, (&'static str, String)>,
+        now: SystemTime,
+        groups: &mut Vec<(JobKey, Vec<Action>)>,
+        index: &HashMap<JobKey, usize>,
+    ) {
+        let every = self.world.config.wait_rewrite_after;
+        for (class, (reason, message)) in waiting {
+            let Some(ranks) = self.world.pending_classes().get(class) else {
+                continue;
+            };
+            let keys: Vec<JobKey> = ranks
+                .iter()
+                .take(self.options.wait_writes_per_class)
+                .map(|r| r.key.clone())
+                .collect();
+            for key in keys {
+                if self.in_flight.contains(&key) || index.contains_key(&key) {
+                    continue;
+                }
+                let Some(job) = self.world.jobs.get(&key) else {
+                    continue;
+                };
+                let current = job.condition(condition::ADMITTED);
+                let same_reason = current
+                    .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(*reason));
+                let same_message =
+                    same_reason && current.and_then(|c| c.message.as_deref()) == Some(message);
+                let recent = self
+                    .world
+                    .wait_written
+                    .get(&job.uid)
+                    .is_some_and(|t| *t + every > now);
+                if same_message || (same_reason && recent) {
+                    continue;
+                }
+                self.world.wait_written.insert(job.uid.clone(), now);
+                groups.push((
+                    key.clone(),
+                    vec![Action::Wait {
+                        job: key,
+                        reason,
+                        message: message.clone(),
+                    }],
+                ));
+            }
+        }
+    }
+
+    /// Assumes the actions' effects and starts writing them.
+    fn execute(&mut self, key: JobKey, actions: Vec<Action>, now: SystemTime) {
+        let (Some(before), Some(raw)) = (self.world.jobs.get(&key).cloned(), self.raw.get(&key))
+        else {
+            return;
+        };
+        let raw = raw.clone();
+        let mut clients = HashMap::new();
+        for a in &actions {
+            match a {
+                Action::Dispatch { hold, .. } if !hold.takes.is_empty() => {
+                    self.world.hold(hold.clone());
+                }
+                Action::CreateCopy { .. } | Action::Offer { .. } => {
+                    self.world.create_attempted.insert(before.uid.clone(), now);
+                }
+                _ => {}
+            }
+            let clusters: Vec<&String> = match a {
+                Action::Dispatch { cluster, .. } | Action::CreateCopy { cluster, .. } => {
+                    vec![cluster]
+                }
+                Action::Offer { clusters, .. } => clusters.iter().collect(),
+                _ => vec![],
+            };
+            for c in clusters {
+                if let Some(v) = self.views.get(c) {
+                    clients.insert(c.clone(), (v.client.clone(), v.scheduler_name.clone()));
+                }
+            }
+            if let Some(j) = self.world.jobs.get(&key) {
+                if let Some(new) = status::after(j, a, now) {
+                    self.world.upsert_job(new);
+                }
+            }
+        }
+        self.in_flight.insert(key.clone());
+        let ctx = self.ctx.clone();
+        let tx = self.tx.clone();
+        let semaphore = self.semaphore.clone();
+        tokio::spawn(async move {
+            let _permit = semaphore.acquire_owned().await;
+            let done = write_job(&ctx, before, raw, actions, clients, now).await;
+            let _ = tx.send(Input::Done(done));
+        });
+    }
+
+    fn delete_copy(
+        &mut self,
+        cluster: &str,
+        job: &JobKey,
+        uid: &str,
+        origin_uid: &str,
+        reason: &'static str,
+    ) {
+        let id = (cluster.to_string(), uid.to_string());
+        if !self.deleting.insert(id.clone()) {
+            return;
+        }
+        let client = self.views.get(cluster).and_then(|v| v.client.clone());
+        let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
+        let (job, origin_uid) = (job.clone(), origin_uid.to_string());
+        let semaphore = self.semaphore.clone();
+        tokio::spawn(async move {
+            let _permit = semaphore.acquire_owned().await;
+            let mut done = Done {
+                deleted: Some(id.clone()),
+                ..Default::default()
+            };
+            let Some(client) = client else {
+                let _ = tx.send(Input::Done(done));
+                return;
+            };
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client, &job.namespace, &job_resource());
+            let params = DeleteParams {
+                // Only the copy we saw: never a Job someone recreated under the same name.
+                preconditions: Some(Preconditions {
+                    uid: Some(id.1.clone()),
+                    resource_version: None,
+                }),
+                // The pods go with it, without holding the Job until they do.
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            };
+            match api.delete(&job.name, &params).await {
+                Ok(_) => {
+                    tracing::info!(job = %job, cluster = %id.0, reason, "copy removed");
+                    ctx.count("delete_copy", "ok");
+                    done.removed.push((id.0.clone(), origin_uid));
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    ctx.count("delete_copy", "ok");
+                    done.removed.push((id.0.clone(), origin_uid));
+                }
+                Err(e) => {
+                    tracing::warn!(job = %job, cluster = %id.0, error = %e, "copy not removed; retrying");
+                    ctx.count("delete_copy", "error");
+                }
+            }
+            let _ = tx.send(Input::Done(done));
+        });
+    }
+
+    /// A Job's writes (or a copy's removal) landed.
+    fn landed(&mut self, done: Done) {
+        if let Some(id) = &done.deleted {
+            self.deleting.remove(id);
+        }
+        for (cluster, origin_uid) in &done.removed {
+            // A copy the worker still shows as terminating comes back from its watch.
+            self.world.remove_copy(cluster, origin_uid);
+        }
+        for (cluster, obj) in &done.created {
+            if let Some(c) = remote::parse_copy(cluster, obj) {
+                self.world.upsert_copy(c);
+            }
+        }
+        if let Some((uid, digest)) = done.refused {
+            self.world.refused_status.insert(uid, digest);
+        }
+        let Some(key) = done.key else { return };
+        self.in_flight.remove(&key);
+        match done.job {
+            Some(Some(obj)) => {
+                if let Some(rv) = object::resource_version(&obj) {
+                    self.written.insert(key.clone(), rv);
+                }
+                self.put_job(Arc::new(obj));
+            }
+            Some(None) => self.forget_job(&key),
+            None => {
+                // Nothing known to be written: back to what the server last showed.
+                if let Some(raw) = self.raw.get(&key).cloned() {
+                    self.put_job(raw);
+                }
+            }
+        }
+        if let Some(obj) = self.stashed.remove(&key) {
+            self.job_event(key.clone(), obj);
+        }
+        self.world.touch(&key);
+    }
+
+    /// The DispatchQueues' status: counts, quota in force and use, and whether the queue
+    /// admits Jobs. Written when it changes, at most every `queue_status_every`.
+    fn write_queue_statuses(&mut self, now: SystemTime) {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as QueueCondition;
+        let names: Vec<String> = self.world.queues.keys().cloned().collect();
+        for name in names {
+            let q = &self.world.queues[&name];
+            let uses = self.world.queue_use(&name).cloned().unwrap_or_default();
+            if let Some(m) = &self.ctx.metrics {
+                let l = QueueLabels {
+                    queue: name.clone(),
+                };
+                m.queue_pending.get_or_create(&l).set(uses.pending as i64);
+                m.queue_admitted.get_or_create(&l).set(uses.admitted as i64);
+                m.queue_running.get_or_create(&l).set(uses.running as i64);
+            }
+            let (active, reason, message, quota) = match &q.settings {
+                Err(e) => (false, "InvalidSpec", e.clone(), BTreeMap::new()),
+                Ok(s) => {
+                    let quota = effective_quota(&self.world, s);
+                    let usable = s
+                        .clusters
+                        .iter()
+                        .filter(|c| self.world.workers.get(*c).is_some_and(|w| w.usable()))
+                        .count();
+                    if usable == 0 {
+                        (
+                            false,
+                            "NoActiveCluster",
+                            format!(
+                                "none of its clusters ({}) is connected",
+                                s.clusters.join(", ")
+                            ),
+                            quota,
+                        )
+                    } else {
+                        (
+                            true,
+                            "Ready",
+                            format!("{usable} of {} clusters usable", s.clusters.len()),
+                            quota,
+                        )
+                    }
+                }
+            };
+            let quantity = |m: &BTreeMap<String, i64>| {
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            Quantity(crate::quantity::display(k, crate::quantity::Milli(*v))),
+                        )
+                    })
+                    .collect()
+            };
+            let previous = self.queue_status.get(&name);
+            let transition = previous
+                .and_then(|(s, _)| s.conditions.first())
+                .filter(|c| (c.status == "True") == active)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(mirror::to_timestamp(now))
+                });
+            let status = DispatchQueueStatus {
+                conditions: vec![QueueCondition {
+                    type_: "Active".into(),
+                    status: if active { "True" } else { "False" }.into(),
+                    reason: reason.into(),
+                    message,
+                    last_transition_time: transition,
+                    observed_generation: None,
+                }],
+                pending: uses.pending as i32,
+                admitted: uses.admitted as i32,
+                running: uses.running as i32,
+                effective_quota: quantity(&quota),
+                quota_usage: quantity(&uses.usage),
+                observed_generation: None,
+            };
+            if let Some((old, at)) = previous {
+                if *old == status || *at + self.options.queue_status_every > now {
+                    continue;
+                }
+            }
+            self.queue_status
+                .insert(name.clone(), (status.clone(), now));
+            let api: Api<DispatchQueue> = Api::all(self.ctx.client.clone());
+            let ctx = self.ctx.clone();
+            tokio::spawn(async move {
+                let patch = serde_json::json!({ "status": status });
+                match api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => ctx.count("queue_status", "ok"),
+                    Err(e) => {
+                        tracing::debug!(queue = %name, error = %e, "queue status not written");
+                        ctx.count("queue_status", "error");
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Why a write did not happen.
+enum Failure {
+    /// The object changed first (409) or is gone (404): reread.
+    Stale,
+    /// The API server refused it for good (its message).
+    Refused(String),
+    /// Unreachable, overloaded, timed out: try again later.
+    Transient(String),
+}
+
+fn failure(e: kube::Error) -> Failure {
+    match e {
+        kube::Error::Api(s) if s.code == 409 || s.code == 404 => Failure::Stale,
+        kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 && s.code != 408 => {
+            Failure::Refused(if s.message.is_empty() {
+                format!("{} {}", s.code, s.reason)
+            } else {
+                s.message.clone()
+            })
+        }
+        e => Failure::Transient(e.to_string()),
+    }
+}
+
+struct JobWriter<'a> {
+    ctx: &'a Ctx,
+    api: Api<DynamicObject>,
+    job: Job,
+    raw: Arc<Value>,
+    done: Done,
+    now: SystemTime,
+}
+
+impl JobWriter<'_> {
+    fn accept(&mut self, obj: DynamicObject) {
+        let value = to_json(obj);
+        if let Ok(job) = object::parse_job(&value, None, &Priorities::default()) {
+            // Keep what the parse cannot know here (namespace labels, priority).
+            self.job = Job {
+                priority: self.job.priority,
+                namespace_labels: self.job.namespace_labels.clone(),
+                ..job
+            };
+        }
+        self.raw = Arc::new(value.clone());
+        self.done.job = Some(Some(value));
+    }
+
+    /// Rereads the Job after a conflict.
+    async fn reread(&mut self) {
+        match self.api.get_opt(&self.job.key.name).await {
+            Ok(Some(obj)) => self.accept(obj),
+            Ok(None) => self.done.job = Some(None),
+            Err(e) => tracing::debug!(job = %self.job.key, error = %e, "reread failed"),
+        }
+    }
+
+    /// Writes what differs between the Job now and `target`: metadata and spec, then status.
+    async fn write(&mut self, target: &Job, precondition: bool) -> Result<(), Failure> {
+        if let Some(patch) = object::meta_patch(&self.job, target, precondition) {
+            let obj = self
+                .api
+                .patch(
+                    &self.job.key.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(failure)?;
+            self.accept(obj);
+        }
+        if let Some(patch) = object::status_patch(&self.job.status, &target.status) {
+            let obj = self
+                .api
+                .patch_status(
+                    &self.job.key.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(failure)?;
+            self.accept(obj);
+        }
+        Ok(())
+    }
+
+    /// Creates the copy in `cluster`. `Ok(false)`: not now (try again later).
+    async fn create(
+        &mut self,
+        cluster: &str,
+        client: Option<&(Option<kube::Client>, Option<String>)>,
+    ) -> Result<bool, String> {
+        let Some((Some(client), scheduler)) = client else {
+            return Ok(false);
+        };
+        let body = remote::copy_of(&self.raw, &self.ctx.manager_id, scheduler.as_deref())
+            .map_err(|e| e.to_string())?;
+        let body: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
+        let key = &self.job.key;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &key.namespace, &job_resource());
+        match api.create(&PostParams::default(), &body).await {
+            Ok(obj) => {
+                self.ctx.count("create_copy", "ok");
+                self.done.created.push((cluster.to_string(), to_json(obj)));
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Ours from an earlier attempt whose answer was lost, or someone else's.
+                match api.get_opt(&key.name).await {
+                    Ok(Some(existing)) => {
+                        let value = to_json(existing);
+                        let origin = value
+                            .pointer(&format!(
+                                "/metadata/labels/{}",
+                                ORIGIN_UID_LABEL.replace('/', "~1")
+                            ))
+                            .and_then(Value::as_str);
+                        let terminating = !value["metadata"]["deletionTimestamp"].is_null();
+                        if origin == Some(self.job.uid.as_str()) && !terminating {
+                            self.ctx.count("create_copy", "ok");
+                            self.done.created.push((cluster.to_string(), value));
+                            Ok(true)
+                        } else if origin == Some(self.job.uid.as_str()) {
+                            // An earlier copy of this Job is still being removed there.
+                            self.ctx.count("create_copy", "error");
+                            Ok(false)
+                        } else {
+                            self.ctx.count("create_copy", "refused");
+                            Err(format!(
+                                "a Job {key} that this manager did not create already exists in worker {cluster}"
+                            ))
+                        }
+                    }
+                    _ => {
+                        self.ctx.count("create_copy", "error");
+                        Ok(false)
+                    }
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                self.ctx.count("create_copy", "refused");
+                Err(format!(
+                    "namespace {:?} does not exist in worker {cluster}",
+                    key.namespace
+                ))
+            }
+            Err(e) => match failure(e) {
+                Failure::Refused(m) => {
+                    self.ctx.count("create_copy", "refused");
+                    Err(format!("worker {cluster} refused the Job: {m}"))
+                }
+                Failure::Stale => Ok(false),
+                Failure::Transient(m) => {
+                    tracing::warn!(job = %key, %cluster, error = %m, "copy not created; retrying");
+                    self.ctx.count("create_copy", "error");
+                    Ok(false)
+                }
+            },
+        }
+    }
+
+    /// Gives the claim on `cluster` back: the worker refused the Job.
+    async fn unclaim(&mut self, cluster: &str, message: String) {
+        tracing::warn!(job = %self.job.key, %cluster, %message, "worker refused the Job");
+        let action = Action::Unclaim {
+            job: self.job.key.clone(),
+            cluster: cluster.to_string(),
+            reason: reason::WORKER_REFUSED,
+            message: message.clone(),
+        };
+        self.ctx
+            .event(&self.job, true, reason::WORKER_REFUSED, "Dispatch", message);
+        if let Some(target) = status::after(&self.job, &action, self.now) {
+            let r = self.write(&target, false).await;
+            self.outcome("unclaim", r).await;
+        }
+    }
+
+    async fn outcome(&mut self, action: &'static str, r: Result<(), Failure>) -> bool {
+        match r {
+            Ok(()) => {
+                self.ctx.count(action, "ok");
+                true
+            }
+            Err(Failure::Stale) => {
+                self.ctx.count(action, "conflict");
+                self.reread().await;
+                false
+            }
+            Err(Failure::Refused(m)) => {
+                tracing::warn!(job = %self.job.key, action, error = %m, "write refused");
+                self.ctx.count(action, "refused");
+                false
+            }
+            Err(Failure::Transient(m)) => {
+                tracing::warn!(job = %self.job.key, action, error = %m, "write failed; retrying");
+                self.ctx.count(action, "error");
+                false
+            }
+        }
+    }
+
+    /// Claims, creates the copies, unsuspends: one Dispatch or Offer.
+    async fn dispatch(
+        &mut self,
+        action: &Action,
+        clusters: &[String],
+        clients: &HashMap<String, (Option<kube::Client>, Option<String>)>,
+    ) -> bool {
+        let mut claimed = self.job.clone();
+        if let [one] = clusters {
+            if matches!(action, Action::Dispatch { .. }) {
+                claimed.cluster = Some(one.clone());
+            } else {
+                claimed.offers = clusters.to_vec();
+            }
+        } else {
+            claimed.offers = clusters.to_vec();
+        }
+        let r = self.write(&claimed, true).await;
+        if !self.outcome("claim", r).await {
+            return false;
+        }
+        let mut created = 0;
+        for c in clusters {
+            match self.create(c, clients.get(c)).await {
+                Ok(true) => created += 1,
+                Ok(false) => {}
+                Err(message) => self.unclaim(c, message).await,
+            }
+        }
+        if created < clusters.len() {
+            // Claimed and waiting for its copies: the next plans create them (or give up).
+            return false;
+        }
+        let Some(target) = status::after(&self.job, action, self.now) else {
+            return false;
+        };
+        let r = self.write(&target, false).await;
+        let ok = self.outcome("dispatch", r).await;
+        if ok {
+            self.ctx.event(
+                &self.job,
+                false,
+                reason::DISPATCHED,
+                "Dispatch",
+                status::describe(action),
+            );
+        }
+        ok
+    }
+}
+
+/// Carries out one Job's actions in order, stopping at the first that fails.
+async fn write_job(
+    ctx: &Ctx,
+    job: Job,
+    raw: Arc<Value>,
+    actions: Vec<Action>,
+    clients: HashMap<String, (Option<kube::Client>, Option<String>)>,
+    now: SystemTime,
+) -> Done {
+    let api = Api::namespaced_with(ctx.client.clone(), &job.key.namespace, &job_resource());
+    let mut w = JobWriter {
+        ctx,
+        api,
+        done: Done {
+            key: Some(job.key.clone()),
+            ..Default::default()
+        },
+        job,
+        raw,
+        now,
+    };
+    for action in &actions {
+        let ok = match action {
+            Action::Dispatch { cluster, .. } => {
+                w.dispatch(action, std::slice::from_ref(cluster), &clients)
+                    .await
+            }
+            Action::Offer { clusters, .. } => w.dispatch(action, clusters, &clients).await,
+            Action::CreateCopy { cluster, .. } => {
+                match w.create(cluster, clients.get(cluster)).await {
+                    Ok(created) => created,
+                    Err(message) => {
+                        w.unclaim(cluster, message).await;
+                        false
+                    }
+                }
+            }
+            Action::WriteStatus { digest, .. } => {
+                let Some(target) = status::after(&w.job, action, now) else {
+                    continue;
+                };
+                match w.write(&target, false).await {
+                    Err(Failure::Refused(m)) => {
+                        // The API server keeps Job status rules (counters never go down, ...):
+                        // the same write is not tried again until the worker's status moves.
+                        w.ctx.count("write_status", "refused");
+                        w.done.refused = Some((w.job.uid.clone(), *digest));
+                        w.ctx.event(
+                            &w.job,
+                            true,
+                            "StatusRefused",
+                            "MirrorStatus",
+                            format!("the status from the worker was refused: {m}"),
+                        );
+                        false
+                    }
+                    r => w.outcome("write_status", r).await,
+                }
+            }
+            other => {
+                let Some(target) = status::after(&w.job, other, now) else {
+                    continue;
+                };
+                let name = action_name(other);
+                let r = w.write(&target, false).await;
+                let ok = w.outcome(name, r).await;
+                if ok {
+                    announce(w.ctx, &w.job, other);
+                }
+                ok
+            }
+        };
+        if !ok {
+            break;
+        }
+    }
+    w.done
+}
+
+fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::Dispatch { .. } => "dispatch",
+        Action::Offer { .. } => "offer",
+        Action::Choose { .. } => "choose",
+        Action::CreateCopy { .. } => "create_copy",
+        Action::Unsuspend { .. } => "unsuspend",
+        Action::Unclaim { .. } => "unclaim",
+        Action::WriteStatus { .. } => "write_status",
+        Action::RecordResult { .. } => "record_result",
+        Action::DeleteCopy { .. } => "delete_copy",
+        Action::Requeue { .. } => "requeue",
+        Action::Deactivate { .. } => "deactivate",
+        Action::Wait { .. } => "wait",
+        Action::Hold(_) => "hold",
+        Action::Release { .. } => "release",
+    }
+}
+
+/// The Event an action leaves on the manager Job, if any.
+fn announce(ctx: &Ctx, job: &Job, action: &Action) {
+    let (warning, why) = match action {
+        Action::Requeue { reason, .. } => (true, *reason),
+        Action::Deactivate { .. } => (true, reason::REQUEUING_LIMIT),
+        Action::Unclaim { reason, .. } => (true, *reason),
+        Action::Choose { .. } => (false, reason::DISPATCHED),
+        Action::Unsuspend { .. } => (false, reason::DISPATCHED),
+        Action::RecordResult { .. } => (false, reason::FINISHED),
+        _ => return,
+    };
+    ctx.event(job, warning, why, "Dispatch", status::describe(action));
+}
