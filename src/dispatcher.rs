@@ -21,6 +21,8 @@ mod model;
 mod reconcile;
 pub mod remote;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 pub use admission::{admit, effective_quota, Admission};
 pub use model::*;
