@@ -1001,6 +1001,64 @@ fn pods_never_ready_requeue_with_exponential_backoff_then_deactivate_at_the_limi
 }
 
 #[test]
+fn an_offered_job_that_times_out_tries_other_workers_next() {
+    // Offered to two of three equal workers; one copy is deleted there, the other never
+    // gets Ready. The next attempt goes elsewhere.
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .cluster("b")
+        .node("b-0", 16, 0)
+        .cluster("c")
+        .node("c-0", 16, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue(
+            "q",
+            "clusters: [a, b, c]\nplacement: {fanout: 2}\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 10s}",
+        )],
+    );
+    env.submit(job("wide").build());
+    env.settle();
+    let offered = env.job("wide").offers.clone();
+    assert_eq!(offered.len(), 2, "{:?}", env.job("wide"));
+    let (kept, lost) = (offered[0].clone(), offered[1].clone());
+    let uid = env.job("wide").uid.clone();
+    env.remote.get_mut(&lost).expect("worker").remove(&uid);
+    env.world.remove_copy(&lost, &uid);
+    env.settle();
+    assert_eq!(
+        env.job("wide").offers,
+        offered,
+        "still offered while one copy lives"
+    );
+
+    env.advance(mins(5));
+    let acts = env.settle();
+    assert_eq!(
+        requeues(&acts),
+        [("wide".into(), reason::PODS_READY_TIMEOUT)]
+    );
+    let j = env.job("wide");
+    assert_eq!(
+        j.avoid.as_deref(),
+        Some(kept.as_str()),
+        "avoids where it timed out"
+    );
+    assert_eq!(annotation(j, AVOID_ANNOTATION), Some(kept.clone()));
+
+    env.advance(secs(10));
+    env.settle();
+    let next = env.job("wide").offers.clone();
+    assert_eq!(next.len(), 2);
+    assert!(
+        !next.contains(&kept),
+        "offered to {next:?} after failing in {kept}"
+    );
+}
+
+#[test]
 fn a_job_whose_pods_all_get_ready_in_time_is_not_requeued() {
     let mut env = Env::new(
         roomy(),
