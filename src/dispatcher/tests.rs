@@ -1451,6 +1451,16 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
 /// Once the dispatcher has done all it wanted (nothing failing), no Job runs in two
 /// reachable workers, except in those it is offered to.
 fn check_settled(env: &Env, step: &str) {
+    for (c, copies) in &env.remote {
+        if env.reachable(c) {
+            for uid in copies.keys() {
+                assert!(
+                    env.world.job_by_uid(uid).is_some(),
+                    "{step}: the copy of deleted Job {uid} stays in {c}"
+                );
+            }
+        }
+    }
     for j in env.world.jobs.values() {
         let places: Vec<&String> = env
             .remote
@@ -1465,6 +1475,23 @@ fn check_settled(env: &Env, step: &str) {
             j.cluster,
             j.offers
         );
+        if j.finished() || j.deleting {
+            assert!(
+                places.is_empty(),
+                "{step}: {} finished or deleted, its copies stay in {places:?}",
+                j.key
+            );
+            assert!(!j.holds_quota(), "{step}: {} ended, holds quota", j.key);
+        } else if let Some(c) = &j.cluster {
+            if env.world.workers[c].usable() {
+                assert_eq!(
+                    places,
+                    [c],
+                    "{step}: {} is claimed for {c} and does not run there",
+                    j.key
+                );
+            }
+        }
     }
 }
 
@@ -1505,6 +1532,7 @@ fn random_runs_keep_quota_single_placement_and_valid_statuses() {
             "RecordResult Failed",
             "DeleteCopy StaleCopy",
             "DeleteCopy Finished",
+            "DeleteCopy OrphanedCopy",
         ]
         .map(String::from),
     );
@@ -1659,7 +1687,37 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     env.user_suspends(&name);
                 }
             }
+            62..=63 => {
+                // The user deletes a Job: gone at once, or kept while its copies go.
+                let names: Vec<String> = env
+                    .world
+                    .jobs
+                    .values()
+                    .map(|j| j.key.name.clone())
+                    .collect();
+                if let Some(name) = rng.pick(&names).cloned() {
+                    let key = JobKey::new("team", &name);
+                    if rng.chance(50) {
+                        env.world.remove_job(&key);
+                    } else {
+                        let mut j = env.job(&name).clone();
+                        j.deleting = true;
+                        env.world.upsert_job(j);
+                    }
+                }
+            }
             _ => env.advance(secs(1 + rng.below(90))),
+        }
+        // A Job being deleted goes once no worker holds a copy of it.
+        let gone: Vec<JobKey> = env
+            .world
+            .jobs
+            .values()
+            .filter(|j| j.deleting && env.remote.values().all(|m| !m.contains_key(&j.uid)))
+            .map(|j| j.key.clone())
+            .collect();
+        for key in gone {
+            env.world.remove_job(&key);
         }
         check_invariants(&env, &quotas, &label);
 
