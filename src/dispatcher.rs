@@ -22,6 +22,8 @@ pub mod object;
 mod reconcile;
 pub mod remote;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 pub use admission::{admit, effective_quota, Admission};
 pub use model::*;

@@ -237,6 +237,9 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             let job = world.jobs.get(&rank.key)?;
             match job.requeue_after {
                 Some(t) if t > now => pass.wake(t),
+                // Its copy from before the requeue is not removed yet: starting it elsewhere
+                // now would run it twice. Tried again once the copy goes.
+                _ if still_running(world, job) => {}
                 _ => return Some(rank.clone()),
             }
         }
@@ -752,6 +755,14 @@ fn judge(
             join(&reasons)
         ),
     )
+}
+
+/// A copy of the Job is alive in a worker that answers. Copies in a worker that does not are
+/// given up for lost (seed 000) and removed when it returns.
+fn still_running(world: &World, job: &Job) -> bool {
+    world
+        .copies_of(&job.uid)
+        .any(|c| !c.deleting && world.workers.get(&c.cluster).is_some_and(|w| w.connected))
 }
 
 fn blocks_admission(world: &World, job: &Job) -> bool {

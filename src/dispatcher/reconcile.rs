@@ -393,7 +393,12 @@ fn pods_ready_timeout(
         delete(world, out, c, why);
     }
     release(world, job, out);
-    let avoid = (copies.len() == 1).then(|| cluster.to_string());
+    // The worker of the one copy that failed (`cluster` names all the offers of an offered
+    // Job, not a worker).
+    let avoid = match copies {
+        [only] => Some(only.cluster.clone()),
+        _ => None,
+    };
     if wait.requeuing.may_requeue(job.requeues) {
         let n = job.requeues + 1;
         let after = now + wait.requeuing.backoff(n);

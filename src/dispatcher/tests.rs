@@ -1,0 +1,1746 @@
+//! The dispatcher's decisions as a user sees them: a [`World`] built by hand, its plans carried
+//! out the way an executor carries them out (the manager Job becomes [`status::after`], copies
+//! appear in and vanish from the workers and the world hears of it), and the outcome checked
+//! after each step: where Jobs run, what their conditions say, what quota they hold.
+
+use super::*;
+use crate::api::DispatchQueueSpec;
+use crate::inventory::{parse_yaml, Inventory};
+use crate::placement::{PodShape, PodView};
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn mins(n: u64) -> Duration {
+    Duration::from_secs(60 * n)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inventory, pods, Jobs and queues.
+
+/// Worker clusters in the inventory file format, node by node.
+#[derive(Default)]
+struct InventoryBuilder {
+    yaml: String,
+}
+
+impl InventoryBuilder {
+    fn cluster(mut self, name: &str) -> Self {
+        self.yaml += &format!("  - name: {name}\n    nodes:\n");
+        self
+    }
+
+    /// A node without NUMA data: only its totals count.
+    fn node(mut self, name: &str, cpus: u32, gpus: u32) -> Self {
+        self.yaml += &format!(
+            "      - name: {name}\n        allocatable: {{cpu: \"{cpus}\", memory: 256Gi, nvidia.com/gpu: \"{gpus}\", pods: \"110\"}}\n"
+        );
+        self
+    }
+
+    /// A node whose kubelet runs the single-numa-node Topology Manager policy at pod scope,
+    /// with these (CPUs, GPUs) per NUMA zone and 64Gi of memory in each.
+    fn numa_node(mut self, name: &str, zones: &[(u32, u32)]) -> Self {
+        let cpus: u32 = zones.iter().map(|z| z.0).sum();
+        let gpus: u32 = zones.iter().map(|z| z.1).sum();
+        let memory = 64 * zones.len();
+        self.yaml += &format!(
+            "      - name: {name}\n        allocatable: {{cpu: \"{cpus}\", memory: {memory}Gi, nvidia.com/gpu: \"{gpus}\", pods: \"110\"}}\n        topology:\n          attributes:\n            - {{name: topologyManagerPolicy, value: single-numa-node}}\n            - {{name: topologyManagerScope, value: pod}}\n          zones:\n"
+        );
+        for (i, (c, g)) in zones.iter().enumerate() {
+            self.yaml += &format!(
+                "            - name: node-{i}\n              type: Node\n              resources:\n                - {{name: cpu, capacity: \"{c}\", allocatable: \"{c}\", available: \"{c}\"}}\n                - {{name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}}\n                - {{name: nvidia.com/gpu, capacity: \"{g}\", allocatable: \"{g}\", available: \"{g}\"}}\n"
+            );
+        }
+        self
+    }
+
+    fn build(self) -> Inventory {
+        parse_yaml(&format!("clusters:\n{}", self.yaml)).expect("test inventory parses")
+    }
+}
+
+/// A Guaranteed pod (requests = limits) with `cpus` CPUs, 1Gi and `gpus` GPUs.
+fn pod(cpus: u32, gpus: u32) -> (Arc<PodShape>, u64) {
+    let mut r = serde_json::json!({"cpu": cpus.to_string(), "memory": "1Gi"});
+    if gpus > 0 {
+        r["nvidia.com/gpu"] = gpus.to_string().into();
+    }
+    let view: PodView = serde_json::from_value(serde_json::json!({
+        "spec": {"containers": [{"name": "main", "resources": {"requests": r, "limits": r}}]}
+    }))
+    .expect("pod view");
+    let shape = PodShape::from_view(&view).expect("pod shape");
+    (Arc::new(shape), u64::from(cpus) * 1000 + u64::from(gpus))
+}
+
+/// A manager Job as the dispatcher first sees it: suspended, never admitted.
+struct JobBuilder(Job);
+
+fn job(name: &str) -> JobBuilder {
+    let (shape, key) = pod(1, 0);
+    JobBuilder(Job {
+        key: JobKey::new("team", name),
+        uid: format!("uid-{name}"),
+        resource_version: String::new(),
+        queue: "q".into(),
+        priority: 0,
+        created: t0(),
+        parallelism: 1,
+        completions: None,
+        pod: Ok(shape),
+        shape_key: key,
+        namespace_labels: None,
+        suspended: true,
+        deleting: false,
+        cluster: None,
+        offers: Vec::new(),
+        admitted_at: None,
+        requeues: 0,
+        requeue_after: None,
+        avoid: None,
+        deactivated: None,
+        result: None,
+        status: JobStatus::default(),
+    })
+}
+
+impl JobBuilder {
+    fn queue(mut self, q: &str) -> Self {
+        self.0.queue = q.into();
+        self
+    }
+    fn pods(mut self, n: u32) -> Self {
+        self.0.parallelism = n;
+        self
+    }
+    fn each(mut self, cpus: u32, gpus: u32) -> Self {
+        let (shape, key) = pod(cpus, gpus);
+        self.0.pod = Ok(shape);
+        self.0.shape_key = key;
+        self
+    }
+    fn priority(mut self, p: i32) -> Self {
+        self.0.priority = p;
+        self
+    }
+    fn created(mut self, t: SystemTime) -> Self {
+        self.0.created = t;
+        self
+    }
+    fn build(self) -> Job {
+        self.0
+    }
+}
+
+/// A queue from its DispatchQueue spec in YAML.
+fn queue(name: &str, spec: &str) -> Queue {
+    let spec: DispatchQueueSpec = serde_yaml::from_str(spec).expect("queue spec parses");
+    Queue {
+        name: name.into(),
+        settings: Ok(spec.resolve().expect("queue spec is valid")),
+    }
+}
+
+fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
+    job.condition(type_)
+}
+
+/// (status, reason) of the condition.
+fn cond(job: &Job, type_: &str) -> Option<(String, String)> {
+    condition(job, type_).map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+fn is_true(job: &Job, type_: &str) -> bool {
+    cond(job, type_).is_some_and(|(s, _)| s == "True")
+}
+
+fn annotation(job: &Job, name: &str) -> Option<String> {
+    status::annotations(job)
+        .into_iter()
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// An executor over in-memory workers.
+
+/// The manager's [`World`] and what each worker really holds. Actions are carried out as the
+/// live executor does: each one either happens whole or fails (then the Job is looked at
+/// again); a worker that is unreachable refuses everything and its changes reach the world
+/// only when it is listed again.
+struct Env {
+    world: World,
+    now: SystemTime,
+    /// Per worker, its copies by origin uid.
+    remote: BTreeMap<String, BTreeMap<String, Copy>>,
+    next_copy: u64,
+    /// Every action carried out, with the time.
+    done: Vec<(SystemTime, Action)>,
+    /// Status writes the API server would refuse (never expected).
+    refused: Vec<String>,
+    /// Copies created while the Job still had a live copy in another reachable worker
+    /// (never expected, but among the copies it is offered to).
+    duplicates: Vec<String>,
+    /// When the last plan asked to be woken.
+    wake_at: Option<SystemTime>,
+    /// Workers that are connected but whose API server refuses every write for now.
+    refusing: BTreeSet<String>,
+}
+
+impl Env {
+    fn new(inventory: Inventory, queues: Vec<Queue>) -> Self {
+        let mut world = World::new(DispatchConfig::default());
+        let names: Vec<String> = inventory.clusters.iter().map(|c| c.name.clone()).collect();
+        world.inventory = Arc::new(inventory);
+        world.jobs_synced = true;
+        let mut remote = BTreeMap::new();
+        for name in names {
+            world.upsert_worker(Worker {
+                name: name.clone(),
+                connected: true,
+                disconnected_since: None,
+                copies_synced: true,
+                scheduler_name: None,
+                message: String::new(),
+            });
+            remote.insert(name, BTreeMap::new());
+        }
+        for q in queues {
+            world.upsert_queue(q);
+        }
+        Self {
+            world,
+            now: t0(),
+            remote,
+            next_copy: 0,
+            done: Vec::new(),
+            refused: Vec::new(),
+            duplicates: Vec::new(),
+            wake_at: None,
+            refusing: BTreeSet::new(),
+        }
+    }
+
+    fn submit(&mut self, job: Job) {
+        self.world.upsert_job(job);
+    }
+
+    fn job(&self, name: &str) -> &Job {
+        &self.world.jobs[&JobKey::new("team", name)]
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    fn advance_to(&mut self, t: SystemTime) {
+        assert!(t >= self.now, "time only moves forward");
+        self.now = t;
+    }
+
+    fn plan(&mut self) -> Plan {
+        plan(&mut self.world, self.now)
+    }
+
+    /// Plans once and carries every action out.
+    fn step(&mut self) -> Plan {
+        let mut p = self.plan();
+        for a in std::mem::take(&mut p.actions) {
+            self.execute(&a, true);
+            p.actions.push(a);
+        }
+        p
+    }
+
+    /// Plans and carries out until the dispatcher has nothing more to do now; every action.
+    fn settle(&mut self) -> Vec<Action> {
+        let mut all = Vec::new();
+        for _ in 0..50 {
+            let p = self.step();
+            self.wake_at = p.wake_at;
+            if p.actions.is_empty() {
+                return all;
+            }
+            all.extend(p.actions);
+        }
+        panic!("the dispatcher never settles; last actions: {all:#?}");
+    }
+
+    /// Leaves the dispatcher alone until `limit`: it plans only when it asked to be woken,
+    /// as the live one does when nothing changes.
+    fn idle_until(&mut self, limit: SystemTime) {
+        loop {
+            self.settle();
+            match self.wake_at {
+                Some(w) if w > self.now && w <= limit => self.advance_to(w),
+                _ => break,
+            }
+        }
+    }
+
+    /// When the Job's actions of this kind were carried out.
+    fn times_of(&self, name: &str, kind: fn(&Action) -> bool) -> Vec<SystemTime> {
+        self.done
+            .iter()
+            .filter(|(_, a)| kind(a) && a.job().is_some_and(|k| k.name == name))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// Carries out one action, or fails it (`ok == false`: the API call failed).
+    fn execute(&mut self, action: &Action, ok: bool) {
+        if !ok {
+            let key = match action {
+                Action::DeleteCopy { origin_uid, .. } => {
+                    self.world.job_by_uid(origin_uid).map(|j| j.key.clone())
+                }
+                other => other.job().cloned(),
+            };
+            if let Some(k) = key {
+                self.world.touch(&k);
+            }
+            return;
+        }
+        let now = self.now;
+        match action {
+            Action::Dispatch { job, cluster, hold } => {
+                self.no_duplicate(job, std::slice::from_ref(cluster));
+                if !self.create_copy(job, cluster) {
+                    self.world.touch(job);
+                    return;
+                }
+                if !hold.takes.is_empty() {
+                    self.world.hold(hold.clone());
+                }
+            }
+            Action::Offer { job, clusters } => {
+                self.no_duplicate(job, clusters);
+                for c in clusters {
+                    self.create_copy(job, c);
+                }
+            }
+            Action::CreateCopy { job, cluster } => {
+                if let Some(j) = self.world.jobs.get(job) {
+                    let uid = j.uid.clone();
+                    let mut allowed = j.offers.clone();
+                    allowed.push(cluster.clone());
+                    self.world.create_attempted.insert(uid, now);
+                    self.no_duplicate(job, &allowed);
+                }
+                self.create_copy(job, cluster);
+            }
+            Action::DeleteCopy {
+                cluster,
+                uid,
+                origin_uid,
+                ..
+            } => {
+                if !self.reachable(cluster) || self.refusing.contains(cluster) {
+                    return self.execute(action, false);
+                }
+                let copies = self.remote.get_mut(cluster).expect("known worker");
+                if copies.get(origin_uid).is_some_and(|c| &c.uid == uid) {
+                    copies.remove(origin_uid);
+                    self.world.remove_copy(cluster, origin_uid);
+                }
+            }
+            Action::Hold(h) => self.world.hold(h.clone()),
+            Action::Release { job_uid } => self.world.release(job_uid),
+            Action::WriteStatus { job, status, .. } => {
+                if let Some(j) = self.world.jobs.get(job) {
+                    if let Some(why) = mirror::violation(&j.status, status, j.suspended) {
+                        self.refused.push(format!("{job}: {why}"));
+                        let uid = j.uid.clone();
+                        if let Action::WriteStatus { digest, .. } = action {
+                            self.world.refused_status.insert(uid, *digest);
+                        }
+                        return;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.done.push((now, action.clone()));
+        let Some(key) = action.job() else { return };
+        let Some(j) = self.world.jobs.get(key) else {
+            return;
+        };
+        if let Some(new) = status::after(j, action, now) {
+            self.world.upsert_job(new);
+        }
+    }
+
+    /// Records a copy about to be created while the Job has a live copy in a reachable
+    /// worker other than `allowed`.
+    fn no_duplicate(&mut self, key: &JobKey, allowed: &[String]) {
+        let Some(uid) = self.world.jobs.get(key).map(|j| j.uid.clone()) else {
+            return;
+        };
+        let elsewhere: Vec<&String> = self
+            .remote
+            .iter()
+            .filter(|(c, m)| {
+                !allowed.contains(c)
+                    && self.reachable(c)
+                    && m.get(&uid).is_some_and(|copy| !copy.deleting)
+            })
+            .map(|(c, _)| c)
+            .collect();
+        if !elsewhere.is_empty() {
+            self.duplicates.push(format!(
+                "{key}: a copy created in {allowed:?} while it runs in {elsewhere:?} at {:?}",
+                self.now
+            ));
+        }
+    }
+
+    fn reachable(&self, cluster: &str) -> bool {
+        self.world.workers.get(cluster).is_some_and(|w| w.connected)
+    }
+
+    /// The worker's Job controller creates the copy; its pods are not Ready yet.
+    fn create_copy(&mut self, key: &JobKey, cluster: &str) -> bool {
+        if !self.reachable(cluster) || self.refusing.contains(cluster) {
+            return false;
+        }
+        let Some(job) = self.world.jobs.get(key) else {
+            return false;
+        };
+        self.next_copy += 1;
+        let copy = Copy {
+            cluster: cluster.to_string(),
+            key: key.clone(),
+            uid: format!("copy-{}", self.next_copy),
+            origin_uid: job.uid.clone(),
+            status: JobStatus {
+                active: Some(job.gang() as i32),
+                ready: Some(0),
+                start_time: Some(Time(mirror::to_timestamp(self.now))),
+                ..Default::default()
+            },
+            deleting: false,
+        };
+        let copies = self.remote.get_mut(cluster).expect("known worker");
+        if copies.contains_key(&copy.origin_uid) {
+            // A copy of the Job is already there: the API server refuses the name.
+            return false;
+        }
+        copies.insert(copy.origin_uid.clone(), copy.clone());
+        self.world.upsert_copy(copy);
+        true
+    }
+
+    /// The copy of the Job in `cluster`, as the worker has it.
+    fn remote_copy(&self, name: &str, cluster: &str) -> Option<&Copy> {
+        let uid = &self.job(name).uid;
+        self.remote.get(cluster)?.get(uid)
+    }
+
+    /// Changes the Job's copy in its worker (as that worker's Job controller would), and
+    /// tells the world when the worker is reachable.
+    fn change_copy(&mut self, name: &str, cluster: &str, f: impl FnOnce(&mut Copy)) {
+        let uid = self.job(name).uid.clone();
+        let copy = self
+            .remote
+            .get_mut(cluster)
+            .and_then(|m| m.get_mut(&uid))
+            .unwrap_or_else(|| panic!("{name} has no copy in {cluster}"));
+        f(copy);
+        let copy = copy.clone();
+        if self.reachable(cluster) {
+            self.world.upsert_copy(copy);
+        }
+    }
+
+    /// The Job's worker (where its copy is).
+    fn where_(&self, name: &str) -> String {
+        let uid = &self.job(name).uid;
+        let places: Vec<&String> = self
+            .remote
+            .iter()
+            .filter(|(_, m)| m.contains_key(uid))
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(places.len(), 1, "{name} has copies in {places:?}");
+        places[0].clone()
+    }
+
+    fn set_ready(&mut self, name: &str, ready: i32) {
+        let c = self.where_(name);
+        self.change_copy(name, &c, |copy| copy.status.ready = Some(ready));
+    }
+
+    /// The copy ends: Complete or Failed, as a 1.31+ Job controller writes it.
+    fn finish(&mut self, name: &str, succeeded: bool) {
+        let c = self.where_(name);
+        let gang = self.job(name).gang() as i32;
+        let now = Time(mirror::to_timestamp(self.now));
+        self.change_copy(name, &c, |copy| {
+            finish_copy(copy, gang, succeeded, now, true)
+        });
+    }
+
+    /// Someone deletes the copy in its worker.
+    fn delete_in_worker(&mut self, name: &str) {
+        let c = self.where_(name);
+        let uid = self.job(name).uid.clone();
+        self.remote.get_mut(&c).expect("worker").remove(&uid);
+        if self.reachable(&c) {
+            self.world.remove_copy(&c, &uid);
+        }
+    }
+
+    fn disconnect(&mut self, cluster: &str) {
+        let mut w = self.world.workers[cluster].clone();
+        w.connected = false;
+        w.copies_synced = false;
+        w.disconnected_since = Some(self.now);
+        w.message = "connection refused".into();
+        self.world.upsert_worker(w);
+    }
+
+    /// The worker answers again; its copies are listed.
+    fn reconnect(&mut self, cluster: &str) {
+        let mut w = self.world.workers[cluster].clone();
+        w.connected = true;
+        w.disconnected_since = None;
+        w.message.clear();
+        self.world.upsert_worker(w.clone());
+        let copies: Vec<Copy> = self.remote[cluster].values().cloned().collect();
+        self.world.replace_copies(cluster, copies);
+        w.copies_synced = true;
+        self.world.upsert_worker(w);
+    }
+
+    /// The user sets `spec.suspend: true` on the manager Job.
+    fn user_suspends(&mut self, name: &str) {
+        let mut j = self.job(name).clone();
+        j.suspended = true;
+        self.world.upsert_job(j);
+    }
+
+    /// What the queue's admitted Jobs request together, counted from the Jobs themselves.
+    fn admitted_usage(&self, queue: &str) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for j in self.world.jobs.values() {
+            if j.queue == queue && j.holds_quota() {
+                for (r, v) in j.total_request() {
+                    *out.entry(r).or_insert(0) += v;
+                }
+            }
+        }
+        out.retain(|_, v| *v != 0);
+        out
+    }
+}
+
+fn finish_copy(copy: &mut Copy, gang: i32, succeeded: bool, at: Time, new_style: bool) {
+    let c = |type_: &str, reason: &str| JobCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: Some(reason.into()),
+        message: None,
+        last_probe_time: Some(at.clone()),
+        last_transition_time: Some(at.clone()),
+    };
+    let s = &mut copy.status;
+    s.active = Some(0);
+    s.ready = Some(0);
+    if succeeded {
+        s.succeeded = Some(gang);
+        s.completion_time = Some(at.clone());
+        s.conditions = Some(if new_style {
+            vec![
+                c("SuccessCriteriaMet", "CompletionsReached"),
+                c("Complete", "CompletionsReached"),
+            ]
+        } else {
+            vec![c("Complete", "CompletionsReached")]
+        });
+    } else {
+        s.failed = Some(s.failed.unwrap_or(0) + 7);
+        s.conditions = Some(if new_style {
+            vec![
+                c("FailureTarget", "BackoffLimitExceeded"),
+                c("Failed", "BackoffLimitExceeded"),
+            ]
+        } else {
+            vec![c("Failed", "BackoffLimitExceeded")]
+        });
+    }
+}
+
+fn dispatches(actions: &[Action]) -> Vec<(String, String)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispatch { job, cluster, .. } => Some((job.name.clone(), cluster.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requeues(actions: &[Action]) -> Vec<(String, &'static str)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Requeue { job, reason, .. } => Some((job.name.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deletions(actions: &[Action]) -> Vec<(String, String, &'static str)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeleteCopy {
+                cluster,
+                job,
+                reason,
+                ..
+            } => Some((job.name.clone(), cluster.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One worker `a` with room for anything these tests submit.
+fn roomy() -> Inventory {
+    let mut b = InventoryBuilder::default().cluster("a");
+    for i in 0..4 {
+        b = b.node(&format!("a-{i}"), 64, 0);
+    }
+    b.build()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Placement.
+
+#[test]
+fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
+    // The gang: 2 pods × (4 CPUs, 2 GPUs), each pod's GPUs in one NUMA zone.
+    // - `spread`: 4 GPUs free, 1 per node: enough summed, no node holds a pod;
+    // - `split`: one node, 4 GPUs, 1 per NUMA zone: the node has room, no zone does;
+    // - `tiny`: 1 GPU in all;
+    // - `aligned`: one node, 2 zones of 2 GPUs: the only one that can run it.
+    // `spread` and `split` come first in the queue and are emptier (LeastAllocated would
+    // prefer them), so only the NUMA-exact fit can pick `aligned`.
+    let inv = InventoryBuilder::default()
+        .cluster("spread")
+        .node("spread-0", 64, 1)
+        .node("spread-1", 64, 1)
+        .node("spread-2", 64, 1)
+        .node("spread-3", 64, 1)
+        .cluster("split")
+        .numa_node("split-0", &[(16, 1), (16, 1), (16, 1), (16, 1)])
+        .cluster("tiny")
+        .node("tiny-0", 8, 1)
+        .cluster("aligned")
+        .numa_node("aligned-0", &[(8, 2), (8, 2)])
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue(
+            "q",
+            "clusters: [spread, split, tiny, aligned]\nplacement: {fanout: 1}",
+        )],
+    );
+    env.submit(job("train").pods(2).each(4, 2).build());
+
+    let p = env.plan();
+    let placed: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Dispatch { .. } | Action::Offer { .. }))
+        .collect();
+    assert_eq!(placed.len(), 1, "one placement: {placed:#?}");
+    let Action::Dispatch { cluster, hold, .. } = placed[0] else {
+        panic!("a dispatch, not an offer: {placed:#?}");
+    };
+    assert_eq!(cluster, "aligned");
+    // The placement held for it: both pods on the aligned node, one per NUMA zone.
+    assert_eq!(hold.cluster, "aligned");
+    assert!(
+        hold.takes.iter().all(|t| t.node == "aligned-0"),
+        "{hold:#?}"
+    );
+    let gpu = env
+        .world
+        .inventory
+        .resources
+        .id("nvidia.com/gpu")
+        .expect("gpu");
+    let mut per_zone = BTreeMap::new();
+    for t in &hold.takes {
+        for &(zone, r, v) in &t.zone_amounts {
+            if r == gpu {
+                *per_zone.entry(zone).or_insert(0) += v;
+            }
+        }
+    }
+    assert_eq!(per_zone, BTreeMap::from([(0, 2000), (1, 2000)]));
+
+    for a in p.actions {
+        env.execute(&a, true);
+    }
+    assert_eq!(env.where_("train"), "aligned");
+    assert_eq!(env.job("train").cluster.as_deref(), Some("aligned"));
+    assert!(!env.job("train").suspended);
+    assert_eq!(
+        cond(env.job("train"), condition::ADMITTED),
+        Some(("True".into(), reason::DISPATCHED.into()))
+    );
+    assert_eq!(
+        annotation(env.job("train"), CLUSTER_ANNOTATION).as_deref(),
+        Some("aligned")
+    );
+
+    // A second identical gang finds no aligned room left: it waits, and says why.
+    env.submit(job("train-2").pods(2).each(4, 2).build());
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    let (why, _) = p
+        .waiting
+        .values()
+        .next()
+        .expect("the second gang's class waits");
+    assert_eq!(*why, reason::NO_WORKER_FITS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Quota.
+
+#[test]
+fn a_burst_of_a_thousand_jobs_never_exceeds_the_queue_quota() {
+    // 10 CPUs of quota, 3 CPUs per Job: 3 at a time, though the worker has room for 85.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"10\"}")],
+    );
+    for i in 0..1000 {
+        env.submit(
+            job(&format!("burst-{i:04}"))
+                .each(3, 0)
+                .created(t0() + Duration::from_millis(i))
+                .build(),
+        );
+    }
+    let quota = 10_000;
+    let check = |env: &Env| {
+        let used = env.admitted_usage("q").get("cpu").copied().unwrap_or(0);
+        assert!(used <= quota, "{used}m CPU admitted, quota {quota}m");
+        let seen = env
+            .world
+            .queue_use("q")
+            .map_or(0, |u| u.usage.get("cpu").copied().unwrap_or(0));
+        assert_eq!(seen, used, "the queue's running total matches its Jobs");
+    };
+    let admitted = |env: &Env| env.world.jobs.values().filter(|j| j.holds_quota()).count();
+
+    let mut finished = 0;
+    for round in 0..1000 {
+        // Plan and carry out, checking after every action.
+        for _ in 0..20 {
+            let p = env.plan();
+            if p.actions.is_empty() {
+                break;
+            }
+            for a in &p.actions {
+                env.execute(a, true);
+                check(&env);
+            }
+        }
+        // floor(10 / 3) = 3 admitted whenever that many are left.
+        let left = env.world.jobs.values().filter(|j| !j.finished()).count();
+        assert_eq!(admitted(&env), left.min(3), "round {round}");
+        // The oldest admitted Jobs run and finish, in turn.
+        let running: Vec<String> = env
+            .world
+            .jobs
+            .values()
+            .filter(|j| j.cluster.is_some() && !j.finished())
+            .map(|j| j.key.name.clone())
+            .collect();
+        for name in running.iter().take(1 + round % 3) {
+            env.set_ready(name, 1);
+            env.finish(name, true);
+            finished += 1;
+        }
+        env.advance(secs(1));
+        if finished >= 1000 {
+            break;
+        }
+    }
+    env.settle();
+    check(&env);
+    assert_eq!(finished, 1000);
+    assert!(env
+        .world
+        .jobs
+        .values()
+        .all(|j| j.result == Some(JobResult::Succeeded)));
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Order and blockAdmission.
+
+#[test]
+fn higher_priority_goes_first_then_the_older_job() {
+    // Quota for one Job at a time. Names and submission order are the reverse of the
+    // expected order, so neither decides.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"1\"}")],
+    );
+    env.submit(job("aaa-low-oldest").priority(0).created(t0()).build());
+    env.submit(
+        job("mmm-high-newer")
+            .priority(10)
+            .created(t0() + secs(20))
+            .build(),
+    );
+    env.submit(
+        job("zzz-high-older")
+            .priority(10)
+            .created(t0() + secs(10))
+            .build(),
+    );
+    env.advance(secs(30));
+
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let acts = env.settle();
+        let d = dispatches(&acts);
+        assert_eq!(d.len(), 1, "one at a time: {d:?}");
+        order.push(d[0].0.clone());
+        env.set_ready(&d[0].0, 1);
+        env.finish(&d[0].0, true);
+        env.advance(secs(5));
+    }
+    assert_eq!(
+        order,
+        ["zzz-high-older", "mmm-high-newer", "aaa-low-oldest"]
+    );
+}
+
+#[test]
+fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady: {enabled: true, blockAdmission: true, timeout: 10m}",
+        )],
+    );
+    env.submit(job("first").pods(2).created(t0()).build());
+    env.submit(job("second").created(t0() + secs(1)).build());
+    env.advance(secs(2));
+
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("first".into(), "a".into())]);
+    let p = env.plan();
+    assert_eq!(
+        p.waiting.values().map(|(r, _)| *r).collect::<Vec<_>>(),
+        [reason::WAITING_FOR_PODS_READY]
+    );
+
+    // One of two pods Ready: still blocked.
+    env.advance(secs(30));
+    env.set_ready("first", 1);
+    let acts = env.settle();
+    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
+    assert_eq!(
+        cond(env.job("first"), condition::PODS_READY).map(|c| c.0),
+        Some("False".into())
+    );
+    assert!(env.job("second").suspended);
+
+    // Both Ready: PodsReady turns True and only then is the second admitted.
+    env.advance(secs(30));
+    env.set_ready("first", 2);
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("second".into(), "a".into())]);
+    let (at, _) = env
+        .done
+        .iter()
+        .find(|(_, a)| matches!(a, Action::Dispatch { job, .. } if job.name == "second"))
+        .expect("second dispatched");
+    let ready_at = condition(env.job("first"), condition::PODS_READY)
+        .and_then(|c| c.last_transition_time.clone())
+        .map(|t| model::to_system_time(&t.0))
+        .expect("PodsReady has a transition time");
+    assert!(is_true(env.job("first"), condition::PODS_READY));
+    assert!(ready_at <= *at);
+    // The status write that made first PodsReady came before second's dispatch.
+    let write = env
+        .done
+        .iter()
+        .position(|(_, a)| matches!(a, Action::WriteStatus { job, status, .. } if job.name == "first" && status.conditions.iter().flatten().any(|c| c.type_ == condition::PODS_READY && c.status == "True")))
+        .expect("PodsReady=True written");
+    let dispatch = env
+        .done
+        .iter()
+        .position(|(_, a)| matches!(a, Action::Dispatch { job, .. } if job.name == "second"))
+        .expect("second dispatched");
+    assert!(write < dispatch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. PodsReady timeout, back-off, deactivation.
+
+#[test]
+fn pods_never_ready_requeue_with_exponential_backoff_then_deactivate_at_the_limit() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 60s, backoffMax: 150s, limit: 3}",
+        )],
+    );
+    env.submit(job("slow").pods(2).build());
+    let timeout = mins(5);
+    // base × 2^(n−1), capped at 150s.
+    let backoffs = [secs(60), secs(120), secs(150)];
+    let is_requeue: fn(&Action) -> bool = |a| matches!(a, Action::Requeue { .. });
+    let is_dispatch: fn(&Action) -> bool = |a| matches!(a, Action::Dispatch { .. });
+    let is_deactivate: fn(&Action) -> bool = |a| matches!(a, Action::Deactivate { .. });
+
+    env.settle();
+    let mut admitted = env.now;
+    let mut dispatched = vec![admitted];
+    let mut requeued = Vec::new();
+    for (n, backoff) in backoffs.iter().enumerate() {
+        let n = n as u32 + 1;
+        assert_eq!(env.job("slow").admitted_at, Some(admitted));
+        // One pod of two gets Ready; never both.
+        env.advance(secs(20));
+        env.set_ready("slow", 1);
+
+        // Left alone, the dispatcher wakes itself at the deadline and requeues then, not
+        // before.
+        let deadline = admitted + timeout;
+        env.idle_until(deadline);
+        requeued.push(deadline);
+        assert_eq!(env.times_of("slow", is_requeue), requeued, "attempt {n}");
+        let j = env.job("slow");
+        assert!(j.suspended && j.cluster.is_none());
+        assert!(env.remote_copy("slow", "a").is_none(), "copy removed");
+        assert_eq!(j.requeues, n);
+        assert_eq!(annotation(j, REQUEUES_ANNOTATION), Some(n.to_string()));
+        let next = deadline + *backoff;
+        assert_eq!(j.requeue_after, Some(next), "attempt {n}");
+        assert_eq!(annotation(j, REQUEUE_AFTER_ANNOTATION), Some(rfc3339(next)));
+        assert_eq!(
+            cond(j, condition::REQUEUED),
+            Some(("True".into(), reason::PODS_READY_TIMEOUT.into()))
+        );
+        assert_eq!(
+            cond(j, condition::ADMITTED),
+            Some(("False".into(), reason::PODS_READY_TIMEOUT.into()))
+        );
+        assert_eq!(
+            cond(j, condition::PODS_READY),
+            None,
+            "no pods, no PodsReady"
+        );
+        assert!(
+            env.admitted_usage("q").is_empty(),
+            "its quota is given back"
+        );
+        let delete = env
+            .done
+            .iter()
+            .find(|(t, a)| *t == deadline && matches!(a, Action::DeleteCopy { .. }));
+        assert!(
+            matches!(delete, Some((_, Action::DeleteCopy { reason: r, .. })) if *r == reason::PODS_READY_TIMEOUT),
+            "{delete:?}"
+        );
+
+        // Admitted again when the back-off ends, not before.
+        env.idle_until(next);
+        dispatched.push(next);
+        assert_eq!(env.times_of("slow", is_dispatch), dispatched, "attempt {n}");
+        admitted = next;
+    }
+
+    // The fourth timeout is one too many: given up.
+    let deadline = admitted + timeout;
+    env.idle_until(deadline + Duration::from_secs(24 * 3600));
+    assert_eq!(env.times_of("slow", is_requeue), requeued);
+    assert_eq!(env.times_of("slow", is_deactivate), [deadline]);
+    assert_eq!(
+        env.times_of("slow", is_dispatch),
+        dispatched,
+        "a deactivated Job stays"
+    );
+    let j = env.job("slow");
+    assert!(j.suspended && j.cluster.is_none());
+    assert_eq!(j.requeues, 3);
+    assert!(j.deactivated.is_some());
+    assert!(annotation(j, DEACTIVATED_ANNOTATION).is_some());
+    assert_eq!(
+        cond(j, condition::DEACTIVATED),
+        Some(("True".into(), reason::REQUEUING_LIMIT.into()))
+    );
+    assert!(env.remote_copy("slow", "a").is_none());
+    assert!(env.admitted_usage("q").is_empty());
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+#[test]
+fn an_offered_job_that_times_out_tries_other_workers_next() {
+    // Offered to two of three equal workers; one copy is deleted there, the other never
+    // gets Ready. The next attempt goes elsewhere.
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .cluster("b")
+        .node("b-0", 16, 0)
+        .cluster("c")
+        .node("c-0", 16, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue(
+            "q",
+            "clusters: [a, b, c]\nplacement: {fanout: 2}\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 10s}",
+        )],
+    );
+    env.submit(job("wide").build());
+    env.settle();
+    let offered = env.job("wide").offers.clone();
+    assert_eq!(offered.len(), 2, "{:?}", env.job("wide"));
+    let (kept, lost) = (offered[0].clone(), offered[1].clone());
+    let uid = env.job("wide").uid.clone();
+    env.remote.get_mut(&lost).expect("worker").remove(&uid);
+    env.world.remove_copy(&lost, &uid);
+    env.settle();
+    assert_eq!(
+        env.job("wide").offers,
+        offered,
+        "still offered while one copy lives"
+    );
+
+    env.advance(mins(5));
+    let acts = env.settle();
+    assert_eq!(
+        requeues(&acts),
+        [("wide".into(), reason::PODS_READY_TIMEOUT)]
+    );
+    let j = env.job("wide");
+    assert_eq!(
+        j.avoid.as_deref(),
+        Some(kept.as_str()),
+        "avoids where it timed out"
+    );
+    assert_eq!(annotation(j, AVOID_ANNOTATION), Some(kept.clone()));
+
+    env.advance(secs(10));
+    env.settle();
+    let next = env.job("wide").offers.clone();
+    assert_eq!(next.len(), 2);
+    assert!(
+        !next.contains(&kept),
+        "offered to {next:?} after failing in {kept}"
+    );
+}
+
+#[test]
+fn a_job_whose_pods_all_get_ready_in_time_is_not_requeued() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady: {enabled: true, timeout: 5m}",
+        )],
+    );
+    env.submit(job("quick").pods(3).build());
+    env.settle();
+    env.advance(mins(4));
+    env.set_ready("quick", 3);
+    env.settle();
+    assert!(is_true(env.job("quick"), condition::PODS_READY));
+    env.advance(mins(60));
+    let acts = env.settle();
+    assert!(requeues(&acts).is_empty(), "{acts:#?}");
+    assert_eq!(env.job("quick").cluster.as_deref(), Some("a"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Lost workers.
+
+fn lost_worker_env() -> Env {
+    // limit 0: a PodsReady timeout would deactivate at once; losing the worker must not.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nworkerLostTimeout: 10m\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {limit: 0}",
+        )],
+    );
+    env.submit(job("run").pods(2).build());
+    env.settle();
+    env.advance(secs(30));
+    env.set_ready("run", 2);
+    env.settle();
+    assert!(is_true(env.job("run"), condition::PODS_READY));
+    env
+}
+
+#[test]
+fn a_short_disconnect_keeps_the_job_where_it_runs() {
+    let mut env = lost_worker_env();
+    let copy = env.remote_copy("run", "a").expect("copy").uid.clone();
+    env.disconnect("a");
+    env.advance(mins(9));
+    let acts = env.settle();
+    assert!(requeues(&acts).is_empty(), "{acts:#?}");
+    env.reconnect("a");
+    env.advance(mins(5));
+    let acts = env.settle();
+    assert!(requeues(&acts).is_empty(), "{acts:#?}");
+    assert!(deletions(&acts).is_empty(), "{acts:#?}");
+    assert_eq!(env.job("run").cluster.as_deref(), Some("a"));
+    assert_eq!(
+        env.remote_copy("run", "a").map(|c| c.uid.clone()),
+        Some(copy)
+    );
+}
+
+#[test]
+fn a_worker_lost_too_long_gives_its_job_back_uncounted_and_its_stale_copy_goes_first() {
+    let mut env = lost_worker_env();
+    let old = env.remote_copy("run", "a").expect("copy").uid.clone();
+    let lost_at = env.now;
+    env.disconnect("a");
+    // Left alone, the dispatcher wakes itself at workerLostTimeout and takes the Job back.
+    env.idle_until(lost_at + mins(10));
+    let is_requeue: fn(&Action) -> bool = |a| matches!(a, Action::Requeue { .. });
+    assert_eq!(env.times_of("run", is_requeue), [lost_at + mins(10)]);
+    let acts: Vec<Action> = env
+        .done
+        .iter()
+        .filter(|(t, _)| *t == lost_at + mins(10))
+        .map(|(_, a)| a.clone())
+        .collect();
+    assert_eq!(requeues(&acts), [("run".into(), reason::WORKER_LOST)]);
+    // The worker cannot be asked to delete anything now.
+    assert!(deletions(&acts).is_empty(), "{acts:#?}");
+    let j = env.job("run");
+    assert!(j.suspended && j.cluster.is_none());
+    assert!(
+        j.deactivated.is_none(),
+        "not counted against the limit of 0"
+    );
+    assert_eq!(j.requeues, 0);
+    assert_eq!(annotation(j, REQUEUES_ANNOTATION), None);
+    assert_eq!(j.requeue_after, None, "no back-off");
+    assert_eq!(
+        cond(j, condition::REQUEUED),
+        Some(("True".into(), reason::WORKER_LOST.into()))
+    );
+    assert!(env.admitted_usage("q").is_empty());
+
+    // The worker comes back with the old copy still running.
+    env.advance(mins(2));
+    env.reconnect("a");
+    let p = env.plan();
+    assert_eq!(
+        deletions(&p.actions),
+        [("run".into(), "a".into(), reason::STALE_COPY)]
+    );
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    // The deletion fails once: still nothing new goes there.
+    for a in &p.actions {
+        let ok = !matches!(a, Action::DeleteCopy { .. });
+        env.execute(a, ok);
+    }
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    assert_eq!(deletions(&p.actions).len(), 1, "the deletion is retried");
+    for a in &p.actions {
+        env.execute(a, true);
+    }
+    // Gone: the Job is dispatched there again, as a new copy.
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("run".into(), "a".into())]);
+    let new = env.remote_copy("run", "a").expect("new copy").uid.clone();
+    assert_ne!(new, old);
+}
+
+#[test]
+fn a_job_lost_with_its_worker_runs_elsewhere_and_the_duplicate_is_removed_on_return() {
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .cluster("b")
+        .node("b-0", 16, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue("q", "clusters: [a, b]\nworkerLostTimeout: 10m")],
+    );
+    env.submit(job("run").build());
+    let first = dispatches(&env.settle())[0].1.clone();
+    let other = if first == "a" { "b" } else { "a" };
+    env.disconnect(&first);
+    env.advance(mins(10));
+    let acts = env.settle();
+    assert_eq!(requeues(&acts), [("run".into(), reason::WORKER_LOST)]);
+    assert_eq!(dispatches(&acts), [("run".into(), other.to_string())]);
+    env.reconnect(&first);
+    let acts = env.settle();
+    assert_eq!(
+        deletions(&acts),
+        [("run".into(), first.clone(), reason::STALE_COPY)]
+    );
+    assert!(env.remote_copy("run", &first).is_none());
+    assert_eq!(env.where_("run"), other);
+    assert_eq!(env.job("run").cluster.as_deref(), Some(other));
+}
+
+#[test]
+fn a_job_taken_back_does_not_start_elsewhere_while_its_old_copy_still_runs() {
+    // The user suspends a running Job; its worker refuses the deletion for a while (its API
+    // server errs, the connection stays up). Another worker has room, but the Job must not
+    // start there while its first copy still runs.
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .cluster("b")
+        .node("b-0", 16, 0)
+        .build();
+    let mut env = Env::new(inv, vec![queue("q", "clusters: [a, b]")]);
+    env.submit(job("run").build());
+    let first = dispatches(&env.settle())[0].1.clone();
+    env.advance(secs(30));
+    env.user_suspends("run");
+    env.refusing.insert(first.clone());
+    for round in 0..3 {
+        env.step();
+        env.step();
+        assert!(
+            env.duplicates.is_empty(),
+            "round {round}: {:?}",
+            env.duplicates
+        );
+        assert_eq!(env.where_("run"), first);
+        assert!(env.job("run").cluster.is_none());
+        env.advance(secs(5));
+    }
+    // The deletion goes through: the Job runs again.
+    env.refusing.clear();
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts).len(), 1, "{acts:#?}");
+    assert!(env.duplicates.is_empty(), "{:?}", env.duplicates);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. The copy's fate in its worker.
+
+#[test]
+fn a_copy_deleted_in_its_worker_requeues_the_job_uncounted() {
+    let mut env = Env::new(roomy(), vec![queue("q", "clusters: [a]")]);
+    env.submit(job("gone").build());
+    env.settle();
+    env.advance(secs(10));
+    env.delete_in_worker("gone");
+    let p = env.step();
+    assert_eq!(
+        requeues(&p.actions),
+        [("gone".into(), reason::REMOTE_DELETED)]
+    );
+    let j = env.job("gone");
+    assert_eq!(
+        cond(j, condition::REQUEUED),
+        Some(("True".into(), reason::REMOTE_DELETED.into()))
+    );
+    assert_eq!(j.requeues, 0);
+    assert_eq!(j.requeue_after, None);
+    // It waits in its queue again, and goes back.
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("gone".into(), "a".into())]);
+}
+
+fn finished_job_is_mirrored_recorded_and_removed(succeeded: bool, new_style: bool) {
+    // Quota for one Job: the second waits for the first's.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"2\"}")],
+    );
+    env.submit(job("done").pods(2).created(t0()).build());
+    env.submit(job("next").pods(2).created(t0() + secs(1)).build());
+    env.advance(secs(1));
+    assert_eq!(dispatches(&env.settle()), [("done".into(), "a".into())]);
+    env.advance(secs(10));
+    env.set_ready("done", 2);
+    env.settle();
+    env.advance(mins(3));
+    let gang = 2;
+    let at = Time(mirror::to_timestamp(env.now));
+    env.change_copy("done", "a", |c| {
+        finish_copy(c, gang, succeeded, at, new_style)
+    });
+    let acts = env.settle();
+
+    let expected = if succeeded {
+        JobResult::Succeeded
+    } else {
+        JobResult::Failed
+    };
+    let j = env.job("done");
+    assert_eq!(j.result, Some(expected));
+    assert_eq!(
+        annotation(j, RESULT_ANNOTATION).as_deref(),
+        Some(expected.as_str())
+    );
+    assert_eq!(model::terminal(&j.status), Some(expected));
+    if succeeded {
+        assert_eq!(j.status.succeeded, Some(2));
+        assert!(j.status.completion_time.is_some());
+        assert!(is_true(j, "SuccessCriteriaMet"));
+    } else {
+        assert!(j.status.failed.unwrap_or(0) > 0);
+        assert!(is_true(j, "FailureTarget"));
+    }
+    assert_eq!(j.status.active.unwrap_or(0), 0);
+    // The result is recorded before the copy is removed.
+    let record = acts
+        .iter()
+        .position(|a| matches!(a, Action::RecordResult { .. }))
+        .expect("result recorded");
+    let delete = acts
+        .iter()
+        .position(|a| matches!(a, Action::DeleteCopy { reason: r, .. } if *r == reason::FINISHED))
+        .expect("copy removed");
+    assert!(record < delete);
+    assert!(env.remote_copy("done", "a").is_none());
+    // Its quota went to the next Job.
+    assert!(!j.holds_quota());
+    assert_eq!(dispatches(&acts), [("next".into(), "a".into())]);
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+#[test]
+fn a_job_completed_in_its_worker_is_mirrored_recorded_removed_and_frees_its_quota() {
+    finished_job_is_mirrored_recorded_and_removed(true, true);
+}
+
+#[test]
+fn a_job_failed_in_its_worker_is_mirrored_recorded_removed_and_frees_its_quota() {
+    finished_job_is_mirrored_recorded_and_removed(false, true);
+}
+
+#[test]
+fn a_job_finished_by_a_pre_1_31_worker_gets_the_conditions_the_api_server_requires() {
+    finished_job_is_mirrored_recorded_and_removed(true, false);
+    finished_job_is_mirrored_recorded_and_removed(false, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Suspended by the user.
+
+#[test]
+fn a_job_the_user_suspends_is_taken_back_uncounted() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady: {enabled: true, requeuing: {limit: 0}}",
+        )],
+    );
+    env.submit(job("paused").build());
+    env.settle();
+    env.advance(secs(30));
+    env.set_ready("paused", 1);
+    env.settle();
+    env.advance(secs(30));
+    env.user_suspends("paused");
+    let p = env.step();
+    assert_eq!(
+        requeues(&p.actions),
+        [("paused".into(), reason::SUSPENDED_BY_USER)]
+    );
+    assert_eq!(
+        deletions(&p.actions),
+        [("paused".into(), "a".into(), reason::SUSPENDED_BY_USER)]
+    );
+    let j = env.job("paused");
+    assert!(env.remote_copy("paused", "a").is_none());
+    assert!(j.suspended && j.cluster.is_none());
+    assert_eq!(j.requeues, 0);
+    assert_eq!(j.requeue_after, None);
+    assert!(j.deactivated.is_none());
+    assert_eq!(
+        cond(j, condition::REQUEUED),
+        Some(("True".into(), reason::SUSPENDED_BY_USER.into()))
+    );
+    assert!(!j.holds_quota());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Random runs.
+
+/// xorshift64*: deterministic, seeded per run.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            None
+        } else {
+            Some(&items[self.below(items.len() as u64) as usize])
+        }
+    }
+}
+
+/// What must hold after every step of a random run.
+fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>, step: &str) {
+    assert!(
+        env.refused.is_empty(),
+        "{step}: refused status {:?}",
+        env.refused
+    );
+    for (q, quota) in quotas {
+        let used = env.admitted_usage(q);
+        for (r, limit) in quota {
+            let u = used.get(r).copied().unwrap_or(0);
+            assert!(u <= *limit, "{step}: queue {q} uses {u} of {limit} {r}");
+        }
+        let seen = env
+            .world
+            .queue_use(q)
+            .map(|u| u.usage.clone())
+            .unwrap_or_default();
+        assert_eq!(seen, used, "{step}: queue {q}'s running total");
+    }
+    // No copy is created while the Job still runs in another reachable worker.
+    assert!(env.duplicates.is_empty(), "{step}: {:?}", env.duplicates);
+}
+
+/// Once the dispatcher has done all it wanted (nothing failing), no Job runs in two
+/// reachable workers, except in those it is offered to.
+fn check_settled(env: &Env, step: &str) {
+    for (c, copies) in &env.remote {
+        if env.reachable(c) {
+            for uid in copies.keys() {
+                assert!(
+                    env.world.job_by_uid(uid).is_some(),
+                    "{step}: the copy of deleted Job {uid} stays in {c}"
+                );
+            }
+        }
+    }
+    for j in env.world.jobs.values() {
+        let places: Vec<&String> = env
+            .remote
+            .iter()
+            .filter(|(c, m)| env.reachable(c) && m.get(&j.uid).is_some_and(|copy| !copy.deleting))
+            .map(|(c, _)| c)
+            .collect();
+        assert!(
+            places.iter().all(|c| j.kept_clusters().contains(c)),
+            "{step}: {} has copies in {places:?} (claimed for {:?}, offered to {:?})",
+            j.key,
+            j.cluster,
+            j.offers
+        );
+        if j.finished() || j.deleting {
+            assert!(
+                places.is_empty(),
+                "{step}: {} finished or deleted, its copies stay in {places:?}",
+                j.key
+            );
+            assert!(!j.holds_quota(), "{step}: {} ended, holds quota", j.key);
+        } else if let Some(c) = &j.cluster {
+            if env.world.workers[c].usable() {
+                assert_eq!(
+                    places,
+                    [c],
+                    "{step}: {} is claimed for {c} and does not run there",
+                    j.key
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn random_runs_keep_quota_single_placement_and_valid_statuses() {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for seed in 0..40u64 {
+        for (_, a) in random_run(seed, 400).done {
+            let kind = match a {
+                Action::Requeue { reason, .. } => format!("Requeue {reason}"),
+                Action::DeleteCopy { reason, .. } => format!("DeleteCopy {reason}"),
+                Action::RecordResult { result, .. } => format!("RecordResult {result:?}"),
+                Action::Dispatch { .. } => "Dispatch".into(),
+                Action::Offer { .. } => "Offer".into(),
+                Action::Choose { .. } => "Choose".into(),
+                Action::Deactivate { .. } => "Deactivate".into(),
+                _ => continue,
+            };
+            *seen.entry(kind).or_insert(0) += 1;
+        }
+    }
+    // The runs went through every path they are meant to check.
+    let reasons = [
+        reason::PODS_READY_TIMEOUT,
+        reason::PODS_READY_LOST,
+        reason::WORKER_LOST,
+        reason::REMOTE_DELETED,
+        reason::SUSPENDED_BY_USER,
+    ];
+    let mut expected: Vec<String> = reasons.iter().map(|r| format!("Requeue {r}")).collect();
+    expected.extend(
+        [
+            "Dispatch",
+            "Offer",
+            "Choose",
+            "Deactivate",
+            "RecordResult Succeeded",
+            "RecordResult Failed",
+            "DeleteCopy StaleCopy",
+            "DeleteCopy Finished",
+            "DeleteCopy OrphanedCopy",
+        ]
+        .map(String::from),
+    );
+    for kind in expected {
+        assert!(
+            seen.get(&kind).is_some_and(|n| *n > 0),
+            "no {kind} in {seen:?}"
+        );
+    }
+}
+
+fn random_run(seed: u64, steps: usize) -> Env {
+    let mut rng = Rng::new(seed + 1);
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 4)
+        .node("a-1", 16, 0)
+        .cluster("b")
+        .numa_node("b-0", &[(8, 2), (8, 2)])
+        .cluster("c")
+        .node("c-0", 8, 0)
+        .build();
+    let queues = vec![
+        queue(
+            "q",
+            "clusters: [a, b, c]\nquota: {cpu: \"20\", nvidia.com/gpu: \"4\"}\nworkerLostTimeout: 5m\nwaitForPodsReady:\n  enabled: true\n  timeout: 3m\n  recoveryTimeout: 2m\n  requeuing: {backoffBase: 30s, backoffMax: 2m, limit: 3}",
+        ),
+        queue(
+            "wide",
+            "clusters: [a, b, c]\nquota: {cpu: \"12\"}\nplacement: {fanout: 2}\nworkerLostTimeout: 3m\nwaitForPodsReady: {enabled: true, blockAdmission: true, timeout: 4m}",
+        ),
+    ];
+    let quotas: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::from([
+        (
+            "q".to_string(),
+            BTreeMap::from([("cpu".into(), 20_000), ("nvidia.com/gpu".into(), 4_000)]),
+        ),
+        ("wide".to_string(), BTreeMap::from([("cpu".into(), 12_000)])),
+    ]);
+    let mut env = Env::new(inv, queues);
+    let clusters = ["a", "b", "c"];
+    let mut submitted = 0;
+    let mut old_workers: BTreeSet<String> = BTreeSet::new();
+
+    for step in 0..steps {
+        let what = rng.below(100);
+        let label = format!("seed {seed} step {step}");
+        match what {
+            0..=19 => {
+                let q = if rng.chance(70) { "q" } else { "wide" };
+                let gpus = if q == "q" && rng.chance(40) {
+                    1 + rng.below(2) as u32
+                } else {
+                    0
+                };
+                let j = job(&format!("j{submitted}"))
+                    .queue(q)
+                    .pods(1 + rng.below(3) as u32)
+                    .each(1 + rng.below(4) as u32, gpus)
+                    .priority(rng.below(3) as i32)
+                    .created(env.now)
+                    .build();
+                submitted += 1;
+                env.submit(j);
+            }
+            20..=21 => {
+                let c = clusters[rng.below(3) as usize].to_string();
+                if !env.refusing.remove(&c) {
+                    env.refusing.insert(c);
+                }
+            }
+            22..=24 => {
+                let c = clusters[rng.below(3) as usize];
+                if env.reachable(c) {
+                    env.disconnect(c);
+                } else {
+                    env.reconnect(c);
+                }
+            }
+            25..=44 => {
+                // Pods of a copy get Ready (or some stop being Ready).
+                let copies: Vec<(String, String)> = env
+                    .remote
+                    .iter()
+                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
+                    .collect();
+                if let Some((c, uid)) = rng.pick(&copies).cloned() {
+                    let Some(name) = env.world.job_by_uid(&uid).map(|j| j.key.name.clone()) else {
+                        continue;
+                    };
+                    let gang = env.job(&name).gang() as i32;
+                    let ready = if rng.chance(70) {
+                        gang
+                    } else {
+                        rng.below(gang as u64) as i32
+                    };
+                    let copy = &env.remote[&c][&uid];
+                    if model::terminal(&copy.status).is_none() {
+                        env.change_copy(&name, &c, |copy| copy.status.ready = Some(ready));
+                    }
+                }
+            }
+            45..=54 => {
+                // A copy finishes.
+                let copies: Vec<(String, String)> = env
+                    .remote
+                    .iter()
+                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
+                    .collect();
+                if let Some((c, uid)) = rng.pick(&copies).cloned() {
+                    let Some(j) = env.world.job_by_uid(&uid) else {
+                        continue;
+                    };
+                    let (name, gang) = (j.key.name.clone(), j.gang() as i32);
+                    let at = Time(mirror::to_timestamp(env.now));
+                    let ok = rng.chance(75);
+                    let new_style = rng.chance(70) || old_workers.contains(&c);
+                    if !new_style {
+                        old_workers.insert(c.clone());
+                    }
+                    if model::terminal(&env.remote[&c][&uid].status).is_none() {
+                        env.change_copy(&name, &c, |copy| {
+                            finish_copy(copy, gang, ok, at, new_style)
+                        });
+                    }
+                }
+            }
+            55..=58 => {
+                // Someone deletes a copy in its worker.
+                let copies: Vec<(String, String)> = env
+                    .remote
+                    .iter()
+                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
+                    .collect();
+                if let Some((c, uid)) = rng.pick(&copies).cloned() {
+                    env.remote.get_mut(&c).expect("worker").remove(&uid);
+                    if env.reachable(&c) {
+                        env.world.remove_copy(&c, &uid);
+                    }
+                }
+            }
+            59..=61 => {
+                // The user suspends an admitted Job.
+                let admitted: Vec<String> = env
+                    .world
+                    .jobs
+                    .values()
+                    .filter(|j| j.admitted_at.is_some() && !j.suspended)
+                    .map(|j| j.key.name.clone())
+                    .collect();
+                if let Some(name) = rng.pick(&admitted).cloned() {
+                    env.user_suspends(&name);
+                }
+            }
+            62..=63 => {
+                // The user deletes a Job: gone at once, or kept while its copies go.
+                let names: Vec<String> = env
+                    .world
+                    .jobs
+                    .values()
+                    .map(|j| j.key.name.clone())
+                    .collect();
+                if let Some(name) = rng.pick(&names).cloned() {
+                    let key = JobKey::new("team", &name);
+                    if rng.chance(50) {
+                        env.world.remove_job(&key);
+                    } else {
+                        let mut j = env.job(&name).clone();
+                        j.deleting = true;
+                        env.world.upsert_job(j);
+                    }
+                }
+            }
+            _ => env.advance(secs(1 + rng.below(90))),
+        }
+        // A Job being deleted goes once no worker holds a copy of it.
+        let gone: Vec<JobKey> = env
+            .world
+            .jobs
+            .values()
+            .filter(|j| j.deleting && env.remote.values().all(|m| !m.contains_key(&j.uid)))
+            .map(|j| j.key.clone())
+            .collect();
+        for key in gone {
+            env.world.remove_job(&key);
+        }
+        check_invariants(&env, &quotas, &label);
+
+        // The dispatcher plans and its actions are carried out; now and then one fails.
+        for round in 0..5 {
+            let p = env.plan();
+            if p.actions.is_empty() {
+                break;
+            }
+            for a in &p.actions {
+                let ok = !rng.chance(8);
+                env.execute(a, ok);
+                check_invariants(&env, &quotas, &format!("{label} round {round} after {a:?}"));
+            }
+        }
+        if step % 10 == 9 {
+            // Every worker takes writes for a moment: the dispatcher gets all it asks for.
+            let refusing = std::mem::take(&mut env.refusing);
+            env.settle();
+            check_invariants(&env, &quotas, &label);
+            check_settled(&env, &label);
+            env.refusing = refusing;
+        }
+    }
+    env
+}

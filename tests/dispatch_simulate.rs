@@ -1,0 +1,223 @@
+//! The dispatcher end to end through `switchyard simulate`: small scenarios, as a user would
+//! write them, run on simulated workers in virtual time, and what the report says.
+
+use switchyard::simulate::report::JobReport;
+use switchyard::simulate::{self, scenario, Report, Simulation, Strategy};
+
+fn run(yaml: &str, strategy: Strategy) -> Report {
+    let s = scenario::parse(yaml).expect("the test scenario parses");
+    Simulation::new(&s, strategy).with_events().run()
+}
+
+fn job<'a>(report: &'a Report, name: &str) -> &'a JobReport {
+    report
+        .jobs
+        .iter()
+        .find(|j| j.name == name)
+        .unwrap_or_else(|| panic!("{name} is in the report"))
+}
+
+fn seconds(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("{v} is a time"))
+}
+
+/// The virtual times of the decisions about `job` whose description contains `what`.
+fn times(report: &Report, job: &str, what: &str) -> Vec<f64> {
+    let subject = format!("default/{job}: ");
+    report
+        .events
+        .iter()
+        .filter_map(|line| {
+            let (t, rest) = line.trim().split_once("s  ")?;
+            let rest = rest.strip_prefix(&subject)?;
+            rest.starts_with(what).then(|| t.parse().expect("a time"))
+        })
+        .collect()
+}
+
+/// Two GPU workers with 4 free GPUs each, behind kubelets running single-numa-node: `west`
+/// has one GPU per NUMA zone, `east` two. A gang of two pods with two GPUs each fits only
+/// in `east`, though `west` looks bigger (more CPUs) and has as many GPUs.
+const NUMA: &str = r#"
+clusters:
+  - name: west
+    nodes:
+      - name: west-1
+        allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-2, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-3, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+  - name: east
+    nodes:
+      - name: east-1
+        allocatable: {cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+queues:
+  - name: training
+    clusters: [west, east]
+jobs:
+  - name: train
+    queue: training
+    submitAt: 0s
+    parallelism: 2
+    duration: 10m
+    podStartDelay: 30s
+    template:
+      containers:
+        - name: trainer
+          resources:
+            requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+            limits: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+"#;
+
+#[test]
+fn a_gang_runs_in_the_one_worker_where_it_fits_numa_aligned() {
+    let report = run(NUMA, Strategy::Switchyard);
+    let train = job(&report, "train");
+    assert_eq!(train.cluster.as_deref(), Some("east"));
+    assert_eq!(train.result, "Succeeded");
+    assert_eq!(train.requeues, 0);
+    assert_eq!(report.summary.topology_affinity_errors, 0);
+    assert_eq!(times(&report, "train", "dispatched to worker east"), [0.0]);
+    assert!(times(&report, "train", "dispatched to worker west").is_empty());
+    assert_eq!(seconds(&train.finished), 630.0, "30s to start, 10m to run");
+
+    // Judged by the sum of free resources, as a virtual node per cluster would, the same
+    // gang goes to the bigger-looking worker and its kubelets reject the pods.
+    let naive = run(NUMA, Strategy::SumAggregate);
+    assert_eq!(job(&naive, "train").cluster.as_deref(), Some("west"));
+    assert!(naive.summary.topology_affinity_errors > 0);
+    assert_eq!(job(&naive, "train").result, "Failed");
+}
+
+#[test]
+fn a_burst_of_jobs_runs_within_the_queue_quota() {
+    // 10 CPUs of quota and 3-CPU Jobs: at most three run at once, though the worker could
+    // hold twenty.
+    let mut yaml = String::from(
+        r#"
+clusters:
+  - name: cpu
+    nodes:
+      - {name: cpu-1, allocatable: {cpu: "32", memory: 128Gi, pods: "110"}}
+      - {name: cpu-2, allocatable: {cpu: "32", memory: 128Gi, pods: "110"}}
+queues:
+  - name: batch
+    clusters: [cpu]
+    quota: {cpu: "10"}
+jobs:
+"#,
+    );
+    for i in 0..60 {
+        yaml += &format!(
+            "  - {{name: b{i:02}, queue: batch, submitAt: 0s, parallelism: 1, duration: 1m, template: {{containers: [{{name: c, resources: {{requests: {{cpu: \"3\", memory: 1Gi}}}}}}]}}}}\n"
+        );
+    }
+    let report = run(&yaml, Strategy::Switchyard);
+    assert_eq!(report.summary.succeeded, 60);
+    assert_eq!(report.summary.pending, 0);
+    assert_eq!(
+        report.summary.max_quota_usage["batch"]["cpu"],
+        serde_json::json!(0.9),
+        "9 of the 10 CPUs at most"
+    );
+    // Three at a time, a minute each: twenty rounds.
+    assert_eq!(seconds(&report.summary.makespan), 1200.0);
+    let mut starts: Vec<f64> = report.jobs.iter().map(|j| seconds(&j.started)).collect();
+    starts.sort_by(f64::total_cmp);
+    for (i, round) in starts.chunks(3).enumerate() {
+        assert_eq!(round, [60.0 * i as f64; 3], "round {i}");
+    }
+}
+
+#[test]
+fn a_job_that_never_gets_ready_is_requeued_with_backoff_then_given_up() {
+    // Its image takes 10 minutes to pull; the queue waits 1 minute. Back-off 30s, 60s
+    // capped at 45s; two requeues allowed.
+    let yaml = r#"
+clusters:
+  - name: cpu
+    nodes:
+      - {name: cpu-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}
+queues:
+  - name: batch
+    clusters: [cpu]
+    waitForPodsReady:
+      enabled: true
+      timeout: 1m
+      requeuing: {backoffBase: 30s, backoffMax: 45s, limit: 2}
+jobs:
+  - name: slow
+    queue: batch
+    submitAt: 0s
+    parallelism: 2
+    duration: 1m
+    podStartDelay: 10m
+    template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}
+  - name: quick
+    queue: batch
+    submitAt: 0s
+    parallelism: 1
+    duration: 1m
+    podStartDelay: 5s
+    template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}
+"#;
+    let report = run(yaml, Strategy::Switchyard);
+    let slow = job(&report, "slow");
+    assert_eq!(slow.result, "Deactivated");
+    assert_eq!(slow.requeues, 2);
+    assert!(slow
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("given up after 2 requeues")));
+    // Admitted at 0, timed out at 60; back 30s later, out at 150; back 45s later (60s
+    // capped), out at 255 for good.
+    assert_eq!(times(&report, "slow", "dispatched"), [0.0, 90.0, 195.0]);
+    assert_eq!(times(&report, "slow", "requeued"), [60.0, 150.0]);
+    assert_eq!(times(&report, "slow", "deactivated"), [255.0]);
+    assert_eq!(
+        times(&report, "slow", "removing its copy"),
+        [60.0, 150.0, 255.0]
+    );
+    // The other Job of the queue is not held back by it.
+    let quick = job(&report, "quick");
+    assert_eq!(quick.result, "Succeeded");
+    assert_eq!(quick.requeues, 0);
+    assert_eq!(seconds(&quick.finished), 65.0);
+}
+
+#[test]
+fn the_bundled_example_ends_as_its_comments_say() {
+    let s = scenario::parse(scenario::BUNDLED).expect("the bundled scenario parses");
+    let report = simulate::run(&s, Strategy::Switchyard);
+    // Only gpu-east can run train-b, 2 pods × 2 GPUs NUMA-aligned.
+    let train_b = job(&report, "train-b");
+    assert_eq!(train_b.cluster.as_deref(), Some("gpu-east"));
+    assert_eq!(train_b.result, "Succeeded");
+    assert_eq!(report.summary.topology_affinity_errors, 0);
+    // slow-start is requeued up to its queue's limit, then given up.
+    let slow = job(&report, "slow-start");
+    assert_eq!(slow.result, "Deactivated");
+    assert_eq!(slow.requeues, 2);
+    // report fails by itself; everything else succeeds.
+    assert_eq!(job(&report, "report").result, "Failed");
+    for name in ["train-a", "etl-1", "etl-2", "etl-3"] {
+        assert_eq!(job(&report, name).result, "Succeeded", "{name}");
+    }
+    // The batch queue's 48 CPUs are used up at times, never exceeded.
+    let batch = &report.summary.max_quota_usage["batch"];
+    assert_eq!(batch["cpu"], serde_json::json!(1));
+    assert!(batch.values().all(|v| v.as_f64().is_some_and(|x| x <= 1.0)));
+}
