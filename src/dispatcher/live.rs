@@ -131,6 +131,8 @@ struct Done {
     refused: Option<(String, u64)>,
     /// A copy delete that finished, by (cluster, copy uid).
     deleted: Option<(String, String)>,
+    /// A Job to look at again (a delete of its copy failed: it is retried from there).
+    retouch: Option<JobKey>,
 }
 
 /// Watches `api` and forwards its changes, listed in full after every (re)list.
@@ -986,6 +988,7 @@ impl Live {
                 Err(e) => {
                     tracing::warn!(job = %job, cluster = %id.0, error = %e, "copy not removed; retrying");
                     ctx.count("delete_copy", "error");
+                    done.retouch = Some(job.clone());
                 }
             }
             let _ = tx.send(Input::Done(done));
@@ -1005,6 +1008,9 @@ impl Live {
             if let Some(c) = remote::parse_copy(cluster, obj) {
                 self.world.upsert_copy(c);
             }
+        }
+        if let Some(key) = &done.retouch {
+            self.world.touch(key);
         }
         if let Some((uid, digest)) = done.refused {
             self.world.refused_status.insert(uid, digest);
