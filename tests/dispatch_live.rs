@@ -548,6 +548,12 @@ async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
     let mut claimed = job("half-done", "research", 1, 4);
     claimed["metadata"]["annotations"] = json!({CLAIM: "only"});
     fleet.submit(claimed);
+    // ... and claimed another, created its copy, and died before unsuspending it.
+    let mut created = job("nearly-done", "research", 1, 4);
+    created["metadata"]["annotations"] = json!({CLAIM: "only"});
+    let stored = fleet.submit(created);
+    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    fleet.workers["only"].upsert(JOBS, copy);
     fleet.submit(job("fresh", "research", 1, 4));
     let d = fleet.dispatcher(false);
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -556,10 +562,58 @@ async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
         "a replica that does not lead writes nothing"
     );
     d.leader.send(true).unwrap();
-    eventually(10, "both run, once each", || {
-        dispatched_to(&fleet, "half-done").is_some() && dispatched_to(&fleet, "fresh").is_some()
+    eventually(10, "all run, once each", || {
+        ["half-done", "nearly-done", "fresh"]
+            .iter()
+            .all(|n| dispatched_to(&fleet, n).is_some())
     })
     .await;
-    assert_eq!(fleet.copies("half-done").len(), 1);
-    assert_eq!(fleet.copies("fresh").len(), 1);
+    for n in ["half-done", "nearly-done", "fresh"] {
+        assert_eq!(fleet.copies(n).len(), 1, "{n}");
+    }
+    assert_eq!(
+        fleet.workers["only"].count("POST", "/jobs"),
+        2,
+        "the copy made before the restart is kept, not made again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresponsive_worker_does_not_hold_the_job_once_it_is_declared_lost() {
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 64,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 16,
+        },
+    ];
+    let mut fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"workerLostTimeout": "1s"}),
+        ),
+    )
+    .await;
+    let _d = fleet.dispatcher(true);
+    // East takes the request and never answers.
+    fleet.workers["east"].set_write_delay(Duration::from_secs(3600));
+    fleet.submit(job("train", "research", 1, 8));
+    eventually(10, "claimed for east", || {
+        annotation(&fleet.job("train"), CLAIM) == Some("east")
+    })
+    .await;
+    // Its API server stops answering probes too: the controller says it is gone.
+    fleet.disconnect("east");
+    eventually(15, "requeued and running in west", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("west")
+    })
+    .await;
+    assert_eq!(fleet.copies("train").len(), 1);
 }

@@ -59,6 +59,9 @@ pub struct LiveOptions {
     pub queue_status_every: Duration,
     /// Who writes the Events (`reportingInstance`): the pod name.
     pub instance: String,
+    /// The longest one Job's writes may take; past it they are abandoned (an unresponsive
+    /// worker must not keep the Job from being decided again) and the Job is read afresh.
+    pub write_timeout: Duration,
 }
 
 impl Default for LiveOptions {
@@ -73,6 +76,7 @@ impl Default for LiveOptions {
             instance: std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "switchyard".into()),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -927,12 +931,25 @@ impl Live {
             }
         }
         self.in_flight.insert(key.clone());
+        let key = key.clone();
         let ctx = self.ctx.clone();
         let tx = self.tx.clone();
         let semaphore = self.semaphore.clone();
+        let limit = self.options.write_timeout;
         tokio::spawn(async move {
             let _permit = semaphore.acquire_owned().await;
-            let done = write_job(&ctx, before, raw, actions, clients, now).await;
+            let write = write_job(&ctx, before, raw, actions, clients, now);
+            let done = match tokio::time::timeout(limit, write).await {
+                Ok(done) => done,
+                Err(_) => {
+                    tracing::warn!(job = %key, ?limit, "writes abandoned: an API server did not answer in time");
+                    ctx.count("write", "timeout");
+                    Done {
+                        key: Some(key),
+                        ..Default::default()
+                    }
+                }
+            };
             let _ = tx.send(Input::Done(done));
         });
     }

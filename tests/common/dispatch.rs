@@ -139,6 +139,7 @@ impl Fleet {
             tick: Duration::from_millis(200),
             queue_status_every: Duration::from_millis(200),
             instance: "test".into(),
+            write_timeout: Duration::from_secs(1),
             ..Default::default()
         }
     }
