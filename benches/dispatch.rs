@@ -12,7 +12,7 @@
 #![forbid(unsafe_code)]
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use common::dispatch::*;
