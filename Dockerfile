@@ -13,6 +13,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
+# Embedded in the binary: `switchyard simulate` with no --scenario runs it.
+COPY examples/scenario.yaml ./examples/scenario.yaml
 # Cargo.lock as committed; no debug info in the shipped binary (the release profile keeps
 # line tables for profiling on a workstation).
 ENV CARGO_PROFILE_RELEASE_DEBUG=0

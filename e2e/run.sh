@@ -9,8 +9,10 @@
 #
 #   e2e/run.sh                 needs docker (a running engine), kind, kubectl and helm
 #   KEEP=1 e2e/run.sh          leaves the clusters up afterwards
-#   KIND_NODE_IMAGE=kindest/node:v1.33.1 e2e/run.sh
-#                              the manager needs Kubernetes 1.32+ (Job spec.managedBy)
+#   KIND_NODE_IMAGE=kindest/node:v1.34.0 e2e/run.sh
+#                              default kindest/node:v1.33.1; the manager needs Kubernetes
+#                              1.32+ (Job spec.managedBy), which older kind releases do not
+#                              create by default
 #   CERT_MANAGER_VERSION=v1.16.2 (default)
 #
 # Without those tools it says so in one line and exits 0 (CI machines without Docker).
@@ -37,6 +39,7 @@ JOBS_NAMESPACE=e2e
 MANAGER=switchyard-manager
 WORKERS=(switchyard-worker-1 switchyard-worker-2)
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.16.2}"
+KIND_NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.33.1}"
 CERT_MANAGER_URL="https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 # How long a worker may be unreachable before its Jobs are taken back (the queue's setting).
 WORKER_LOST_TIMEOUT_SECONDS=60
@@ -47,11 +50,23 @@ log() { printf 'e2e: %s\n' "$*"; }
 # The WorkerCluster name of a kind cluster: worker-1 for switchyard-worker-1.
 worker_name() { echo "${1#switchyard-}"; }
 
+# The manager pod holding the dispatcher's Lease (identity "<pod>_<suffix>"), else any.
+leader_pod() {
+  local holder
+  holder=$(kubectl --context "kind-$MANAGER" -n "$NAMESPACE" get lease switchyard-leader \
+    -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+  if [[ -n "$holder" ]]; then
+    echo "pod/${holder%_*}"
+  else
+    echo deployment/switchyard
+  fi
+}
+
 on_exit() {
   local status=$?
   if ((status != 0)); then
-    log "FAILED; manager logs:"
-    kubectl --context "kind-$MANAGER" -n "$NAMESPACE" logs deployment/switchyard --tail=80 2>/dev/null || true
+    log "FAILED; logs of the manager's leader:"
+    kubectl --context "kind-$MANAGER" -n "$NAMESPACE" logs "$(leader_pod)" --tail=80 2>/dev/null || true
     kubectl --context "kind-$MANAGER" get workerclusters,dispatchqueues 2>/dev/null || true
   fi
   if [[ "${KEEP:-}" == 1 ]]; then
@@ -98,11 +113,9 @@ build_image() {
 }
 
 create_clusters() {
-  local image_args=()
-  [[ -n "${KIND_NODE_IMAGE:-}" ]] && image_args=(--image "$KIND_NODE_IMAGE")
   for cluster in "$MANAGER" "${WORKERS[@]}"; do
-    log "creating kind cluster $cluster"
-    kind create cluster --name "$cluster" "${image_args[@]}" --wait 180s >/dev/null
+    log "creating kind cluster $cluster ($KIND_NODE_IMAGE)"
+    kind create cluster --name "$cluster" --image "$KIND_NODE_IMAGE" --wait 180s >/dev/null
     kind load docker-image "${IMAGE_REPOSITORY}:${IMAGE_TAG}" --name "$cluster" >/dev/null
   done
 }
@@ -112,7 +125,19 @@ install_cert_manager() {
     log "installing cert-manager ${CERT_MANAGER_VERSION} in $cluster"
     w "$cluster" apply -f "$CERT_MANAGER_URL" >/dev/null
     w "$cluster" -n cert-manager wait --for=condition=Available deployment --all --timeout=300s >/dev/null
+    # Available is not enough: cert-manager's own webhook answers only once cainjector has
+    # given it its CA. Until then creating the chart's Issuers fails with an x509 error.
+    wait_for "cert-manager's webhook in $cluster" 180 cert_manager_answers "$cluster"
   done
+}
+
+cert_manager_answers() {
+  w "$1" apply --dry-run=server -f - <<EOF
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata: {name: e2e-probe}
+spec: {selfSigned: {}}
+EOF
 }
 
 # One fake NUMA zone N of a NodeResourceTopology: 2 CPUs and 4Gi, nearer to itself.
@@ -167,6 +192,11 @@ install_chart() {
   done
 }
 
+# The token controller fills the Secret's token shortly after the install.
+token_is_filled() {
+  [[ -n $(w "$1" -n "$NAMESPACE" get secret switchyard-dispatcher-token -o jsonpath='{.data.token}') ]]
+}
+
 # The kubeconfig Secret and WorkerCluster of each worker, as the README's "Register a worker"
 # shows, with the API server address the manager's pods reach: the worker's control-plane
 # container on the kind network.
@@ -174,6 +204,7 @@ register_workers() {
   for cluster in "${WORKERS[@]}"; do
     local name ip token ca file
     name=$(worker_name "$cluster")
+    wait_for "the dispatcher's token in $cluster" 60 token_is_filled "$cluster"
     ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$cluster-control-plane")
     token=$(w "$cluster" -n "$NAMESPACE" get secret switchyard-dispatcher-token -o jsonpath='{.data.token}' | base64 -d)
     ca=$(kind get kubeconfig --name "$cluster" | awk '/certificate-authority-data:/ {print $2; exit}')
@@ -248,7 +279,12 @@ job_field() {
 
 field_is() { [[ $(job_field "$1" "$2" "$3") == "$4" ]]; }
 
-field_is_not() { [[ $(job_field "$1" "$2" "$3") != "$4" ]]; }
+# The field has a value, and not that one (a failed read is not a change).
+field_is_not() {
+  local value
+  value=$(job_field "$1" "$2" "$3") || return 1
+  [[ -n "$value" && "$value" != "$4" ]]
+}
 
 has_running_pod() {
   w "$1" -n "$JOBS_NAMESPACE" get pods -l "job-name=$2" -o jsonpath='{.items[*].status.phase}' | grep -q Running
@@ -256,13 +292,21 @@ has_running_pod() {
 
 has_no_job() { ! w "$1" -n "$JOBS_NAMESPACE" get job "$2" >/dev/null 2>&1; }
 
-# The kind clusters holding a copy of Job NAME (same name and namespace, origin label).
+# The kind clusters holding a copy of Job NAME (same name and namespace, our origin label).
+# (kubectl refuses a name together with -l, so the label is read and compared.)
 workers_with_copy() {
   for cluster in "${WORKERS[@]}"; do
-    if w "$cluster" -n "$JOBS_NAMESPACE" get job "$1" -l switchyard.dev/origin=switchyard >/dev/null 2>&1; then
+    if [[ $(job_field "$cluster" "$1" '{.metadata.labels.switchyard\.dev/origin}') == switchyard ]]; then
       echo "$cluster"
     fi
   done
+}
+
+# Words in a string (wc pads its count with spaces on macOS).
+count() {
+  local words
+  read -r -a words <<<"$1"
+  echo "${#words[@]}"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -275,10 +319,10 @@ check_job_runs_in_exactly_one_worker() {
   local target copies
   target=$(dispatched_to one-worker)
   copies=$(workers_with_copy one-worker)
-  [[ $(wc -w <<<"$copies") == 1 ]] || fail "Job one-worker has copies in [$copies], want exactly one"
+  [[ $(count "$copies") == 1 ]] || fail "Job one-worker has copies in [$copies], want exactly one"
   [[ $(worker_name "$copies") == "$target" ]] || fail "Job one-worker is annotated $target but its copy is in $copies"
   wait_for "pod of one-worker running in $copies" 120 has_running_pod "$copies" one-worker
-  [[ $(m -n "$JOBS_NAMESPACE" get pods -l job-name=one-worker -o name | wc -l) == 0 ]] ||
+  [[ -z $(m -n "$JOBS_NAMESPACE" get pods -l job-name=one-worker -o name) ]] ||
     fail "Job one-worker also has pods in the manager"
 }
 
@@ -322,15 +366,22 @@ check_lost_worker_requeues_its_jobs() {
   log "check: a worker taken down makes its Jobs requeue after ${WORKER_LOST_TIMEOUT_SECONDS}s"
   submit_job survivor 1 900
   wait_for "Job survivor dispatched" 120 is_dispatched survivor
-  local lost cluster
+  local lost cluster other
   lost=$(dispatched_to survivor)
   cluster="switchyard-$lost"
+  for other in "${WORKERS[@]}"; do
+    [[ "$other" == "$cluster" ]] || break
+  done
   docker stop "$cluster-control-plane" >/dev/null
   # Before the timeout the Job stays where it is; after it, it is taken back and placed again.
   sleep $((WORKER_LOST_TIMEOUT_SECONDS / 2))
   [[ $(dispatched_to survivor) == "$lost" ]] || fail "Job survivor moved before workerLostTimeout"
   wait_for "Job survivor requeued away from $lost" $((WORKER_LOST_TIMEOUT_SECONDS * 3)) \
     field_is_not "$MANAGER" survivor '{.metadata.annotations.switchyard\.dev/cluster}' "$lost"
+  wait_for "Job survivor placed again in $(worker_name "$other")" 120 \
+    field_is "$MANAGER" survivor '{.metadata.annotations.switchyard\.dev/cluster}' "$(worker_name "$other")"
+  [[ $(workers_with_copy survivor) == "$other" ]] ||
+    fail "Job survivor's copy is in [$(workers_with_copy survivor)], want $other"
   m wait "workercluster/$lost" --for=condition=Active=False --timeout=30s >/dev/null ||
     fail "WorkerCluster $lost is still Active with its API server stopped"
   docker start "$cluster-control-plane" >/dev/null

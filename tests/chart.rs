@@ -379,6 +379,75 @@ fn the_image_is_the_binary_alone_as_non_root() {
     }
 }
 
+/// `docker build` sees only what `.dockerignore` lets in and the builder stage copies: every
+/// file the binary embeds (`include_str!` outside test code) must be both, or the image does
+/// not build.
+#[test]
+fn the_image_build_context_holds_every_file_the_binary_embeds() {
+    let ignore = std::fs::read_to_string(repo(".dockerignore")).unwrap();
+    let allowed: Vec<&str> = ignore
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('!'))
+        .collect();
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile")).unwrap();
+    let builder = dockerfile.split("\nFROM ").nth(1).expect("a builder stage");
+    let copied: Vec<&str> = builder
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .flat_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words[..words.len() - 1].to_vec()
+        })
+        .collect();
+    let covers = |patterns: &[&str], file: &str| {
+        patterns.iter().any(|p| {
+            let p = p.trim_end_matches('/');
+            file == p || file.starts_with(&format!("{p}/"))
+        })
+    };
+    let mut embedded = Vec::new();
+    let mut stack = vec![repo("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Test modules sit at the end of a file, after `#[cfg(test)]`.
+            let shipped = text.split("#[cfg(test)]").next().unwrap();
+            for part in shipped.split("include_str!(").skip(1) {
+                let literal = part.trim_start().trim_start_matches('"');
+                let relative = &literal[..literal.find('"').unwrap()];
+                let file = path.parent().unwrap().join(relative);
+                let file = std::fs::canonicalize(&file)
+                    .unwrap_or_else(|e| panic!("{}: {}: {e}", path.display(), relative));
+                let root = std::fs::canonicalize(repo("")).unwrap();
+                let file = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                embedded.push(file);
+            }
+        }
+    }
+    assert!(
+        embedded.iter().any(|f| f == "examples/scenario.yaml"),
+        "the scan finds the bundled scenario: {embedded:?}"
+    );
+    for file in &embedded {
+        assert!(
+            covers(&allowed, file),
+            "{file} is embedded by src/ but .dockerignore keeps it out of the build context"
+        );
+        assert!(
+            covers(&copied, file),
+            "{file} is embedded by src/ but the Dockerfile's builder stage does not COPY it"
+        );
+    }
+}
+
 /// One top-level `key = "value"` of a TOML file (enough for Cargo.toml's package keys).
 fn toml_value(text: &str, key: &str) -> Value {
     text.lines()
