@@ -10,7 +10,7 @@ pub mod http;
 use crate::inventory::{Inventory, InventoryStore};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::{
-    fit_cluster, fit_node, score, EngineConfig, Misfit, NodeState, PodShape, PodView,
+    fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -48,7 +48,13 @@ pub enum Verdict {
     Fails { reason: String, unresolvable: bool },
 }
 
-/// The pure filter: every candidate name judged against one inventory snapshot.
+/// Below this many candidates a filter runs on the calling thread: a thread costs more than
+/// judging a few hundred nodes.
+const PARALLEL_MIN: usize = 512;
+
+/// The pure filter: every candidate name judged against one inventory snapshot. Long lists
+/// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
+/// the verdicts come back in the order of `names`.
 pub fn judge(
     inventory: &Inventory,
     inflight: &InFlight,
@@ -60,66 +66,99 @@ pub fn judge(
     let bound = shape.bind(&inventory.resources);
     let strategy = shape.strategy(config.engine.strategy);
     let gang = shape.gang_size();
-    names
-        .iter()
-        .map(|name| {
-            let fails = |m: Misfit| Verdict::Fails {
-                unresolvable: m.unresolvable(),
-                reason: m.to_string(),
-            };
-            let cluster = name
-                .strip_prefix(config.virtual_node_prefix.as_str())
-                .and_then(|c| inventory.cluster(c));
-            if let Some(cluster) = cluster {
-                let n = match &gang {
-                    Ok(n) => *n,
-                    Err(e) => return fails(Misfit::BadPod(e.clone())),
-                };
-                let cluster = inflight.cluster(cluster, &inventory.resources, now);
-                let fit = fit_cluster(
-                    &cluster,
-                    &inventory.resources,
-                    shape,
-                    &bound,
-                    n,
-                    &config.engine,
-                    strategy,
-                );
-                return match fit.misfit {
-                    None => Verdict::Fits { score: fit.score },
-                    Some(m) => fails(m),
-                };
+    let chunk = |names: &[String]| -> Vec<Verdict> {
+        let mut nodes = NodeJudge::new(
+            &inventory.resources,
+            shape,
+            &bound,
+            &config.engine,
+            strategy,
+        );
+        names
+            .iter()
+            .map(|name| {
+                judge_name(
+                    inventory, inflight, shape, &bound, &gang, &mut nodes, name, config, now,
+                )
+            })
+            .collect()
+    };
+    let threads = parallelism().min(names.len() / PARALLEL_MIN).max(1);
+    if threads == 1 {
+        return chunk(names);
+    }
+    let per = names.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut parts = names.chunks(per);
+        let first = parts.next().unwrap_or_default();
+        let rest: Vec<_> = parts.map(|p| scope.spawn(move || chunk(p))).collect();
+        let mut out = chunk(first);
+        for handle in rest {
+            match handle.join() {
+                Ok(v) => out.extend(v),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
-            let Some((cluster, node)) = inventory.node(name) else {
-                return fails(Misfit::UnknownNode(name.clone()));
-            };
-            if let Some(why) = &cluster.unavailable {
-                return fails(Misfit::Unavailable(why.clone()));
-            }
-            let node = inflight.node(node, now);
-            let fit = fit_node(
-                &node,
-                &inventory.resources,
-                shape,
-                &bound,
-                1,
-                &config.engine,
-                false,
-            );
-            match fit.misfit {
-                None => Verdict::Fits {
-                    score: score::node_score(
-                        strategy,
-                        &node,
-                        &fit.state,
-                        &score::scored_resources(&bound),
-                        fit.zones_used,
-                    ),
-                },
-                Some(m) => fails(m),
-            }
-        })
-        .collect()
+        }
+        out
+    })
+}
+
+/// The cores this process may use, read once.
+fn parallelism() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// One candidate: a virtual node judged as its whole cluster, else a real node.
+#[allow(clippy::too_many_arguments)]
+fn judge_name(
+    inventory: &Inventory,
+    inflight: &InFlight,
+    shape: &PodShape,
+    bound: &BoundPod,
+    gang: &Result<usize, String>,
+    nodes: &mut NodeJudge<'_>,
+    name: &str,
+    config: &ExtenderConfig,
+    now: Instant,
+) -> Verdict {
+    let fails = |m: Misfit| Verdict::Fails {
+        unresolvable: m.unresolvable(),
+        reason: m.to_string(),
+    };
+    let cluster = name
+        .strip_prefix(config.virtual_node_prefix.as_str())
+        .and_then(|c| inventory.cluster(c));
+    if let Some(cluster) = cluster {
+        let n = match gang {
+            Ok(n) => *n,
+            Err(e) => return fails(Misfit::BadPod(e.clone())),
+        };
+        let cluster = inflight.cluster(cluster, &inventory.resources, now);
+        let fit = fit_cluster(
+            &cluster,
+            &inventory.resources,
+            shape,
+            bound,
+            n,
+            &config.engine,
+            shape.strategy(config.engine.strategy),
+        );
+        return match fit.misfit {
+            None => Verdict::Fits { score: fit.score },
+            Some(m) => fails(m),
+        };
+    }
+    let Some((cluster, node)) = inventory.node(name) else {
+        return fails(Misfit::UnknownNode(name.to_string()));
+    };
+    if let Some(why) = &cluster.unavailable {
+        return fails(Misfit::Unavailable(why.clone()));
+    }
+    match nodes.judge(&inflight.node(node, now)) {
+        Ok(score) => Verdict::Fits { score },
+        Err(m) => fails(m),
+    }
 }
 
 /// The extender's state, shared by its handlers.

@@ -10,7 +10,8 @@ pub mod score;
 mod tests;
 
 pub use fit::{
-    fit_cluster, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeState, UnitTrace,
+    fit_cluster, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge, NodeState,
+    UnitTrace,
 };
 pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
 pub use score::Strategy;

@@ -31,7 +31,7 @@ use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeState};
 use crate::quantity::{display, Milli};
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -96,6 +96,12 @@ struct Working<'a> {
     held: BTreeMap<&'a str, Vec<&'a Take>>,
     /// Under [`Placement::SumOfFree`]: what this pass gave each cluster, per resource.
     sums_taken: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Per cluster, how many placements this pass has taken from it so far.
+    versions: HashMap<String, u64>,
+    /// The fits (and misfits) of a class in a cluster found in this pass, with the cluster's
+    /// version then: the Jobs of a class are tried one after another, and only the cluster
+    /// the last one went to changed for the next.
+    fits: HashMap<(ClassKey, String), (u64, Arc<ClusterFit>)>,
 }
 
 impl<'a> Working<'a> {
@@ -109,7 +115,33 @@ impl<'a> Working<'a> {
             clusters: BTreeMap::new(),
             held,
             sums_taken: BTreeMap::new(),
+            versions: HashMap::new(),
+            fits: HashMap::new(),
         }
+    }
+
+    fn version(&self, cluster: &str) -> u64 {
+        self.versions.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// The fit of `class` in `cluster` found earlier in this pass, if the cluster has not
+    /// changed since.
+    fn known_fit(&self, class: &ClassKey, cluster: &str) -> Option<Arc<ClusterFit>> {
+        let (version, fit) = self.fits.get(&(class.clone(), cluster.to_string()))?;
+        (*version == self.version(cluster)).then(|| fit.clone())
+    }
+
+    fn remember_fit(
+        &mut self,
+        class: &ClassKey,
+        cluster: &str,
+        fit: ClusterFit,
+    ) -> Arc<ClusterFit> {
+        let fit = Arc::new(fit);
+        let version = self.version(cluster);
+        self.fits
+            .insert((class.clone(), cluster.to_string()), (version, fit.clone()));
+        fit
     }
 
     fn cluster(&mut self, name: &str) -> Option<&Cluster> {
@@ -168,6 +200,7 @@ impl<'a> Working<'a> {
     }
 
     fn take(&mut self, name: &str, takes: &[Take]) {
+        *self.versions.entry(name.to_string()).or_insert(0) += 1;
         if let Some(c) = self.clusters.get_mut(name) {
             apply(c.to_mut(), takes.iter());
         }
@@ -538,10 +571,19 @@ fn judge(
                 Err(why) => reasons.push((name.clone(), why, false)),
             },
             Placement::Exact => {
-                let Some(cluster) = working.cluster(name) else {
+                if world.inventory.cluster(name).is_none() {
                     reasons.push((name.clone(), "not in the inventory yet".into(), false));
                     continue;
-                };
+                }
+                if let Some(fit) = working.known_fit(class, name) {
+                    match &fit.misfit {
+                        None => fits.push((preferred, fit.score, order, name.clone())),
+                        Some(m) => {
+                            reasons.push((name.clone(), describe(world, m), m.unresolvable()))
+                        }
+                    }
+                    continue;
+                }
                 // Still a misfit if the nodes that gained room since it was found cannot make
                 // up the difference (or none did).
                 let epoch = world.capacity_epoch(name);
@@ -550,6 +592,9 @@ fn judge(
                         Some(known.fitted)
                     } else {
                         world.changes_since(name, known.epoch).map(|nodes| {
+                            let Some(cluster) = working.cluster(name) else {
+                                return known.fitted;
+                            };
                             let mut bound = known.fitted;
                             for i in nodes {
                                 if bound >= gang {
@@ -588,6 +633,9 @@ fn judge(
                         continue;
                     }
                 }
+                let Some(cluster) = working.cluster(name) else {
+                    continue;
+                };
                 let fit = fit_cluster(
                     cluster,
                     &world.inventory.resources,
@@ -597,14 +645,11 @@ fn judge(
                     &world.config.engine,
                     strategy,
                 );
+                let fit = working.remember_fit(class, name, fit);
                 match &fit.misfit {
                     None => fits.push((preferred, fit.score, order, name.clone())),
                     Some(m) => {
-                        let reason = if world.config.describe {
-                            m.to_string()
-                        } else {
-                            String::new()
-                        };
+                        let reason = describe(world, m);
                         let never = m.unresolvable();
                         pass.misfits.push((
                             class.clone(),
@@ -637,18 +682,13 @@ fn judge(
     if let Some((_, _, _, name)) = fits.into_iter().next() {
         let takes = match world.config.placement {
             Placement::Exact => {
+                // Found above, in this pass, on the cluster as it still is.
+                let Some(fit) = working.known_fit(class, &name) else {
+                    return Attempt::Wait(reason::NO_WORKER_FITS, "the inventory changed".into());
+                };
                 let Some(cluster) = working.cluster(&name) else {
                     return Attempt::Wait(reason::NO_WORKER_FITS, "the inventory changed".into());
                 };
-                let fit = fit_cluster(
-                    cluster,
-                    &world.inventory.resources,
-                    &shape,
-                    &bound_pod,
-                    gang,
-                    &world.config.engine,
-                    strategy,
-                );
                 takes_of(
                     cluster,
                     &world.inventory.resources,
@@ -882,6 +922,15 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
     }
     c.summarize(resources);
     c
+}
+
+/// A misfit's text, when the world asks for messages.
+fn describe(world: &World, m: &crate::placement::Misfit) -> String {
+    if world.config.describe {
+        m.to_string()
+    } else {
+        String::new()
+    }
 }
 
 fn show(resource: &str, m: i64) -> String {

@@ -1048,6 +1048,87 @@ fn fit_node_with(
     out
 }
 
+/// One pod judged on many nodes in turn, one copy each, as the extender's filter does: the
+/// same verdicts and scores as [`fit_node`] with [`node_score`], without the work nobody
+/// reads (notes, the state of a node that refuses the pod, the exact zones of a best-effort
+/// node when the strategy does not score zones) and with its buffers reused from node to node.
+pub struct NodeJudge<'a> {
+    shape: &'a PodShape,
+    pod: &'a BoundPod,
+    config: &'a EngineConfig,
+    strategy: Strategy,
+    pods_id: Option<usize>,
+    resources: Vec<usize>,
+    state: NodeState,
+    taken: Vec<(usize, usize, i64)>,
+}
+
+impl<'a> NodeJudge<'a> {
+    pub fn new(
+        table: &ResourceTable,
+        shape: &'a PodShape,
+        pod: &'a BoundPod,
+        config: &'a EngineConfig,
+        strategy: Strategy,
+    ) -> Self {
+        Self {
+            shape,
+            pod,
+            config,
+            strategy,
+            pods_id: table.id("pods"),
+            resources: scored_resources(pod),
+            state: NodeState {
+                free: Vec::new(),
+                zones: Vec::new(),
+            },
+            taken: Vec::new(),
+        }
+    }
+
+    /// The node's score (0–10) when one copy of the pod fits on it, else why not.
+    pub fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
+        let detail = Detail {
+            any_zones: self.strategy != Strategy::LeastNumaNodes,
+            misfit_if_none: true,
+            misfit_if_some: true,
+            notes: false,
+            state_if_none: false,
+        };
+        let state = std::mem::replace(
+            &mut self.state,
+            NodeState {
+                free: Vec::new(),
+                zones: Vec::new(),
+            },
+        );
+        let fit = fit_node_with(
+            node,
+            self.shape,
+            self.pod,
+            self.pods_id,
+            1,
+            self.config,
+            false,
+            detail,
+            state,
+            &mut self.taken,
+        );
+        let verdict = match fit.misfit {
+            Some(m) if fit.count == 0 => Err(m),
+            _ => Ok(node_score(
+                self.strategy,
+                node,
+                &fit.state,
+                &self.resources,
+                fit.zones_used,
+            )),
+        };
+        self.state = fit.state;
+        verdict
+    }
+}
+
 /// The verdict for a gang of identical pods in one cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterFit {
@@ -1728,5 +1809,55 @@ mod equivalence {
             }
         }
         assert!(placed > 200, "{placed}");
+    }
+
+    /// The extender's lean judge gives every node the verdict, misfit text and score that
+    /// `fit_node` and `node_score` give it, one reused judge across nodes of all kinds.
+    #[test]
+    fn the_node_judge_agrees_with_fit_node_and_node_score() {
+        let mut rng = Rng(23);
+        let config = EngineConfig::default();
+        let (mut fits, mut misfits) = (0, 0);
+        for _ in 0..200 {
+            let inv: Inventory = parse_yaml(&cluster_yaml(&mut rng)).unwrap();
+            let cluster = &inv.clusters[0];
+            for _ in 0..4 {
+                let shape = random_pod(&mut rng);
+                let pod = shape.bind(&inv.resources);
+                let strategy = rng.pick(&[
+                    Strategy::MostAllocated,
+                    Strategy::LeastAllocated,
+                    Strategy::BalancedAllocation,
+                    Strategy::LeastNumaNodes,
+                ]);
+                let mut judge = NodeJudge::new(&inv.resources, &shape, &pod, &config, strategy);
+                let resources = scored_resources(&pod);
+                for node in &cluster.nodes {
+                    let plain = fit_node(node, &inv.resources, &shape, &pod, 1, &config, false);
+                    let want = match plain.misfit {
+                        None => {
+                            fits += 1;
+                            Ok(node_score(
+                                strategy,
+                                node,
+                                &plain.state,
+                                &resources,
+                                plain.zones_used,
+                            ))
+                        }
+                        Some(m) => {
+                            misfits += 1;
+                            Err(m.to_string())
+                        }
+                    };
+                    let got = judge.judge(node).map_err(|m| m.to_string());
+                    assert_eq!(got, want, "{strategy:?}\n{node:?}\n{pod:?}");
+                }
+            }
+        }
+        assert!(
+            fits > 500 && misfits > 500,
+            "{fits} fits, {misfits} misfits"
+        );
     }
 }
