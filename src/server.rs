@@ -476,15 +476,32 @@ impl Running {
 }
 
 /// `serve`: start, wait for SIGTERM or SIGINT, shut down gracefully.
+///
+/// The handlers are installed before anything else: a SIGTERM while the Kubernetes client
+/// is being built (an exec credential plugin can take seconds) would otherwise kill the
+/// process by the default action instead of ending it with 0. A signal that arrives while
+/// `start` blocks (the plugin runs synchronously) is kept: the server stops once it is up.
 pub async fn run(settings: ServeSettings) -> crate::Result<()> {
-    let running = start(settings).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let running = tokio::select! {
+        biased;
+        _ = term.recv() => {
+            tracing::info!("SIGTERM during start-up: exiting");
+            return Ok(());
+        }
+        _ = interrupt.recv() => {
+            tracing::info!("interrupted during start-up: exiting");
+            return Ok(());
+        }
+        started = start(settings) => started?,
+    };
     if let Some(manager) = &running.manager {
         tracing::info!(namespace = %manager.namespace, "manager running");
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight requests"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing in-flight requests"),
+        _ = interrupt.recv() => tracing::info!("interrupted: finishing in-flight requests"),
     }
     running.shutdown().await;
     Ok(())
