@@ -462,9 +462,14 @@ impl Review<'_> {
             && policy.managed_namespaces.is_some()
             && self.object.as_ref().is_some_and(|o| o.queue().is_none());
         if wants {
-            self.namespace
-                .as_deref()
-                .or_else(|| self.object.as_ref()?.metadata.namespace.as_deref())
+            self.namespace.as_deref().or_else(|| {
+                self.object
+                    .as_ref()?
+                    .metadata
+                    .as_ref()?
+                    .namespace
+                    .as_deref()
+            })
         } else {
             None
         }
@@ -475,7 +480,7 @@ impl Review<'_> {
         self.name
             .as_deref()
             .or_else(|| {
-                let m = &self.object.as_ref()?.metadata;
+                let m = self.object.as_ref()?.metadata.as_ref()?;
                 m.name.as_deref().or(m.generate_name.as_deref())
             })
             .unwrap_or("")

@@ -232,26 +232,23 @@ impl ServeSettings {
 
     /// Flags over file over defaults.
     pub fn resolve(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
-        let tls = match (
-            args.tls_cert.clone().or(file.tls_cert),
-            args.tls_key.clone().or(file.tls_key),
-            args.dev_tls.clone().or(file.dev_tls),
-        ) {
-            (Some(cert), Some(key), _) => TlsSource::Files { cert, key },
-            (None, None, Some(dir)) => TlsSource::Dev(dir),
-            (Some(_), None, _) | (None, Some(_), _) => {
-                return Err(ConfigError::Invalid {
-                    field: "tlsCert/tlsKey",
-                    message: "give both the certificate and the key".into(),
-                })
-            }
-            (None, None, None) => {
-                return Err(ConfigError::Invalid {
-                    field: "tls",
-                    message: "serve needs --tls-cert FILE --tls-key FILE, or --dev-tls DIR for a development certificate".into(),
-                })
-            }
-        };
+        let flags = tls_choice(
+            args.tls_cert.clone(),
+            args.tls_key.clone(),
+            args.dev_tls.clone(),
+            ("--tls-cert", "--tls-key", "--dev-tls"),
+        )?;
+        let from_file = tls_choice(
+            file.tls_cert,
+            file.tls_key,
+            file.dev_tls,
+            ("tlsCert", "tlsKey", "devTls"),
+        )?;
+        // As a unit: the flags' choice replaces the file's whole, never mixes with it.
+        let tls = flags.or(from_file).ok_or_else(|| ConfigError::Invalid {
+            field: "tls",
+            message: "serve needs --tls-cert FILE --tls-key FILE, or --dev-tls DIR for a development certificate (file keys tlsCert/tlsKey or devTls)".into(),
+        })?;
         let default_queue = args.default_queue.clone().or(file.default_queue);
         if let Some(q) = &default_queue {
             if !is_dns1123_label(q) {
@@ -345,6 +342,15 @@ impl ServeSettings {
                 message: "must be at least 1".into(),
             });
         }
+        let max_review_bytes = file.max_review_bytes.unwrap_or(DEFAULT_MAX_REVIEW_BYTES);
+        if max_review_bytes == 0 {
+            return Err(ConfigError::Invalid {
+                field: "maxReviewBytes",
+                message: format!(
+                    "must be above 0, or every review is refused as too large (default {DEFAULT_MAX_REVIEW_BYTES})"
+                ),
+            });
+        }
         let manager_id = args
             .manager_id
             .clone()
@@ -383,19 +389,27 @@ impl ServeSettings {
                 dispatcher_usernames,
             },
             workers,
-            shutdown_timeout: duration(
+            shutdown_timeout: above_zero(
                 "shutdownTimeout",
-                &args.shutdown_timeout,
-                file.shutdown_timeout,
-                Duration::from_secs(25),
+                duration(
+                    "shutdownTimeout",
+                    &args.shutdown_timeout,
+                    file.shutdown_timeout,
+                    Duration::from_secs(25),
+                )?,
+                "in-flight requests would be cut off at once on SIGTERM",
             )?,
             tls_reload_interval,
-            max_review_bytes: file.max_review_bytes.unwrap_or(DEFAULT_MAX_REVIEW_BYTES),
-            namespace_cache_ttl: duration(
+            max_review_bytes,
+            namespace_cache_ttl: above_zero(
                 "namespaceCacheTtl",
-                &None,
-                file.namespace_cache_ttl,
-                Duration::from_secs(30),
+                duration(
+                    "namespaceCacheTtl",
+                    &None,
+                    file.namespace_cache_ttl,
+                    Duration::from_secs(30),
+                )?,
+                "every review would wait for the API server",
             )?,
             body_timeout: Duration::from_secs(10),
             inventory,
@@ -423,6 +437,47 @@ impl ServeSettings {
                 )?,
             },
         })
+    }
+}
+
+/// `value` unless it is zero, which `why` explains is never what anyone wants.
+fn above_zero(field: &'static str, value: Duration, why: &str) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::Invalid {
+            field,
+            message: format!("must be above 0: {why}"),
+        });
+    }
+    Ok(value)
+}
+
+/// One source's serving certificate (the flags, or the file): a whole pair, a dev-TLS
+/// directory, or nothing. `names` are how that source spells the cert, key and dev-TLS keys.
+fn tls_choice(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    dev: Option<PathBuf>,
+    names: (&'static str, &'static str, &'static str),
+) -> Result<Option<TlsSource>, ConfigError> {
+    let (cert_name, key_name, dev_name) = names;
+    match (cert, key, dev) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), None) => Ok(Some(TlsSource::Files { cert, key })),
+        (None, None, Some(dir)) => Ok(Some(TlsSource::Dev(dir))),
+        (_, _, Some(_)) => Err(ConfigError::Invalid {
+            field: dev_name,
+            message: format!(
+                "{cert_name}/{key_name} and {dev_name} are both given: keep the pair for a real certificate, or {dev_name} alone for a development one"
+            ),
+        }),
+        (Some(_), None, None) => Err(ConfigError::Invalid {
+            field: key_name,
+            message: format!("{cert_name} is given without {key_name}: give both, or neither"),
+        }),
+        (None, Some(_), None) => Err(ConfigError::Invalid {
+            field: cert_name,
+            message: format!("{key_name} is given without {cert_name}: give both, or neither"),
+        }),
     }
 }
 
@@ -616,6 +671,112 @@ mod tests {
         let err = FileConfig::parse("leaderElection:\n  leaseNme: x\n").unwrap_err();
         assert!(err.contains("leaseNme"), "{err}");
         assert!(FileConfig::parse("role: boss\n").is_err());
+    }
+
+    #[test]
+    fn tls_is_chosen_as_a_unit_and_the_flags_choice_wins() {
+        let pair_file = FileConfig::parse("tlsCert: /f/tls.crt\ntlsKey: /f/tls.key\n").unwrap();
+        let s = ServeSettings::resolve(&args(), pair_file).unwrap();
+        assert_eq!(s.tls, TlsSource::Dev("/tmp/x".into()), "--dev-tls wins");
+
+        let flags_pair = ServeArgs {
+            tls_cert: Some("/a/tls.crt".into()),
+            tls_key: Some("/a/tls.key".into()),
+            ..Default::default()
+        };
+        let dev_file = FileConfig::parse("devTls: /f/dev\n").unwrap();
+        let s = ServeSettings::resolve(&flags_pair, dev_file).unwrap();
+        assert_eq!(
+            s.tls,
+            TlsSource::Files {
+                cert: "/a/tls.crt".into(),
+                key: "/a/tls.key".into()
+            }
+        );
+
+        let pair_file = FileConfig::parse("tlsCert: /f/tls.crt\ntlsKey: /f/tls.key\n").unwrap();
+        let s = ServeSettings::resolve(&ServeArgs::default(), pair_file).unwrap();
+        assert_eq!(
+            s.tls,
+            TlsSource::Files {
+                cert: "/f/tls.crt".into(),
+                key: "/f/tls.key".into()
+            }
+        );
+
+        let refused = |a: &ServeArgs, yaml: &str| {
+            ServeSettings::resolve(a, FileConfig::parse(yaml).unwrap())
+                .unwrap_err()
+                .to_string()
+        };
+        // One source giving both is refused, whatever the other source says.
+        for a in [ServeArgs::default(), args()] {
+            let err = refused(&a, "tlsCert: /f/c\ntlsKey: /f/k\ndevTls: /f/dev\n");
+            for key in ["tlsCert", "tlsKey", "devTls"] {
+                assert!(err.contains(key), "{err}");
+            }
+        }
+        let both_flags = ServeArgs {
+            dev_tls: Some("/d".into()),
+            ..flags_pair
+        };
+        let err = refused(&both_flags, "");
+        assert!(
+            err.contains("--dev-tls") && err.contains("--tls-cert"),
+            "{err}"
+        );
+        // Half a pair, in either source, even when the other source would complete it.
+        let err = refused(&ServeArgs::default(), "tlsCert: /f/c\n");
+        assert!(
+            err.starts_with("tlsKey") && err.contains("tlsCert"),
+            "{err}"
+        );
+        let err = refused(&ServeArgs::default(), "tlsKey: /f/k\ndevTls: /f/dev\n");
+        assert!(err.contains("devTls"), "{err}");
+        let half_flag = ServeArgs {
+            tls_key: Some("/a/k".into()),
+            ..Default::default()
+        };
+        let err = refused(&half_flag, "tlsCert: /f/c\ntlsKey: /f/k\n");
+        assert!(
+            err.starts_with("--tls-cert") && err.contains("--tls-key"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_sizes_and_durations_are_refused_by_name() {
+        for (yaml, field) in [
+            ("maxReviewBytes: 0\n", "maxReviewBytes"),
+            ("shutdownTimeout: 0s\n", "shutdownTimeout"),
+            ("shutdownTimeout: \"0\"\n", "shutdownTimeout"),
+            ("namespaceCacheTtl: 0ms\n", "namespaceCacheTtl"),
+        ] {
+            let err = ServeSettings::resolve(&args(), FileConfig::parse(yaml).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(field) && err.contains("above 0"),
+                "{yaml}: {err}"
+            );
+        }
+        let flag = ServeArgs {
+            shutdown_timeout: Some("0s".into()),
+            ..args()
+        };
+        let err = ServeSettings::resolve(&flag, FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("shutdownTimeout"), "{err}");
+        let s = ServeSettings::resolve(
+            &args(),
+            FileConfig::parse("maxReviewBytes: 1024\nshutdownTimeout: 1s\nnamespaceCacheTtl: 1s\n")
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(s.max_review_bytes, 1024);
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(1));
+        assert_eq!(s.namespace_cache_ttl, Duration::from_secs(1));
     }
 
     #[test]

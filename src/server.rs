@@ -476,15 +476,32 @@ impl Running {
 }
 
 /// `serve`: start, wait for SIGTERM or SIGINT, shut down gracefully.
+///
+/// The handlers are installed before anything else: a SIGTERM while the Kubernetes client
+/// is being built (an exec credential plugin can take seconds) would otherwise kill the
+/// process by the default action instead of ending it with 0. A signal that arrives while
+/// `start` blocks (the plugin runs synchronously) is kept: the server stops once it is up.
 pub async fn run(settings: ServeSettings) -> crate::Result<()> {
-    let running = start(settings).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let running = tokio::select! {
+        biased;
+        _ = term.recv() => {
+            tracing::info!("SIGTERM during start-up: exiting");
+            return Ok(());
+        }
+        _ = interrupt.recv() => {
+            tracing::info!("interrupted during start-up: exiting");
+            return Ok(());
+        }
+        started = start(settings) => started?,
+    };
     if let Some(manager) = &running.manager {
         tracing::info!(namespace = %manager.namespace, "manager running");
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight requests"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing in-flight requests"),
+        _ = interrupt.recv() => tracing::info!("interrupted: finishing in-flight requests"),
     }
     running.shutdown().await;
     Ok(())
@@ -559,14 +576,22 @@ pub(crate) fn is_json(req: &HttpRequest) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// The most a request may reserve before its bytes arrive: a declared Content-Length is only
+/// a claim, and trusting it would let idle connections pin `limit` bytes each.
+const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
+
 /// Reads the body within the size limit and the body timeout.
-pub(crate) async fn read_body(
+pub(crate) async fn read_body<P>(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    mut payload: P,
     limit: usize,
     timeout: Duration,
     path: &'static str,
-) -> Result<Vec<u8>, HttpResponse> {
+) -> Result<Vec<u8>, HttpResponse>
+where
+    P: futures::Stream<Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>>
+        + Unpin,
+{
     let bad = Outcome {
         path,
         result: "bad_request",
@@ -586,7 +611,7 @@ pub(crate) async fn read_body(
     if let Some(n) = declared.filter(|n| *n > limit) {
         return Err(too_large(n.to_string()));
     }
-    let mut body = Vec::with_capacity(declared.unwrap_or(4096).min(limit));
+    let mut body = Vec::with_capacity(declared.unwrap_or(0).min(INITIAL_BODY_CAPACITY));
     let read = async {
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| {
@@ -756,4 +781,56 @@ async fn metrics_text(state: ProbeState) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(state.1.encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::web::Bytes;
+
+    fn chunks(
+        parts: Vec<Vec<u8>>,
+    ) -> impl futures::Stream<Item = Result<Bytes, actix_web::error::PayloadError>> + Unpin {
+        futures::stream::iter(parts.into_iter().map(|p| Ok(Bytes::from(p))))
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_reserves_no_more_than_arrives_up_front() {
+        let limit = crate::config::DEFAULT_MAX_REVIEW_BYTES;
+        let req = actix_web::test::TestRequest::post()
+            .insert_header((header::CONTENT_LENGTH, (limit - 1).to_string()))
+            .to_http_request();
+        let body = read_body(
+            &req,
+            chunks(vec![b"{}".to_vec()]),
+            limit,
+            Duration::from_secs(5),
+            MUTATE_JOB_PATH,
+        )
+        .await
+        .unwrap();
+        assert_eq!(body, b"{}");
+        assert!(
+            body.capacity() <= INITIAL_BODY_CAPACITY,
+            "{} bytes reserved for a 2-byte body",
+            body.capacity()
+        );
+
+        // A body larger than the first reservation still arrives whole.
+        let parts: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 4096]).collect();
+        let whole: Vec<u8> = parts.concat();
+        let req = actix_web::test::TestRequest::post()
+            .insert_header((header::CONTENT_LENGTH, whole.len().to_string()))
+            .to_http_request();
+        let body = read_body(
+            &req,
+            chunks(parts),
+            limit,
+            Duration::from_secs(5),
+            MUTATE_JOB_PATH,
+        )
+        .await
+        .unwrap();
+        assert_eq!(body, whole);
+    }
 }

@@ -4,7 +4,8 @@
 //! Kubernetes updates a mounted Secret by writing a new directory and atomically renaming the
 //! `..data` symlink; watching the files themselves misses that. So the paths are re-read on a
 //! timer and compared by content. A pair that fails to load (unreadable, key does not match)
-//! is refused: the old one keeps serving, an error is logged once per bad content and counted.
+//! is refused: the old one keeps serving, and an error is logged and counted once per bad
+//! content, or once per spell of files that cannot be read.
 
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
@@ -101,6 +102,9 @@ pub struct CertificateStore {
     current: ArcSwap<CertifiedKey>,
     cert_path: PathBuf,
     key_path: PathBuf,
+    /// The file contents `current` was built from, so the watcher starts from what is
+    /// served rather than from a second read that could fail unnoticed.
+    loaded: SeenFiles,
 }
 
 impl ResolvesServerCert for CertificateStore {
@@ -110,19 +114,50 @@ impl ResolvesServerCert for CertificateStore {
 }
 
 /// The bytes last seen on disk, to notice changes without parsing every tick.
-#[derive(Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct SeenFiles {
     cert: Vec<u8>,
     key: Vec<u8>,
 }
 
+/// How many times the certificate is read around the key before a pair counts as unsettled.
+const PAIR_READ_ATTEMPTS: usize = 3;
+
+/// Reads the certificate and key consistently: a kubelet swap between the two reads would
+/// pair an old certificate with a new key, so the certificate is read again after the key
+/// and the pair kept only when it did not change meanwhile. `Ok(None)`: the files kept
+/// changing (a swap in progress), which is no error; try again shortly.
+fn read_consistent(
+    cert_path: &Path,
+    key_path: &Path,
+    read: &mut dyn FnMut(&Path) -> Result<Vec<u8>, TlsError>,
+) -> Result<Option<SeenFiles>, TlsError> {
+    let mut cert = read(cert_path)?;
+    for _ in 0..PAIR_READ_ATTEMPTS {
+        let key = read(key_path)?;
+        let again = read(cert_path)?;
+        if again == cert {
+            return Ok(Some(SeenFiles { cert, key }));
+        }
+        cert = again;
+    }
+    Ok(None)
+}
+
 impl CertificateStore {
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
-        let key = load_certified_key(cert_path, key_path)?;
+        let files = read_consistent(cert_path, key_path, &mut |p| read(p))?.ok_or_else(|| {
+            TlsError::Read {
+                path: cert_path.into(),
+                source: std::io::Error::other("the file kept changing while it was read"),
+            }
+        })?;
+        let key = certified_key_from_pem(&files.cert, &files.key, cert_path, key_path)?;
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(key),
             cert_path: cert_path.into(),
             key_path: key_path.into(),
+            loaded: files,
         }))
     }
 
@@ -131,33 +166,26 @@ impl CertificateStore {
         self.current.load().cert.first().cloned()
     }
 
-    /// Reads both files consistently: a kubelet swap between the two reads would pair an old
-    /// certificate with a new key, so the certificate is read again and the pair retried if it
-    /// changed meanwhile.
-    fn read_pair(&self) -> Result<SeenFiles, TlsError> {
-        let mut cert = read(&self.cert_path)?;
-        for _ in 0..3 {
-            let key = read(&self.key_path)?;
-            let again = read(&self.cert_path)?;
-            if again == cert {
-                return Ok(SeenFiles { cert, key });
-            }
-            cert = again;
-        }
-        Ok(SeenFiles {
-            key: read(&self.key_path)?,
-            cert,
-        })
+    fn read_pair(&self) -> Result<Option<SeenFiles>, TlsError> {
+        read_consistent(&self.cert_path, &self.key_path, &mut |p| read(p))
     }
 
     /// Re-reads the files every `interval` until `shutdown` fires.
+    ///
+    /// Each bad state is logged and counted once: a read error when reading starts to fail,
+    /// a refused pair once per content. The pair being served reappearing after an error is
+    /// not a reload.
     pub async fn watch(
         self: Arc<Self>,
         interval: Duration,
         metrics: Arc<Metrics>,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut seen = self.read_pair().unwrap_or_default();
+        // What is on disk as last read, and what the served certificate was built from: after a
+        // refused pair or a read error, the served pair reappearing is no reload.
+        let mut seen = self.loaded.clone();
+        let mut served = self.loaded.clone();
+        let mut read_failing = false;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -171,19 +199,32 @@ impl CertificateStore {
                 Err(_) => continue,
             };
             let files = match files {
-                Ok(f) => f,
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    // Mid-swap: look again soon rather than a whole interval later.
+                    tracing::debug!(cert = %self.cert_path.display(), "certificate files changing; reading again shortly");
+                    ticker.reset_after(interval.min(Duration::from_millis(200)));
+                    continue;
+                }
                 Err(e) => {
-                    // A missing file is what a half-finished manual copy looks like; count it
-                    // once, not every tick.
-                    if seen != SeenFiles::default() {
+                    if !read_failing {
                         tracing::error!(error = %e, "serving certificate could not be re-read; keeping the current one");
                         metrics.tls_reload("error");
-                        seen = SeenFiles::default();
+                        read_failing = true;
                     }
                     continue;
                 }
             };
+            if read_failing {
+                tracing::info!(cert = %self.cert_path.display(), "serving certificate files readable again");
+                read_failing = false;
+            }
             if files == seen {
+                continue;
+            }
+            if files == served {
+                tracing::info!(cert = %self.cert_path.display(), "certificate files are back to the pair being served");
+                seen = files;
                 continue;
             }
             match certified_key_from_pem(&files.cert, &files.key, &self.cert_path, &self.key_path) {
@@ -191,6 +232,7 @@ impl CertificateStore {
                     self.current.store(Arc::new(key));
                     metrics.tls_reload("success");
                     tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
+                    served = files.clone();
                 }
                 Err(e) => {
                     metrics.tls_reload("error");
@@ -244,4 +286,106 @@ pub fn server_config(
     let mut config = builder.with_cert_resolver(store);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn pem_pair() -> (String, String) {
+        let g = crate::certs::generate(&["localhost".into()], &[]).unwrap();
+        (g.cert_pem, g.key_pem)
+    }
+
+    #[test]
+    fn a_pair_is_read_only_when_the_certificate_held_still_around_the_key() {
+        let (cert, key) = (Path::new("/c"), Path::new("/k"));
+        // Steady files: one pair.
+        let mut steady = |p: &Path| {
+            Ok(if p == cert {
+                b"c1".to_vec()
+            } else {
+                b"k1".to_vec()
+            })
+        };
+        assert_eq!(
+            read_consistent(cert, key, &mut steady).unwrap(),
+            Some(SeenFiles {
+                cert: b"c1".to_vec(),
+                key: b"k1".to_vec()
+            })
+        );
+        // A swap between the key and the second certificate read: read again, paired.
+        let mut reads: HashMap<&Path, usize> = HashMap::new();
+        let mut swapping_once = |p: &Path| {
+            let n = reads.entry(if p == cert { cert } else { key }).or_default();
+            *n += 1;
+            Ok(match (p == cert, *n) {
+                (true, 1) => b"c1".to_vec(),
+                (true, _) => b"c2".to_vec(),
+                (false, 1) => b"k1".to_vec(),
+                (false, _) => b"k2".to_vec(),
+            })
+        };
+        assert_eq!(
+            read_consistent(cert, key, &mut swapping_once).unwrap(),
+            Some(SeenFiles {
+                cert: b"c2".to_vec(),
+                key: b"k2".to_vec()
+            })
+        );
+        // Files that never hold still: no pair at all, rather than a mismatched one.
+        let mut n = 0;
+        let mut churning = |p: &Path| {
+            n += 1;
+            Ok(format!("{}{n}", if p == cert { "c" } else { "k" }).into_bytes())
+        };
+        assert_eq!(read_consistent(cert, key, &mut churning).unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn files_gone_right_after_start_are_logged_and_counted_once() {
+        crate::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_pem, key_pem) = pem_pair();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &cert_pem).unwrap();
+        std::fs::write(&key, &key_pem).unwrap();
+        let store = CertificateStore::load(&cert, &key).unwrap();
+        let served = store.current_leaf();
+        std::fs::remove_file(&key).unwrap();
+
+        let metrics = Arc::new(Metrics::new());
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(store.clone().watch(
+            Duration::from_millis(20),
+            metrics.clone(),
+            stop_rx,
+        ));
+        let counted = |m: &Metrics, result: &str, n: u32| {
+            m.encode().contains(&format!(
+                "switchyard_tls_reloads_total{{result=\"{result}\"}} {n}"
+            ))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !counted(&metrics, "error", 1) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a read failure right after start was never counted:\n{}",
+                metrics.encode()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Many more failing ticks: still one error. The same pair back: not a reload.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(counted(&metrics, "error", 1), "{}", metrics.encode());
+        std::fs::write(&key, &key_pem).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(counted(&metrics, "success", 0), "{}", metrics.encode());
+        assert!(counted(&metrics, "error", 1), "{}", metrics.encode());
+        assert_eq!(store.current_leaf(), served);
+        let _ = stop.send(true);
+        task.await.unwrap();
+    }
 }

@@ -10,11 +10,13 @@ use std::collections::BTreeMap;
 use switchyard::admission::{review_body, AdmissionPolicy, Hook};
 
 enum Expect {
-    /// Allowed; each (JSON Pointer, value) holds in the patched object (`None`: absent). `no_patch` demands that the reply carries no patch at all.
+    /// Allowed; each (JSON Pointer, value) holds in the patched object (`None`: absent).
+    /// `no_patch` demands that the reply carries no patch at all. `warnings` are exactly the
+    /// reply's warnings, each given by a part of its text, in order (empty: none at all).
     Allow {
         after: Vec<(&'static str, Option<Value>)>,
         no_patch: bool,
-        warning: Option<&'static str>,
+        warnings: &'static [&'static str],
     },
     Deny {
         code: u16,
@@ -47,7 +49,7 @@ fn cases() -> Vec<Case> {
             expect: Allow {
                 after: ours_after(),
                 no_patch: false,
-                warning: Some("spec.suspend set to true"),
+                warnings: &[],
             },
         },
         Case {
@@ -69,7 +71,7 @@ fn cases() -> Vec<Case> {
             expect: Allow {
                 after: ours_after(),
                 no_patch: false,
-                warning: None,
+                warnings: &[],
             },
         },
         Case {
@@ -83,7 +85,7 @@ fn cases() -> Vec<Case> {
                     ("/spec/managedBy", Some(json!("kueue.x-k8s.io/multikueue"))),
                 ],
                 no_patch: false,
-                warning: None,
+                warnings: &[],
             },
         },
         Case {
@@ -99,7 +101,7 @@ fn cases() -> Vec<Case> {
             expect: Allow {
                 after: ours_after(),
                 no_patch: false,
-                warning: None,
+                warnings: &[],
             },
         },
         Case {
@@ -109,7 +111,7 @@ fn cases() -> Vec<Case> {
             expect: Allow {
                 after: ours_after(),
                 no_patch: false,
-                warning: None,
+                warnings: &[],
             },
         },
         Case {
@@ -119,7 +121,7 @@ fn cases() -> Vec<Case> {
             expect: Allow {
                 after: ours_after(),
                 no_patch: false,
-                warning: None,
+                warnings: &[],
             },
         },
         Case {
@@ -136,7 +138,7 @@ fn cases() -> Vec<Case> {
                     ("/spec/suspend", Some(Value::Bool(true))),
                 ],
                 no_patch: false,
-                warning: Some("default queue"),
+                warnings: &["default queue"],
             },
         },
         Case {
@@ -234,6 +236,89 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            // Created with our managedBy but around the mutating hook: the admission gate
+            // would be bypassed.
+            fixture: "validate-create-unsuspended-managed",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 403,
+                mentions: &[
+                    "spec.suspend",
+                    "queue \"research\"",
+                    "created suspended",
+                    "check that the MutatingWebhookConfiguration switchyard-mutating exists",
+                ],
+            },
+        },
+        Case {
+            // The dispatcher's identity may create it unsuspended.
+            fixture: "validate-create-unsuspended-dispatcher",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            fixture: "validate-create-managedby-ours-no-label",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 403,
+                mentions: &[
+                    "spec.suspend",
+                    "a Job managed by \"switchyard.dev/dispatcher\" (with no switchyard.dev/queue-name label)",
+                    "switchyard-mutating",
+                ],
+            },
+        },
+        Case {
+            fixture: "validate-update-relabel-invalid",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &[
+                    "metadata.labels[switchyard.dev/queue-name]",
+                    "Other_Queue",
+                    "DNS-1123",
+                ],
+            },
+        },
+        Case {
+            // spec.managedBy is immutable: an existing Job cannot join a queue.
+            fixture: "validate-update-label-unrelated",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &["spec.managedBy", "immutable", "create it again"],
+            },
+        },
+        Case {
+            fixture: "validate-update-unlabel-admitted",
+            hook: Validate,
+            default_queue: None,
+            expect: Deny {
+                code: 422,
+                mentions: &[
+                    "metadata.labels[switchyard.dev/queue-name]",
+                    "cannot be removed",
+                    "admitted",
+                ],
+            },
+        },
+        Case {
+            // Allowed before admission, but the Job keeps our managedBy and so never runs.
+            fixture: "validate-update-unlabel-suspended",
+            hook: Validate,
+            default_queue: None,
+            expect: Allow {
+                after: Vec::new(),
+                no_patch: true,
+                warnings: &["will never run"],
+            },
+        },
+        Case {
             fixture: "validate-update-status-subresource",
             hook: Validate,
             default_queue: None,
@@ -258,7 +343,7 @@ fn unchanged() -> Expect {
     Expect::Allow {
         after: Vec::new(),
         no_patch: true,
-        warning: None,
+        warnings: &[],
     }
 }
 
@@ -302,7 +387,7 @@ fn every_rule_answers_as_documented() {
             Expect::Allow {
                 after,
                 no_patch,
-                warning,
+                warnings,
             } => {
                 if response["allowed"] != true {
                     failures.push(format!("{name}: expected allowed, got {response}"));
@@ -323,11 +408,22 @@ fn every_rule_answers_as_documented() {
                         failures.push(format!("{name}: {pointer} is {got:?}, expected {want:?}"));
                     }
                 }
-                if let Some(w) = warning {
-                    let warnings = response["warnings"].to_string();
-                    if !warnings.contains(w) {
-                        failures.push(format!("{name}: no warning mentioning {w:?}: {warnings}"));
-                    }
+                let got: Vec<&str> = response
+                    .get("warnings")
+                    .map(|w| {
+                        w.as_array()
+                            .expect("warnings is an array")
+                            .iter()
+                            .map(|w| w.as_str().expect("a warning is a string"))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let matches = got.len() == warnings.len()
+                    && got.iter().zip(warnings.iter()).all(|(g, w)| g.contains(w));
+                if !matches {
+                    failures.push(format!(
+                        "{name}: warnings {got:?}, expected exactly {warnings:?}"
+                    ));
                 }
             }
             Expect::Deny { code, mentions } => {
@@ -342,6 +438,14 @@ fn every_rule_answers_as_documented() {
                     ));
                 }
                 let message = response["status"]["message"].as_str().unwrap_or_default();
+                for placeholder in ["queue \"\"", "<removed>"] {
+                    if message.contains(placeholder) {
+                        failures.push(format!("{name}: message says {placeholder}: {message}"));
+                    }
+                }
+                if response.get("warnings").is_some() {
+                    failures.push(format!("{name}: a denial carries no warnings"));
+                }
                 for m in mentions.iter() {
                     if !message.contains(m) {
                         failures.push(format!("{name}: message lacks {m:?}: {message}"));
@@ -474,3 +578,44 @@ fn dry_run_gets_the_same_answer() {
     let real_reply: Value = serde_json::from_slice(&real_reply).unwrap();
     assert_eq!(patch_of(&dry_reply), patch_of(&real_reply));
 }
+
+/// The admission gate follows `dispatcherUsernames`, not a built-in name: with another
+/// dispatcher configured, the default service account is just another user.
+#[test]
+fn the_dispatcher_is_whoever_the_policy_names() {
+    let answer = |name: &str, dispatchers: &[&str]| {
+        let policy = AdmissionPolicy {
+            dispatcher_usernames: dispatchers.iter().map(|u| u.to_string()).collect(),
+            ..AdmissionPolicy::default()
+        };
+        let (reply, _) = review_body(Hook::Validate, &fixture(name), &policy, None)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let reply: Value = serde_json::from_slice(&reply).unwrap();
+        assert_echo(&fixture_json(name), &reply);
+        reply["response"].clone()
+    };
+    let other = "system:serviceaccount:batch-system:switchyard";
+    for name in [
+        "validate-update-unsuspend-dispatcher",
+        "validate-create-unsuspended-dispatcher",
+    ] {
+        let response = answer(name, &[other]);
+        assert_eq!(response["allowed"], false, "{name}: {response}");
+        assert_eq!(response["status"]["code"], 403, "{name}: {response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("spec.suspend"), "{name}: {message}");
+        assert_eq!(answer(name, &["alice", other, DISPATCHER])["allowed"], true);
+    }
+    let response = answer("validate-update-unsuspend-alice-managed", &[other]);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(other) && message.contains("\"alice\""),
+        "the denial names who may and who tried: {message}"
+    );
+    assert_eq!(
+        answer("validate-update-unsuspend-alice-managed", &["alice"])["allowed"],
+        true
+    );
+}
+
+const DISPATCHER: &str = "system:serviceaccount:switchyard-system:switchyard";

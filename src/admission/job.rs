@@ -17,8 +17,10 @@ use std::fmt;
 pub struct JobView<'a> {
     #[serde(borrow)]
     pub kind: Option<Text<'a>>,
+    /// `None` when the object has no metadata at all (never so from an API server, but a
+    /// patch must still apply to it).
     #[serde(default, borrow)]
-    pub metadata: MetaView<'a>,
+    pub metadata: Option<MetaView<'a>>,
     #[serde(borrow)]
     pub spec: Option<SpecView<'a>>,
 }
@@ -101,7 +103,7 @@ impl<'de> Visitor<'de> for OneKeyVisitor {
 
 impl JobView<'_> {
     pub fn queue(&self) -> Option<&str> {
-        self.metadata.labels.as_ref()?.value.as_deref()
+        self.metadata.as_ref()?.labels.as_ref()?.value.as_deref()
     }
     pub fn suspend(&self) -> Option<bool> {
         self.spec.as_ref()?.suspend
@@ -113,7 +115,12 @@ impl JobView<'_> {
         self.managed_by() == Some(MANAGED_BY)
     }
     fn dispatched_to(&self) -> Option<&str> {
-        self.metadata.annotations.as_ref()?.value.as_deref()
+        self.metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .value
+            .as_deref()
     }
 }
 
@@ -149,9 +156,12 @@ pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
     let mut warnings = Vec::new();
     if job.queue().is_none() {
         // The pointer escapes the '/' in the key; a missing labels map is created whole.
-        ops.push(match job.metadata.labels {
-            Some(_) => add(&["metadata", "labels", QUEUE_LABEL], json!(queue)),
-            None => add(&["metadata", "labels"], json!({ QUEUE_LABEL: queue })),
+        ops.push(match &job.metadata {
+            Some(MetaView {
+                labels: Some(_), ..
+            }) => add(&["metadata", "labels", QUEUE_LABEL], json!(queue)),
+            Some(_) => add(&["metadata", "labels"], json!({ QUEUE_LABEL: queue })),
+            None => add(&["metadata"], json!({"labels": { QUEUE_LABEL: queue }})),
         });
         warnings.push(format!(
             "metadata.labels[{QUEUE_LABEL}] set to {queue:?}: the namespace's default queue"
@@ -169,11 +179,10 @@ pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
             denial: None,
         };
     };
+    // No warning: the API server defaults suspend to false before this hook runs, so an
+    // explicit false cannot be told from the default, and every Job would get one.
     if spec.suspend != Some(true) {
         ops.push(add(&["spec", "suspend"], json!(true)));
-        warnings.push(format!(
-            "spec.suspend set to true: Switchyard starts this Job when queue {queue:?} admits it"
-        ));
     }
     match spec.managed_by.as_deref() {
         None | Some(JOB_CONTROLLER) => ops.push(add(&["spec", "managedBy"], json!(MANAGED_BY))),
@@ -222,7 +231,11 @@ pub(super) fn validate(
     let queue = job.queue();
     let old_queue = old.and_then(JobView::queue);
     let queue_changed = old.is_some() && queue != old_queue;
-    let display_queue = queue.or(old_queue).unwrap_or("");
+    // How the messages name the Job: by its queue, or, carrying none, by its controller.
+    let whose = match queue.or(old_queue) {
+        Some(q) => format!("a Job of queue {q:?}"),
+        None => format!("a Job managed by {MANAGED_BY:?} (with no {QUEUE_LABEL} label)"),
+    };
 
     if let Some(q) = queue {
         if (old.is_none() || queue_changed) && !is_dns1123_label(q) {
@@ -254,34 +267,43 @@ pub(super) fn validate(
         // created around it, which would bypass the admission gate.
         if job.suspend() == Some(false) && !is_dispatcher {
             return Decision::deny(Denial::forbidden(format!(
-                "spec.suspend: Forbidden: a Job of queue {display_queue:?} must be created suspended, and Switchyard's mutating webhook suspends it; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace"
+                "spec.suspend: Forbidden: {whose} must be created suspended, and Switchyard's mutating webhook suspends it; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace"
             )));
         }
         return Decision::allow();
     };
 
     if queue_changed && old_queue.is_some() {
-        let admitted = old.suspend() == Some(false);
-        if let Some(cluster) = old.dispatched_to() {
+        let what = match queue {
+            Some(q) => format!("Invalid value: {q:?}: the queue cannot change"),
+            None => "Required value: the queue label cannot be removed".to_string(),
+        };
+        let when = match old.dispatched_to() {
+            Some(cluster) => Some(format!(
+                "the Job was dispatched to worker cluster {cluster:?}"
+            )),
+            None if old.suspend() == Some(false) => {
+                Some("the Job was admitted (spec.suspend is false)".to_string())
+            }
+            None => None,
+        };
+        if let Some(when) = when {
             return Decision::deny(Denial::invalid(format!(
-                "{}: Invalid value: {:?}: the queue cannot change after the Job was dispatched to worker cluster {cluster:?}; delete the Job and create it again to move it",
-                queue_field(),
-                queue.unwrap_or("<removed>")
-            )));
-        }
-        if admitted {
-            return Decision::deny(Denial::invalid(format!(
-                "{}: Invalid value: {:?}: the queue cannot change after the Job was admitted (spec.suspend is false); delete the Job and create it again to move it",
-                queue_field(),
-                queue.unwrap_or("<removed>")
+                "{}: {what} after {when}; delete the Job and create it again to move it",
+                queue_field()
             )));
         }
     }
 
     if old.suspend() == Some(true) && job.suspend() != Some(true) && !is_dispatcher {
         return Decision::deny(Denial::forbidden(format!(
-            "spec.suspend: Forbidden: only the Switchyard dispatcher ({}) may unsuspend a Job of queue {display_queue:?}, not user {username:?}; it starts when the queue admits it",
-            policy.dispatcher_usernames.join(", ")
+            "spec.suspend: Forbidden: only the Switchyard dispatcher ({}) may unsuspend {whose}, not user {username:?}; {}",
+            policy.dispatcher_usernames.join(", "),
+            if queue.or(old_queue).is_some() {
+                "it starts when its queue admits it"
+            } else {
+                "without a queue it never starts: delete it and create it again"
+            }
         )));
     }
 

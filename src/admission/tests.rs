@@ -174,7 +174,7 @@ fn labels_keep_only_the_queue_and_read_as_a_map_would() {
         let review = parse(&body).unwrap();
         let job = review.object.as_ref().unwrap();
         (
-            job.metadata.labels.is_some(),
+            job.metadata.as_ref().unwrap().labels.is_some(),
             job.queue().map(str::to_owned),
         )
     };
@@ -234,4 +234,30 @@ fn bytes_that_are_not_utf8_in_skipped_strings_are_read_as_before() {
     let at = BASIC.find(r#""username": "admin""#).unwrap() + 13;
     body[at] = 0xff;
     assert!(unreadable(&body).contains("not a JSON AdmissionReview"));
+}
+
+#[test]
+fn a_default_queue_patch_applies_to_an_object_without_metadata() {
+    let mut v: serde_json::Value = serde_json::from_str(BASIC).unwrap();
+    v["request"]["object"]
+        .as_object_mut()
+        .unwrap()
+        .remove("metadata");
+    let policy = AdmissionPolicy {
+        default_queue: Some("q".into()),
+        managed_namespaces: Some(Default::default()),
+        ..AdmissionPolicy::default()
+    };
+    let (_, decision) = review_body(
+        Hook::Mutate,
+        &serde_json::to_vec(&v).unwrap(),
+        &policy,
+        Some(&BTreeMap::new()),
+    )
+    .unwrap();
+    let mut object = v["request"]["object"].clone();
+    json_patch::patch(&mut object, &decision.patch).expect("the patch applies");
+    let queue_label = crate::wellknown::QUEUE_LABEL;
+    assert_eq!(object["metadata"], json!({"labels": {queue_label: "q"}}));
+    assert_eq!(object["spec"]["suspend"], true);
 }

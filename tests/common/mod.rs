@@ -10,10 +10,12 @@ use base64::Engine;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+pub fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission")
+}
+
 pub fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission")
-        .join(format!("{name}.json"))
+    fixture_dir().join(format!("{name}.json"))
 }
 
 pub fn fixture(name: &str) -> Vec<u8> {
