@@ -274,12 +274,14 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
         },
     ];
     let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
-    // Split brain: both believe they lead.
-    let _a = fleet.dispatcher(true);
-    let _b = fleet.dispatcher(true);
     for i in 0..24 {
         fleet.submit(job(&format!("job-{i}"), "research", 1, 4));
     }
+    // Writes take a moment, so both dispatchers' claims are in flight together.
+    fleet.manager.set_write_delay(Duration::from_millis(50));
+    // Split brain: both believe they lead.
+    let _a = fleet.dispatcher(true);
+    let _b = fleet.dispatcher(true);
     eventually(20, "every Job is dispatched", || {
         (0..24).all(|i| dispatched_to(&fleet, &format!("job-{i}")).is_some())
     })
@@ -295,13 +297,24 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
             "{name} runs where it is claimed"
         );
     }
-    let conflicts = fleet
-        .manager
-        .recorded()
+    // Both claimed: the claim that came second carried a stale resourceVersion and lost.
+    let recorded = fleet.manager.recorded();
+    let conflicts: Vec<_> = recorded
         .iter()
-        .filter(|r| r.method == "PATCH")
-        .count();
-    assert!(conflicts >= 24, "claims and unsuspends were written");
+        .filter(|r| r.method == "PATCH" && r.status == Some(409))
+        .collect();
+    assert!(
+        !conflicts.is_empty(),
+        "the two dispatchers raced for the same Jobs: some claim got 409 Conflict"
+    );
+    for r in &conflicts {
+        let body = r.body.clone().unwrap_or(Value::Null);
+        assert!(
+            body["metadata"]["resourceVersion"].is_string()
+                && body["metadata"]["annotations"][CLAIM].is_string(),
+            "only a claim (with its resourceVersion precondition) can conflict: {body}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
