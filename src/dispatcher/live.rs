@@ -220,6 +220,7 @@ struct Synced {
 struct Ctx {
     client: kube::Client,
     manager_id: String,
+    config: DispatchConfig,
     recorder: Recorder,
     metrics: Option<Arc<Metrics>>,
 }
@@ -315,6 +316,7 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         manager_id: options.config.manager_id.clone(),
+        config: options.config.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
     });
@@ -1075,7 +1077,7 @@ impl Live {
             let (active, reason, message, quota) = match &q.settings {
                 Err(e) => (false, "InvalidSpec", e.clone(), BTreeMap::new()),
                 Ok(s) => {
-                    let quota = effective_quota(&self.world, s);
+                    let quota = effective_quota(&self.world, s, now);
                     let usable = s
                         .clusters
                         .iter()
@@ -1233,6 +1235,15 @@ impl JobWriter<'_> {
             self.accept(obj);
         }
         if let Some(patch) = object::status_patch(&self.job.status, &target.status) {
+            // The API server's Job status rules, checked here: a status it would refuse is
+            // not sent at all.
+            if let Some(why) =
+                mirror::violation(&self.job.status, &target.status, self.job.suspended)
+            {
+                return Err(Failure::Refused(format!(
+                    "{why} (checked before sending; not sent)"
+                )));
+            }
             let obj = self
                 .api
                 .patch_status(
@@ -1323,17 +1334,29 @@ impl JobWriter<'_> {
         }
     }
 
-    /// Gives the claim on `cluster` back: the worker refused the Job.
+    /// Gives the claim on `cluster` back: the worker refused the Job. It is not asked again
+    /// for this Job before its back-off ends (recorded on the Job, so a restart keeps it).
     async fn unclaim(&mut self, cluster: &str, message: String) {
         tracing::warn!(job = %self.job.key, %cluster, %message, "worker refused the Job");
+        let n = self
+            .job
+            .refusals
+            .get(cluster)
+            .map_or(1, |r| r.count.saturating_add(1));
         let action = Action::Unclaim {
             job: self.job.key.clone(),
             cluster: cluster.to_string(),
             reason: reason::WORKER_REFUSED,
             message: message.clone(),
+            retry_at: self.now + self.ctx.config.refusal_backoff(n),
         };
-        self.ctx
-            .event(&self.job, true, reason::WORKER_REFUSED, "Dispatch", message);
+        self.ctx.event(
+            &self.job,
+            true,
+            reason::WORKER_REFUSED,
+            "Dispatch",
+            status::describe(&action),
+        );
         if let Some(target) = status::after(&self.job, &action, self.now) {
             let r = self.write(&target, false).await;
             self.outcome("unclaim", r).await;
