@@ -99,6 +99,24 @@ pub mod reason {
     pub const PODS_NOT_READY: &str = "PodsNotReady";
 }
 
+/// What a waiting reason comes to, for `switchyard_queue_waiting_jobs{reason}`: `Quota`,
+/// `PodsReadyGate`, `NoFit`, `Backoff` (a requeue or refusal back-off, or an old copy still
+/// being removed) or `Inactive` (the queue cannot admit anything: missing, invalid, no usable
+/// worker, namespace not allowed).
+pub fn wait_category(why: &str) -> &'static str {
+    use reason::*;
+    match why {
+        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER => "Quota",
+        WAITING_FOR_PODS_READY => "PodsReadyGate",
+        QUEUE_NOT_FOUND | QUEUE_INVALID | NAMESPACE_NOT_ALLOWED | NO_ACTIVE_WORKER => "Inactive",
+        BACKOFF | WORKER_REFUSED | PODS_READY_TIMEOUT | PODS_READY_LOST => "Backoff",
+        _ => "NoFit",
+    }
+}
+
+/// Every value of [`wait_category`].
+pub const WAIT_CATEGORIES: [&str; 5] = ["Quota", "PodsReadyGate", "NoFit", "Backoff", "Inactive"];
+
 /// What the dispatcher decided at one instant.
 #[derive(Debug, Default)]
 pub struct Plan {

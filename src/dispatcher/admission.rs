@@ -246,6 +246,8 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 // Its copy from before the requeue is not removed yet: starting it elsewhere
                 // now would run it twice. Tried again once the copy goes.
                 _ if still_running(world, job) => {}
+                // The manager refused its claim: not tried again until the Job changes.
+                _ if world.refused_write(job).is_some() => {}
                 _ => return Some(rank.clone()),
             }
         }

@@ -514,6 +514,9 @@ pub struct World {
     pub refused_status: HashMap<String, u64>,
     /// When a claimed Job's copy was last attempted (by uid).
     pub create_attempted: HashMap<String, SystemTime>,
+    /// Writes the manager's API server refused for good, per Job uid: the resourceVersion
+    /// the Job had and the action. Not tried again until the Job changes.
+    pub refused_writes: HashMap<String, (String, &'static str)>,
     copies: HashMap<String, BTreeMap<String, Copy>>,
     /// Copies whose origin uid names no Job we know (candidates for garbage collection).
     by_uid: HashMap<String, JobKey>,
@@ -594,9 +597,18 @@ impl World {
         self.wait_written.remove(&job.uid);
         self.refused_status.remove(&job.uid);
         self.create_attempted.remove(&job.uid);
+        self.refused_writes.remove(&job.uid);
         self.dirty.remove(key);
         self.restale(&job.uid, None);
         Some(job)
+    }
+
+    /// The action of the Job's that the API server refused while the Job was as it is now.
+    pub fn refused_write(&self, job: &Job) -> Option<&'static str> {
+        self.refused_writes
+            .get(&job.uid)
+            .filter(|(rv, _)| *rv == job.resource_version)
+            .map(|(_, action)| *action)
     }
 
     pub fn job_by_uid(&self, uid: &str) -> Option<&Job> {

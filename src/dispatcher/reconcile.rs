@@ -124,6 +124,15 @@ pub fn reconcile(
                 None,
             );
             release(world, job, out);
+        } else if let Some(t) = world
+            .create_attempted
+            .get(&job.uid)
+            .map(|t| *t + world.config.create_retry_after)
+            .filter(|t| *t > now)
+        {
+            // Created a moment ago: the create's answer may have been lost (its writes timed
+            // out) and the worker's watch not caught up yet. Missing later, it was deleted.
+            wake.at(t);
         } else {
             take_back(
                 world,
