@@ -44,6 +44,9 @@ pub const REQUEUE_AFTER_ANNOTATION: &str = "switchyard.dev/requeue-after";
 pub const OFFERED_ANNOTATION: &str = "switchyard.dev/offered-to";
 /// The worker the next attempt avoids when another can take the Job.
 pub const AVOID_ANNOTATION: &str = "switchyard.dev/avoid-cluster";
+/// Workers that refused the Job's copy (JSON: worker → `{count, retryAt, message}`); each is
+/// not asked again for this Job before its `retryAt`.
+pub const REFUSED_ANNOTATION: &str = "switchyard.dev/refused-by";
 /// The Job is given up (requeuing limit reached); the value says why.
 pub const DEACTIVATED_ANNOTATION: &str = "switchyard.dev/deactivated";
 /// The Job's outcome in its worker (`Succeeded` or `Failed`), recorded before the copy is
@@ -96,12 +99,32 @@ pub mod reason {
     pub const PODS_NOT_READY: &str = "PodsNotReady";
 }
 
+/// What a waiting reason comes to, for `switchyard_queue_waiting_jobs{reason}`: `Quota`,
+/// `PodsReadyGate`, `NoFit`, `Backoff` (a requeue or refusal back-off, or an old copy still
+/// being removed) or `Inactive` (the queue cannot admit anything: missing, invalid, no usable
+/// worker, namespace not allowed).
+pub fn wait_category(why: &str) -> &'static str {
+    use reason::*;
+    match why {
+        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER => "Quota",
+        WAITING_FOR_PODS_READY => "PodsReadyGate",
+        QUEUE_NOT_FOUND | QUEUE_INVALID | NAMESPACE_NOT_ALLOWED | NO_ACTIVE_WORKER => "Inactive",
+        BACKOFF | WORKER_REFUSED | PODS_READY_TIMEOUT | PODS_READY_LOST => "Backoff",
+        _ => "NoFit",
+    }
+}
+
+/// Every value of [`wait_category`].
+pub const WAIT_CATEGORIES: [&str; 5] = ["Quota", "PodsReadyGate", "NoFit", "Backoff", "Inactive"];
+
 /// What the dispatcher decided at one instant.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub actions: Vec<Action>,
     /// Why each class of pending Jobs that was tried waits (see [`Admission::waiting`]).
     pub waiting: std::collections::BTreeMap<ClassKey, (&'static str, String)>,
+    /// Jobs that wait for a reason of their own (see [`Admission::job_waiting`]).
+    pub job_waiting: std::collections::BTreeMap<JobKey, (&'static str, String)>,
     /// When to plan again if nothing changes before.
     pub wake_at: Option<SystemTime>,
 }
@@ -140,6 +163,7 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
         world.reservations_now(admission.reservations);
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
+        out.job_waiting = admission.job_waiting;
         out.wake_at = admission.wake_at;
     }
     if let Some(t) = world.next_timer() {

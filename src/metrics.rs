@@ -37,6 +37,22 @@ pub struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueResourceLabels {
+    pub queue: String,
+    /// A resource name (`cpu`, `memory`, `nvidia.com/gpu`, ...).
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueReasonLabels {
+    pub queue: String,
+    pub reason: String,
+}
+
+/// A gauge with a fractional value (quota in cores, bytes, ...).
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {
     /// The WorkerCluster's name.
     pub cluster: String,
@@ -63,6 +79,10 @@ pub struct Metrics {
     pub queue_pending: Family<QueueLabels, Gauge>,
     pub queue_admitted: Family<QueueLabels, Gauge>,
     pub queue_running: Family<QueueLabels, Gauge>,
+    pub queue_quota: Family<QueueResourceLabels, FloatGauge>,
+    pub queue_quota_used: Family<QueueResourceLabels, FloatGauge>,
+    pub queue_waiting: Family<QueueReasonLabels, Gauge>,
+    pub dispatch_requeues: Family<QueueReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -154,6 +174,30 @@ impl Metrics {
             "Admitted Jobs whose pods are all Ready, per DispatchQueue",
             queue_running.clone(),
         );
+        let queue_quota = Family::<QueueResourceLabels, FloatGauge>::default();
+        registry.register(
+            "queue_quota",
+            "The quota in force per DispatchQueue and resource (its own, or the sum of its workers' allocatable), in the resource's unit (cores, bytes, devices)",
+            queue_quota.clone(),
+        );
+        let queue_quota_used = Family::<QueueResourceLabels, FloatGauge>::default();
+        registry.register(
+            "queue_quota_used",
+            "What the Jobs admitted by a DispatchQueue request together, per resource, in the resource's unit",
+            queue_quota_used.clone(),
+        );
+        let queue_waiting = Family::<QueueReasonLabels, Gauge>::default();
+        registry.register(
+            "queue_waiting_jobs",
+            "Jobs waiting for admission per DispatchQueue, by why: Quota, PodsReadyGate, NoFit, Backoff, Inactive",
+            queue_waiting.clone(),
+        );
+        let dispatch_requeues = Family::<QueueReasonLabels, Counter>::default();
+        registry.register(
+            "dispatch_requeues",
+            "Jobs taken back from their worker, per DispatchQueue and reason (PodsReadyTimeout, WorkerLost, DeletedInWorker, ..., RequeuingLimitExceeded when given up)",
+            dispatch_requeues.clone(),
+        );
         registry.register(
             "build",
             "Build information",
@@ -173,6 +217,10 @@ impl Metrics {
             queue_pending,
             queue_admitted,
             queue_running,
+            queue_quota,
+            queue_quota_used,
+            queue_waiting,
+            dispatch_requeues,
         }
     }
 

@@ -310,6 +310,7 @@ impl Simulation {
                     requeues: 0,
                     requeue_after: None,
                     avoid: None,
+                    refusals: Default::default(),
                     deactivated: None,
                     result: None,
                     status: Default::default(),
@@ -572,7 +573,7 @@ impl Simulation {
     fn track_quota(&mut self) {
         for (name, q) in &self.world.queues {
             let Ok(settings) = &q.settings else { continue };
-            let quota = dispatcher::effective_quota(&self.world, settings);
+            let quota = dispatcher::effective_quota(&self.world, settings, self.now);
             let Some(u) = self.world.queue_use(name) else {
                 continue;
             };

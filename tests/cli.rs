@@ -505,3 +505,259 @@ fn explain_shows_hints_merged_hint_verdict_and_score() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
 }
+
+/// A JSON value with its objects' keys in the order they were written (serde_json's `Value`
+/// sorts them).
+#[derive(Debug)]
+enum Ordered {
+    Map(Vec<(String, Ordered)>),
+    List(Vec<Ordered>),
+    Leaf(serde_json::Value),
+}
+
+impl Ordered {
+    fn keys(&self) -> Vec<&str> {
+        match self {
+            Ordered::Map(m) => m.iter().map(|(k, _)| k.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+    fn get(&self, key: &str) -> &Ordered {
+        match self {
+            Ordered::Map(m) => m
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no {key:?} in {self:?}")),
+            _ => panic!("{self:?} is not an object"),
+        }
+    }
+    fn items(&self) -> &[Ordered] {
+        match self {
+            Ordered::List(l) => l,
+            _ => panic!("{self:?} is not a list"),
+        }
+    }
+    fn leaf(&self) -> &serde_json::Value {
+        match self {
+            Ordered::Leaf(v) => v,
+            _ => panic!("{self:?} is not a scalar"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(v.into()))
+            }
+            fn visit_unit<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Leaf(serde_json::Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some(e) = s.next_element()? {
+                    out.push(e);
+                }
+                Ok(Ordered::List(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, Ordered>()? {
+                    out.push((k, v));
+                }
+                Ok(Ordered::Map(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The example of tests/data/formats/simulate-output.md.
+fn simulate_output_example() -> Ordered {
+    let doc = include_str!("data/formats/simulate-output.md");
+    let start = doc.find("```json").expect("a json block") + "```json".len();
+    let end = start + doc[start..].find("```").expect("its end");
+    serde_json::from_str(&doc[start..end]).expect("the format's example is JSON")
+}
+
+fn simulate(output: &str) -> String {
+    let out = switchyard()
+        .args(["simulate", "--output", output])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn simulate_json_follows_the_documented_format() {
+    let format = simulate_output_example();
+    let text = simulate("json");
+    let got: Ordered = serde_json::from_str(&text).expect("one JSON object");
+    assert_eq!(got.keys(), format.keys(), "top-level keys, in order");
+    assert_eq!(got.get("strategy").leaf(), "switchyard");
+    let job_keys = format.get("jobs").items()[0].keys();
+    let jobs = got.get("jobs").items();
+    assert_eq!(jobs.len(), 7, "the bundled scenario's Jobs");
+    let number_or_null = |v: &serde_json::Value| v.is_number() || v.is_null();
+    for j in jobs {
+        assert_eq!(j.keys(), job_keys, "a job's keys, in order");
+        for k in ["name", "namespace", "queue"] {
+            assert!(j.get(k).leaf().is_string(), "{k}: {j:?}");
+        }
+        assert!(j.get("cluster").leaf().is_string() || j.get("cluster").leaf().is_null());
+        for k in ["submitted", "admitted", "started", "finished"] {
+            assert!(number_or_null(j.get(k).leaf()), "{k}: {j:?}");
+        }
+        let result = j.get("result").leaf().as_str().unwrap();
+        assert!(
+            ["Succeeded", "Failed", "Pending", "Deactivated"].contains(&result),
+            "{result}"
+        );
+        assert!(j.get("requeues").leaf().is_u64());
+        let reason = j.get("reason").leaf();
+        assert_eq!(
+            reason.is_string(),
+            result != "Succeeded",
+            "a reason exactly when not Succeeded: {j:?}"
+        );
+    }
+    let summary = got.get("summary");
+    assert_eq!(
+        summary.keys(),
+        format.get("summary").keys(),
+        "summary keys, in order"
+    );
+    for k in [
+        "jobs",
+        "succeeded",
+        "failed",
+        "pending",
+        "topologyAffinityErrors",
+    ] {
+        assert!(summary.get(k).leaf().is_u64(), "{k}");
+    }
+    assert_eq!(summary.get("jobs").leaf(), 7);
+    for k in ["makespan", "meanWait", "remoteWritesPerJob"] {
+        assert!(summary.get(k).leaf().is_number(), "{k}");
+    }
+    let util = summary.get("utilization");
+    assert_eq!(util.keys(), ["cpu-central", "gpu-east", "gpu-west"]);
+    let quota = summary.get("maxQuotaUsage");
+    assert_eq!(quota.keys(), ["batch", "training"]);
+    if let Ordered::Map(queues) = quota {
+        for (_, per) in queues {
+            if let Ordered::Map(resources) = per {
+                for (r, v) in resources {
+                    let x = v.leaf().as_f64().unwrap();
+                    assert!((0.0..=1.0).contains(&x), "{r}: {x}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simulate_text_shows_the_same_jobs_as_a_table_and_the_summary() {
+    let json: serde_json::Value = serde_json::from_str(&simulate("json")).unwrap();
+    let text = simulate("text");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "strategy: switchyard");
+    let header: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "NAMESPACE",
+            "QUEUE",
+            "CLUSTER",
+            "SUBMITTED",
+            "ADMITTED",
+            "STARTED",
+            "FINISHED",
+            "RESULT",
+            "REQUEUES"
+        ]
+    );
+    let cell = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for (i, j) in json["jobs"].as_array().unwrap().iter().enumerate() {
+        let row: Vec<&str> = lines[3 + i].split_whitespace().collect();
+        let want: Vec<String> = [
+            "name",
+            "namespace",
+            "queue",
+            "cluster",
+            "submitted",
+            "admitted",
+            "started",
+            "finished",
+            "result",
+            "requeues",
+        ]
+        .iter()
+        .map(|k| cell(&j[k]))
+        .collect();
+        assert_eq!(row, want, "row {i}");
+    }
+    let s = &json["summary"];
+    for line in [
+        format!(
+            "jobs {}: {} succeeded, {} failed, {} pending",
+            s["jobs"], s["succeeded"], s["failed"], s["pending"]
+        ),
+        format!(
+            "makespan: {}s   mean wait: {}s",
+            s["makespan"], s["meanWait"]
+        ),
+        format!("TopologyAffinityErrors: {}", s["topologyAffinityErrors"]),
+        format!("remote writes per job: {}", s["remoteWritesPerJob"]),
+    ] {
+        assert!(
+            lines.contains(&line.as_str()),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    for j in json["jobs"].as_array().unwrap() {
+        if let Some(reason) = j["reason"].as_str() {
+            let line = format!("  {}/{}: {reason}", cell(&j["namespace"]), cell(&j["name"]));
+            assert!(lines.contains(&line.as_str()), "missing {line:?}");
+        }
+    }
+    assert!(
+        text.contains("max quota usage of batch: cpu 1, memory 0.5"),
+        "{text}"
+    );
+}

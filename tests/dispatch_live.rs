@@ -274,12 +274,14 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
         },
     ];
     let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
-    // Split brain: both believe they lead.
-    let _a = fleet.dispatcher(true);
-    let _b = fleet.dispatcher(true);
     for i in 0..24 {
         fleet.submit(job(&format!("job-{i}"), "research", 1, 4));
     }
+    // Writes take a moment, so both dispatchers' claims are in flight together.
+    fleet.manager.set_write_delay(Duration::from_millis(50));
+    // Split brain: both believe they lead.
+    let _a = fleet.dispatcher(true);
+    let _b = fleet.dispatcher(true);
     eventually(20, "every Job is dispatched", || {
         (0..24).all(|i| dispatched_to(&fleet, &format!("job-{i}")).is_some())
     })
@@ -295,13 +297,24 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
             "{name} runs where it is claimed"
         );
     }
-    let conflicts = fleet
-        .manager
-        .recorded()
+    // Both claimed: the claim that came second carried a stale resourceVersion and lost.
+    let recorded = fleet.manager.recorded();
+    let conflicts: Vec<_> = recorded
         .iter()
-        .filter(|r| r.method == "PATCH")
-        .count();
-    assert!(conflicts >= 24, "claims and unsuspends were written");
+        .filter(|r| r.method == "PATCH" && r.status == Some(409))
+        .collect();
+    assert!(
+        !conflicts.is_empty(),
+        "the two dispatchers raced for the same Jobs: some claim got 409 Conflict"
+    );
+    for r in &conflicts {
+        let body = r.body.clone().unwrap_or(Value::Null);
+        assert!(
+            body["metadata"]["resourceVersion"].is_string()
+                && body["metadata"]["annotations"][CLAIM].is_string(),
+            "only a claim (with its resourceVersion precondition) can conflict: {body}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -616,4 +629,1002 @@ async fn an_unresponsive_worker_does_not_hold_the_job_once_it_is_declared_lost()
     })
     .await;
     assert_eq!(fleet.copies("train").len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers that refuse the copy: backed off per worker, not retried in a loop.
+
+fn refusal(code: u16, reason: &'static str, message: &str) -> Refusal {
+    Refusal {
+        method: "POST",
+        plural: "jobs",
+        sub: None,
+        code,
+        reason,
+        message: message.into(),
+    }
+}
+
+/// What a validating admission webhook's denial looks like to the client (kube-apiserver
+/// answers 400 unless the webhook gave a code, and prefixes the webhook's name).
+const WEBHOOK_DENIAL: &str = "admission webhook \"jobs.policy.example.com\" denied the request: Jobs in namespace research must carry a cost-center label";
+
+fn one_worker(name: &'static str) -> Vec<WorkerSpec> {
+    vec![WorkerSpec {
+        name,
+        nodes: 1,
+        cpu: 64,
+    }]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_refuses_every_copy_is_retried_with_backoff_and_says_why() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    fleet.workers["only"].refuse(refusal(
+        403,
+        "Forbidden",
+        "jobs.batch is forbidden: User \"system:serviceaccount:switchyard-system:switchyard\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"research\"",
+    ));
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 8));
+    eventually(10, "the refusal is on the Job", || {
+        condition(&fleet.job("train"), "Admitted")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "WorkerRefused")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let creates = fleet.workers["only"].count("POST", "/jobs");
+    assert!(
+        (1..=2).contains(&creates),
+        "the refusing worker is not asked again before its back-off ends: {creates} creates in 4s"
+    );
+    let j = fleet.job("train");
+    let admitted = condition(&j, "Admitted").unwrap();
+    let message = admitted["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cannot create resource") && message.contains("not before"),
+        "why, and when it is tried again: {message}"
+    );
+    assert_eq!(j["spec"]["suspend"], true);
+    assert!(annotation(&j, CLAIM).is_none());
+    assert_eq!(
+        annotation(&j, "switchyard.dev/requeues"),
+        None,
+        "a refusal is not the Job's fault"
+    );
+    // The worker is fixed: the Job goes there once its back-off ends.
+    fleet.workers["only"].clear_refusals();
+    eventually(20, "dispatched once the back-off ends", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("only")
+    })
+    .await;
+    assert_eq!(fleet.copies("train").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_that_deny_the_job_by_webhook_are_not_alternated_in_a_loop() {
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 64,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 64,
+        },
+    ];
+    let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
+    fleet.workers["east"].refuse(refusal(400, "", WEBHOOK_DENIAL));
+    fleet.workers["west"].refuse(refusal(
+        403,
+        "Forbidden",
+        "admission webhook \"quota.example.com\" denied the request: research is over its GPU budget",
+    ));
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 8));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for w in ["east", "west"] {
+        let creates = fleet.workers[w].count("POST", "/jobs");
+        assert!(
+            (1..=2).contains(&creates),
+            "{w}: {creates} creates in 4s; each refusing worker waits out its own back-off"
+        );
+    }
+    let j = fleet.job("train");
+    let message = condition(&j, "Admitted").unwrap()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("east") && message.contains("west") && message.contains("not before"),
+        "{message}"
+    );
+    assert_eq!(annotation(&j, "switchyard.dev/requeues"), None);
+    let events = fleet.manager.list(EVENTS);
+    assert!(
+        events.iter().any(|e| e["reason"] == "WorkerRefused"
+            && e["note"]
+                .as_str()
+                .unwrap_or("")
+                .contains("denied the request")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_denial_sends_the_job_to_the_worker_that_takes_it() {
+    let workers = vec![
+        WorkerSpec {
+            name: "picky",
+            nodes: 1,
+            cpu: 64,
+        },
+        WorkerSpec {
+            name: "easy",
+            nodes: 1,
+            cpu: 32,
+        },
+    ];
+    let fleet = Fleet::start(&workers, queue("research", &["picky", "easy"], json!({}))).await;
+    fleet.workers["picky"].refuse(refusal(400, "", WEBHOOK_DENIAL));
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 8));
+    eventually(10, "the Job runs in the worker that takes it", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("easy")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fleet.workers["picky"].count("POST", "/jobs"), 1);
+    assert_eq!(fleet.copies("train").len(), 1);
+    let events = fleet.manager.list(EVENTS);
+    assert!(
+        events.iter().any(|e| e["reason"] == "WorkerRefused"
+            && e["note"].as_str().unwrap_or("").contains(WEBHOOK_DENIAL)),
+        "{events:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requeues that must not lose their count.
+
+fn pods_ready_queue(timeout: &str, limit: u32) -> Value {
+    queue(
+        "research",
+        &["only"],
+        json!({"waitForPodsReady": {"enabled": true, "timeout": timeout,
+               "requeuing": {"backoffBase": "1s", "backoffMax": "2s", "limit": limit}}}),
+    )
+}
+
+/// Status writes to the manager Job `name`, in order.
+fn status_writes(fleet: &Fleet, name: &str) -> Vec<Value> {
+    fleet
+        .manager
+        .recorded()
+        .into_iter()
+        .filter(|r| {
+            r.method == "PATCH"
+                && r.uri.contains(&format!("/jobs/{name}/status"))
+                && r.status == Some(200)
+        })
+        .filter_map(|r| r.body)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_ready_timeout_is_counted_even_when_the_requeue_write_fails_once() {
+    for (code, reason) in [(500, "InternalError"), (409, "Conflict")] {
+        let fleet = Fleet::start(&one_worker("only"), pods_ready_queue("1s", 3)).await;
+        // The first write of the requeue count fails.
+        fleet.manager.fail_next(
+            "PATCH",
+            "/jobs/slow",
+            Some("\"switchyard.dev/requeues\":\"1\""),
+            1,
+            Refusal {
+                method: "PATCH",
+                plural: "jobs",
+                sub: None,
+                code,
+                reason,
+                message: "the request failed (test)".into(),
+            },
+        );
+        let _d = fleet.dispatcher(true);
+        fleet.submit(job("slow", "research", 2, 4));
+        eventually(10, "dispatched", || dispatched_to(&fleet, "slow").is_some()).await;
+        eventually(10, "the requeue is counted", || {
+            annotation(&fleet.job("slow"), "switchyard.dev/requeues") == Some("1")
+        })
+        .await;
+        let j = fleet.job("slow");
+        assert_eq!(
+            fleet.workers["only"].count("POST", "/jobs"),
+            1,
+            "{code}: counted before the Job ran again"
+        );
+        assert!(
+            annotation(&j, "switchyard.dev/requeue-after").is_some(),
+            "{code}: with its back-off"
+        );
+        assert!(
+            fleet
+                .manager
+                .recorded()
+                .iter()
+                .any(|r| r.method == "PATCH" && r.status == Some(code)),
+            "{code}: the failure happened"
+        );
+        for w in status_writes(&fleet, "slow") {
+            assert!(
+                !w.to_string().contains("DeletedInWorker"),
+                "{code}: the copy's removal was never taken for a deletion by someone else: {w}"
+            );
+        }
+        eventually(10, "the copy is removed", || {
+            fleet.copies("slow").is_empty() || dispatched_to(&fleet, "slow").is_some()
+        })
+        .await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Job status rules, checked before writing.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_the_api_server_would_refuse_is_reported_and_not_sent() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    // Claimed, running, and its status says FailureTarget (a condition that may never be
+    // removed, and that Complete may not join); then its copy completes.
+    let mut claimed = job("odd", "research", 1, 4);
+    claimed["metadata"]["annotations"] =
+        json!({CLAIM: "only", "switchyard.dev/admitted-at": "2026-11-22T04:00:00Z"});
+    claimed["spec"]["suspend"] = json!(false);
+    claimed["status"] = json!({"active": 1, "startTime": "2026-11-22T04:00:00Z",
+        "conditions": [{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy",
+            "message": "m", "lastProbeTime": "2026-11-22T04:00:30Z",
+            "lastTransitionTime": "2026-11-22T04:00:30Z"}]});
+    let stored = fleet.submit(claimed);
+    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    copy["status"] = json!({"succeeded": 1, "active": 0,
+        "startTime": "2026-11-22T04:00:00Z", "completionTime": "2026-11-22T04:01:00Z",
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:01:00Z", "lastTransitionTime": "2026-11-22T04:01:00Z"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:01:00Z", "lastTransitionTime": "2026-11-22T04:01:00Z"}]});
+    fleet.workers["only"].upsert(JOBS, copy);
+    let _d = fleet.dispatcher(true);
+    eventually(10, "the result is recorded and the copy removed", || {
+        annotation(&fleet.job("odd"), "switchyard.dev/result") == Some("Succeeded")
+            && fleet.copies("odd").is_empty()
+    })
+    .await;
+    for w in status_writes(&fleet, "odd") {
+        assert!(
+            !w.to_string().contains("\"Complete\""),
+            "Complete next to FailureTarget is refused by the API server; not sent: {w}"
+        );
+    }
+    let events = fleet.manager.list(EVENTS);
+    assert!(
+        events.iter().any(|e| e["reason"] == "StatusRefused"
+            && e["note"].as_str().unwrap_or("").contains("FailureTarget")),
+        "{events:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manager writes refused for good: reported once, not retried until the Job changes.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_manager_refuses_is_reported_once_and_retried_when_the_job_changes() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    fleet.manager.refuse(Refusal {
+        method: "PATCH",
+        plural: "jobs",
+        sub: None,
+        code: 403,
+        reason: "Forbidden",
+        message: "admission webhook \"freeze.example.com\" denied the request: changes to Jobs are frozen".into(),
+    });
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 4));
+    eventually(10, "the refusal is reported", || {
+        fleet
+            .manager
+            .list(EVENTS)
+            .iter()
+            .any(|e| e["reason"] == "WriteRefused")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let patches = |fleet: &Fleet| {
+        fleet
+            .manager
+            .recorded()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.uri.contains("/jobs/train?"))
+            .count()
+    };
+    assert_eq!(
+        patches(&fleet),
+        1,
+        "not retried while the Job stays the same"
+    );
+    let refused: Vec<Value> = fleet
+        .manager
+        .list(EVENTS)
+        .into_iter()
+        .filter(|e| e["reason"] == "WriteRefused")
+        .collect();
+    assert_eq!(refused.len(), 1, "reported once: {refused:?}");
+    assert!(refused[0]["note"]
+        .as_str()
+        .unwrap_or("")
+        .contains("changes to Jobs are frozen"));
+    // The freeze ends and someone edits the Job: it is tried again.
+    fleet.manager.clear_refusals();
+    let mut j = fleet.job("train");
+    j["metadata"]["labels"]["touched"] = json!("yes");
+    fleet.submit(j);
+    eventually(10, "dispatched after the Job changed", || {
+        dispatched_to(&fleet, "train").is_some()
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A short disconnect changes nothing.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 8,
+        },
+    ];
+    let mut fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"workerLostTimeout": "30s"}),
+        ),
+    )
+    .await;
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 4));
+    eventually(10, "dispatched to east", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("east")
+    })
+    .await;
+    let uid = fleet.copies("train")[0].1["metadata"]["uid"].clone();
+    fleet.disconnect("east");
+    // A Job that only east can hold arrives while it is away: the queue's automatic quota
+    // still counts east, so it waits for room, not "never fits".
+    fleet.submit(job("wide", "research", 1, 12));
+    eventually(10, "the new Job says why it waits", || {
+        condition(&fleet.job("wide"), "Admitted").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let wide = condition(&fleet.job("wide"), "Admitted").unwrap().clone();
+    assert_eq!(wide["reason"], "NoWorkerFits", "{wide}");
+    let q = fleet
+        .manager
+        .get(common::fake_api::DISPATCH_QUEUES, "", "research")
+        .unwrap();
+    assert_eq!(
+        q["status"]["effectiveQuota"]["cpu"], "24",
+        "east's CPUs still count: {}",
+        q["status"]
+    );
+    fleet.reconnect("east");
+    eventually(10, "the waiting Job goes to east once it is back", || {
+        dispatched_to(&fleet, "wide").as_deref() == Some("east")
+    })
+    .await;
+    let j = fleet.job("train");
+    assert!(condition(&j, "Requeued").is_none(), "never requeued");
+    assert_eq!(dispatched_to(&fleet, "train").as_deref(), Some("east"));
+    let copies = fleet.copies("train");
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].1["metadata"]["uid"], uid, "the same copy runs on");
+    assert_eq!(fleet.workers["east"].count("DELETE", "/jobs"), 0);
+    assert_eq!(fleet.workers["west"].count("POST", "/jobs"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// blockAdmission: one Job at a time, in priority order, until its pods are Ready.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_admission_admits_one_job_at_a_time_in_priority_order() {
+    let fleet = Fleet::start(
+        &one_worker("only"),
+        queue(
+            "research",
+            &["only"],
+            json!({"waitForPodsReady": {"enabled": true, "blockAdmission": true, "timeout": "60s"}}),
+        ),
+    )
+    .await;
+    let mut urgent = job("b-urgent", "research", 2, 4);
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = json!("high");
+    for j in [
+        job("c-later", "research", 1, 4),
+        urgent,
+        job("a-first", "research", 1, 4),
+    ] {
+        fleet.submit(j);
+    }
+    let _d = fleet.dispatcher(true);
+    let running = |fleet: &Fleet| -> Vec<&str> {
+        ["a-first", "b-urgent", "c-later"]
+            .into_iter()
+            .filter(|n| dispatched_to(fleet, n).is_some())
+            .collect()
+    };
+    for (expected, next) in [
+        (vec!["b-urgent"], "b-urgent"),
+        (vec!["a-first", "b-urgent"], "a-first"),
+        (vec!["a-first", "b-urgent", "c-later"], "c-later"),
+    ] {
+        eventually(10, &format!("{expected:?} admitted"), || {
+            running(&fleet) == expected
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            running(&fleet),
+            expected,
+            "nothing else until {next} is Ready"
+        );
+        for n in ["a-first", "b-urgent", "c-later"] {
+            if !expected.contains(&n) {
+                let c = condition(&fleet.job(n), "Admitted")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                assert_eq!(c["reason"], "WaitingForPodsReady", "{n}: {c}");
+            }
+        }
+        let pods = fleet.job(next)["spec"]["parallelism"].as_i64().unwrap();
+        fleet.copy_status(
+            "only",
+            next,
+            json!({"active": pods, "ready": pods, "startTime": "2026-11-22T04:00:00Z"}),
+        );
+        eventually(10, &format!("{next} is PodsReady"), || {
+            condition(&fleet.job(next), "PodsReady").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed 000's "job status changes frequently".
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_whose_status_changes_quickly_is_followed_in_order_to_the_end() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    let _d = fleet.dispatcher(true);
+    let mut busy = job("busy", "research", 4, 1);
+    busy["spec"]["completions"] = json!(40);
+    fleet.submit(busy);
+    eventually(10, "dispatched", || dispatched_to(&fleet, "busy").is_some()).await;
+    let start = "2026-11-22T04:00:00Z";
+    for done in 0..40 {
+        let active = (40 - done).min(4);
+        fleet.copy_status(
+            "only",
+            "busy",
+            json!({"active": active, "ready": active.min(done % 5), "succeeded": done,
+                   "failed": done / 10, "startTime": start,
+                   "uncountedTerminatedPods": {}}),
+        );
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let final_status = json!({"active": 0, "ready": 0, "succeeded": 40, "failed": 3,
+        "startTime": start, "completionTime": "2026-11-22T04:05:00Z",
+        "uncountedTerminatedPods": {},
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods",
+             "lastProbeTime": "2026-11-22T04:05:00Z", "lastTransitionTime": "2026-11-22T04:05:00Z"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods",
+             "lastProbeTime": "2026-11-22T04:05:00Z", "lastTransitionTime": "2026-11-22T04:05:00Z"}]});
+    fleet.copy_status("only", "busy", final_status.clone());
+    eventually(10, "the Job completes", || {
+        condition(&fleet.job("busy"), "Complete").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let j = fleet.job("busy");
+    for field in ["succeeded", "failed", "startTime", "completionTime"] {
+        assert_eq!(
+            j["status"][field], final_status[field],
+            "{field} ends equal"
+        );
+    }
+    assert!(j["status"]["active"].as_i64().unwrap_or(0) == 0);
+    // Every write went forward: counters never went down, ready never above active, and
+    // the changes came in the order the worker made them.
+    let writes = status_writes(&fleet, "busy");
+    let mut last = (0, 0);
+    let mut seen = 0;
+    for w in &writes {
+        let s = &w["status"];
+        let succeeded = s["succeeded"].as_i64().unwrap_or(last.0);
+        let failed = s["failed"].as_i64().unwrap_or(last.1);
+        assert!(
+            succeeded >= last.0 && failed >= last.1,
+            "counters went back: {last:?} then {w}"
+        );
+        if let (Some(r), Some(a)) = (s["ready"].as_i64(), s["active"].as_i64()) {
+            assert!(r <= a, "{w}");
+        }
+        if s.get("succeeded").is_some() {
+            seen += 1;
+        }
+        last = (succeeded, failed);
+    }
+    assert_eq!(last, (40, 3));
+    assert!(
+        seen >= 5,
+        "the manager followed the changes as they came, not only the end: {seen} writes"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leadership changes in the middle of a dispatch.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_the_lease_between_claim_and_create_leaves_exactly_one_copy() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    // The worker takes its time: the old leader's create is still on the wire when the new
+    // leader takes over.
+    fleet.workers["only"].set_write_delay(Duration::from_millis(600));
+    let old = fleet.dispatcher(true);
+    let new = fleet.dispatcher(false);
+    fleet.submit(job("train", "research", 1, 4));
+    eventually(10, "the old leader claimed it", || {
+        annotation(&fleet.job("train"), CLAIM).is_some()
+    })
+    .await;
+    assert!(fleet.copies("train").is_empty(), "its create is in flight");
+    old.leader.send(false).unwrap();
+    new.leader.send(true).unwrap();
+    eventually(10, "the Job runs", || {
+        dispatched_to(&fleet, "train").is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let copies = fleet.copies("train");
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(
+        copies[0].1["metadata"]["labels"]["switchyard.dev/origin-uid"],
+        fleet.job("train")["metadata"]["uid"]
+    );
+    assert_eq!(
+        fleet.workers["only"].count("DELETE", "/jobs"),
+        0,
+        "the copy that runs is never removed"
+    );
+    assert!(
+        fleet.workers["only"].count("POST", "/jobs") >= 2,
+        "both leaders tried to create it; the second was told it exists and adopted it"
+    );
+    assert_eq!(dispatched_to(&fleet, "train").as_deref(), Some("only"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A restart in the middle of each step: no duplicates, no losses.
+
+fn ago(secs: u64) -> String {
+    switchyard::dispatcher::rfc3339(std::time::SystemTime::now() - Duration::from_secs(secs))
+}
+
+fn from_now(secs: u64) -> String {
+    switchyard::dispatcher::rfc3339(std::time::SystemTime::now() + Duration::from_secs(secs))
+}
+
+fn east_west() -> Vec<WorkerSpec> {
+    vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 16,
+        },
+    ]
+}
+
+/// Live copies of the Job (not being deleted) across the workers.
+fn live_copies(fleet: &Fleet, name: &str) -> usize {
+    fleet
+        .copies(name)
+        .iter()
+        .filter(|(_, c)| c["metadata"]["deletionTimestamp"].is_null())
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_the_requeue_was_written_removes_the_copy_and_keeps_the_count() {
+    let fleet = Fleet::start(
+        &east_west(),
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"waitForPodsReady": {"enabled": true, "timeout": "30s",
+                   "requeuing": {"backoffBase": "1s", "limit": 5}}}),
+        ),
+    )
+    .await;
+    // Requeued by the old leader (counted, with back-off), which died before removing the
+    // copy from east.
+    let mut requeued = job("again", "research", 1, 4);
+    requeued["metadata"]["annotations"] = json!({
+        "switchyard.dev/requeues": "1",
+        "switchyard.dev/requeue-after": from_now(1),
+        "switchyard.dev/avoid-cluster": "east"});
+    let stored = fleet.submit(requeued);
+    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    let _d = fleet.dispatcher(true);
+    let mut max_live = 0;
+    eventually(15, "the old copy is gone and the Job runs again", || {
+        max_live = max_live.max(live_copies(&fleet, "again"));
+        fleet.workers["east"].get(JOBS, NS, "again").is_none()
+            && dispatched_to(&fleet, "again").is_some()
+    })
+    .await;
+    assert_eq!(max_live, 1, "never two copies at once");
+    assert_eq!(fleet.workers["east"].count("DELETE", "/jobs"), 1);
+    assert_eq!(
+        annotation(&fleet.job("again"), "switchyard.dev/requeues"),
+        Some("1"),
+        "the count survives"
+    );
+    let posts =
+        fleet.workers["east"].count("POST", "/jobs") + fleet.workers["west"].count("POST", "/jobs");
+    assert_eq!(posts, 1, "one new copy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_the_final_status_was_mirrored_only_removes_the_copy() {
+    let fleet = Fleet::start(&one_worker("only"), queue("research", &["only"], json!({}))).await;
+    let complete = json!({"succeeded": 1, "startTime": "2026-11-22T04:00:00Z",
+        "completionTime": "2026-11-22T04:01:00Z",
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:01:00Z", "lastTransitionTime": "2026-11-22T04:01:00Z"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:01:00Z", "lastTransitionTime": "2026-11-22T04:01:00Z"}]});
+    let mut done = job("done", "research", 1, 4);
+    done["metadata"]["annotations"] = json!({CLAIM: "only",
+        "switchyard.dev/admitted-at": ago(120), "switchyard.dev/result": "Succeeded"});
+    done["spec"]["suspend"] = json!(false);
+    done["status"] = complete.clone();
+    let stored = fleet.submit(done);
+    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    copy["status"] = complete.clone();
+    fleet.workers["only"].upsert(JOBS, copy);
+    let _d = fleet.dispatcher(true);
+    eventually(10, "the finished Job's copy is removed", || {
+        fleet.copies("done").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let j = fleet.job("done");
+    assert_eq!(j["status"]["succeeded"], 1);
+    assert!(condition(&j, "Complete").is_some_and(|c| c["status"] == "True"));
+    assert!(condition(&j, "Requeued").is_none());
+    assert_eq!(
+        fleet.workers["only"].count("POST", "/jobs"),
+        0,
+        "never run again"
+    );
+    assert!(
+        status_writes(&fleet, "done").is_empty(),
+        "nothing left to mirror"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_past_a_pods_ready_deadline_requeues_once_then_runs_once() {
+    let fleet = Fleet::start(
+        &east_west(),
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"waitForPodsReady": {"enabled": true, "timeout": "2s",
+                   "requeuing": {"backoffBase": "1s", "limit": 5}}}),
+        ),
+    )
+    .await;
+    // Dispatched to east a minute ago; its pods never got Ready; the dispatcher was away.
+    let mut late = job("late", "research", 1, 4);
+    late["metadata"]["annotations"] = json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(60)});
+    late["spec"]["suspend"] = json!(false);
+    let stored = fleet.submit(late);
+    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    copy["status"] = json!({"active": 1, "ready": 0, "startTime": "2026-11-22T04:00:00Z"});
+    fleet.workers["east"].upsert(JOBS, copy);
+    let _d = fleet.dispatcher(true);
+    let mut max_live = 0;
+    eventually(15, "requeued once and running in west", || {
+        max_live = max_live.max(live_copies(&fleet, "late"));
+        dispatched_to(&fleet, "late").as_deref() == Some("west")
+    })
+    .await;
+    assert_eq!(max_live, 1, "never two copies at once");
+    let j = fleet.job("late");
+    assert_eq!(annotation(&j, "switchyard.dev/requeues"), Some("1"));
+    assert!(fleet.workers["east"].get(JOBS, NS, "late").is_none());
+    assert_eq!(fleet.workers["west"].count("POST", "/jobs"), 1);
+    assert_eq!(fleet.workers["east"].count("POST", "/jobs"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A burst: the queue's quota is never exceeded.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_jobs_never_exceeds_the_queue_quota() {
+    const JOBS_IN_BURST: usize = 240;
+    const QUOTA: usize = 20;
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 4,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 4,
+            cpu: 16,
+        },
+    ];
+    let fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"quota": {"cpu": QUOTA.to_string()}}),
+        ),
+    )
+    .await;
+    for i in 0..JOBS_IN_BURST {
+        fleet.submit(job(&format!("b-{i:03}"), "research", 1, 1));
+    }
+    let _d = fleet.dispatcher(true);
+    let started = std::time::Instant::now();
+    let mut most = 0;
+    let complete = json!({"succeeded": 1, "active": 0, "startTime": "2026-11-22T04:00:00Z",
+        "completionTime": "2026-11-22T04:00:01Z", "uncountedTerminatedPods": {},
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:00:01Z", "lastTransitionTime": "2026-11-22T04:00:01Z"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "m", "lastProbeTime": "2026-11-22T04:00:01Z", "lastTransitionTime": "2026-11-22T04:00:01Z"}]});
+    loop {
+        // Copies not yet finished: each holds one CPU of the quota.
+        let mut running = Vec::new();
+        for (w, api) in &fleet.workers {
+            for c in api.list(JOBS) {
+                if condition(&c, "Complete").is_none() {
+                    running.push((
+                        w.clone(),
+                        c["metadata"]["name"].as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+        most = most.max(running.len());
+        assert!(
+            running.len() <= QUOTA,
+            "{} copies run at once",
+            running.len()
+        );
+        let q = fleet
+            .manager
+            .get(common::fake_api::DISPATCH_QUEUES, "", "research")
+            .unwrap();
+        if let Some(used) = q["status"]["quotaUsage"]["cpu"].as_str() {
+            assert!(
+                used.parse::<usize>().unwrap_or(0) <= QUOTA,
+                "{}",
+                q["status"]
+            );
+        }
+        // Their pods finish.
+        for (w, name) in running {
+            fleet.copy_status(&w, &name, complete.clone());
+        }
+        let done = (0..JOBS_IN_BURST)
+            .filter(|i| {
+                annotation(&fleet.job(&format!("b-{i:03}")), "switchyard.dev/result")
+                    == Some("Succeeded")
+            })
+            .count();
+        if done == JOBS_IN_BURST {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "{done} of {JOBS_IN_BURST} done after 25s"
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert!(
+        most >= QUOTA / 2,
+        "the quota was the limit: at most {most} at once"
+    );
+    // Each Job ran once.
+    let mut creates = std::collections::BTreeMap::new();
+    for api in fleet.workers.values() {
+        for r in api.recorded() {
+            if r.method == "POST" && r.uri.contains("/jobs") && r.status == Some(201) {
+                let name = r.body.as_ref().unwrap()["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                *creates.entry(name).or_insert(0) += 1;
+            }
+        }
+    }
+    assert_eq!(creates.len(), JOBS_IN_BURST);
+    let twice: Vec<(String, Value, Vec<Value>)> = creates
+        .iter()
+        .filter(|(_, n)| **n != 1)
+        .map(|(name, _)| {
+            let events: Vec<Value> = fleet
+                .manager
+                .list(EVENTS)
+                .into_iter()
+                .filter(|e| e["regarding"]["name"] == name.as_str())
+                .map(|e| json!([e["reason"], e["note"]]))
+                .collect();
+            (name.clone(), fleet.job(name)["status"].clone(), events)
+        })
+        .collect();
+    assert!(twice.is_empty(), "ran twice: {twice:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What users see: every waiting Job says why, without a burst of writes; metrics.
+
+/// The value of one series in the OpenMetrics text, if present.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiting_job_says_why_at_a_bounded_rate_and_the_metrics_count_them() {
+    let fleet = Fleet::start(
+        &one_worker("only"),
+        queue("research", &["only"], json!({"quota": {"cpu": "8"}})),
+    )
+    .await;
+    let metrics = std::sync::Arc::new(switchyard::metrics::Metrics::new());
+    let mut options = Fleet::options();
+    options.wait_writes_per_second = 10;
+    let _d = fleet.dispatcher_with_metrics(true, options, Some(metrics.clone()));
+    let names: Vec<String> = (0..40).map(|i| format!("w-{i:02}")).collect();
+    for n in &names {
+        fleet.submit(job(n, "research", 1, 4));
+    }
+    let waiting_for_quota = |fleet: &Fleet| {
+        names
+            .iter()
+            .filter(|n| {
+                condition(&fleet.job(n), "Admitted")
+                    .is_some_and(|c| c["status"] == "False" && c["reason"] == "QuotaExceeded")
+            })
+            .count()
+    };
+    eventually(5, "two Jobs fill the quota", || {
+        names
+            .iter()
+            .filter(|n| dispatched_to(&fleet, n).is_some())
+            .count()
+            == 2
+    })
+    .await;
+    let first_second = waiting_for_quota(&fleet);
+    assert!(
+        first_second <= 25,
+        "reasons are written at a bounded rate, not all at once: {first_second}"
+    );
+    eventually(15, "every one of the 38 waiting Jobs says why", || {
+        waiting_for_quota(&fleet) == 38
+    })
+    .await;
+    let text = metrics.encode();
+    let q = |m: &str, l: &str| series(&text, &format!("switchyard_{m}{{queue=\"research\",{l}}}"));
+    assert_eq!(q("queue_quota", "resource=\"cpu\""), Some(8.0), "{text}");
+    assert_eq!(
+        q("queue_quota_used", "resource=\"cpu\""),
+        Some(8.0),
+        "{text}"
+    );
+    assert_eq!(
+        q("queue_waiting_jobs", "reason=\"Quota\""),
+        Some(38.0),
+        "{text}"
+    );
+    for other in ["PodsReadyGate", "NoFit", "Backoff", "Inactive"] {
+        assert_eq!(
+            q("queue_waiting_jobs", &format!("reason=\"{other}\"")),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    // A copy deleted in its worker: a requeue, counted by reason.
+    let running = names
+        .iter()
+        .find(|n| dispatched_to(&fleet, n).is_some())
+        .unwrap()
+        .clone();
+    fleet.workers["only"].delete(JOBS, &format!("{NS}/{running}"));
+    eventually(10, "the requeue is counted", || {
+        series(
+            &metrics.encode(),
+            "switchyard_dispatch_requeues_total{queue=\"research\",reason=\"DeletedInWorker\"}",
+        ) == Some(1.0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
+    let fleet = Fleet::start(
+        &one_worker("only"),
+        queue(
+            "research",
+            &["only"],
+            json!({"quota": {"cpu": "4"},
+                   "waitForPodsReady": {"enabled": true, "timeout": "1s",
+                       "requeuing": {"backoffBase": "20s", "limit": 3}}}),
+        ),
+    )
+    .await;
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("a-slow", "research", 1, 4));
+    eventually(10, "requeued after its timeout", || {
+        annotation(&fleet.job("a-slow"), "switchyard.dev/requeues") == Some("1")
+    })
+    .await;
+    // Two more of its class: one takes the quota, the other waits for it.
+    fleet.submit(job("b-next", "research", 1, 4));
+    fleet.submit(job("c-last", "research", 1, 4));
+    eventually(10, "the last one waits for quota", || {
+        condition(&fleet.job("c-last"), "Admitted").is_some_and(|c| c["reason"] == "QuotaExceeded")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let a = condition(&fleet.job("a-slow"), "Admitted")
+        .cloned()
+        .unwrap();
+    assert_eq!(a["reason"], "PodsReadyTimeout", "{a}");
+    assert!(
+        a["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("next attempt not before"),
+        "its back-off is not overwritten by its class's quota message: {a}"
+    );
 }

@@ -201,7 +201,9 @@ jobs:
 #[test]
 fn the_bundled_example_ends_as_its_comments_say() {
     let s = scenario::parse(scenario::BUNDLED).expect("the bundled scenario parses");
-    let report = simulate::run(&s, Strategy::Switchyard);
+    let report = Simulation::new(&s, Strategy::Switchyard)
+        .with_events()
+        .run();
     // Only gpu-east can run train-b, 2 pods × 2 GPUs NUMA-aligned.
     let train_b = job(&report, "train-b");
     assert_eq!(train_b.cluster.as_deref(), Some("gpu-east"));
@@ -220,4 +222,131 @@ fn the_bundled_example_ends_as_its_comments_say() {
     let batch = &report.summary.max_quota_usage["batch"];
     assert_eq!(batch["cpu"], serde_json::json!(1));
     assert!(batch.values().all(|v| v.as_f64().is_some_and(|x| x <= 1.0)));
+
+    // Quota waits: the batch queue's CPUs in use over time, from what was dispatched and
+    // what ended.
+    let cpus = |name: &str| -> f64 {
+        let j = s.jobs.iter().find(|j| j.name == name).unwrap();
+        f64::from(j.parallelism.min(j.completions)) * j.pod.node_request["cpu"] as f64 / 1000.0
+    };
+    let batch_jobs = ["etl-1", "etl-2", "etl-3", "slow-start", "report"];
+    let mut changes: Vec<(f64, f64)> = Vec::new();
+    for name in batch_jobs {
+        for t in times(&report, name, "dispatched") {
+            changes.push((t, cpus(name)));
+        }
+        for what in ["Succeeded", "Failed", "requeued", "deactivated"] {
+            for t in times(&report, name, what) {
+                changes.push((t, -cpus(name)));
+            }
+        }
+    }
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let in_use_at = |t: f64| -> f64 { changes.iter().filter(|c| c.0 <= t).map(|c| c.1).sum() };
+    // `report` (1 CPU) arrives at 300s and is dispatched only when etl-3 gives its 16 CPUs
+    // back at 680s.
+    let report_job = job(&report, "report");
+    assert_eq!(seconds(&report_job.submitted), 300.0);
+    assert_eq!(times(&report, "report", "dispatched"), [680.0]);
+    assert_eq!(times(&report, "etl-3", "Succeeded"), [680.0]);
+    // All that time the queue's 48 CPUs were in use, while cpu-central (64 CPUs) had room
+    // for it: it waited for quota, not for a worker.
+    for t in [300.0, 400.0, 609.0, 610.0, 679.0] {
+        let used = in_use_at(t);
+        assert_eq!(used, 48.0, "at {t}s");
+        assert!(64.0 - used >= cpus("report"), "at {t}s the worker had room");
+    }
+}
+
+/// Three identical workers; `a` is mostly taken by pods outside the scenario.
+const THREE_WORKERS: &str = r#"
+clusters:
+  - name: a
+    nodes:
+      - {name: a-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}, requested: {cpu: "6"}}
+  - name: b
+    nodes:
+      - {name: b-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}
+  - name: c
+    nodes:
+      - {name: c-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}
+queues:
+  - name: batch
+    clusters: [a, b, c]
+jobs:
+  - {name: one, queue: batch, submitAt: 0s, parallelism: 2, duration: 1m, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "2", memory: 1Gi}}}]}}
+  - {name: two, queue: batch, submitAt: 30s, parallelism: 1, duration: 1m, podStartDelay: 5s, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+"#;
+
+#[test]
+fn all_at_once_copies_to_every_worker_keeps_the_first_to_run_and_removes_the_others() {
+    let report = run(THREE_WORKERS, Strategy::AllAtOnce);
+    assert_eq!(report.strategy, "all-at-once");
+    assert_eq!(report.summary.succeeded, 2);
+    // `one` cannot start both its pods in `a`: `b` runs them first and keeps it.
+    assert_eq!(times(&report, "one", "offered to workers a, b, c"), [0.0]);
+    assert_eq!(
+        times(&report, "one", "worker b ran all its pods first"),
+        [10.0]
+    );
+    assert_eq!(job(&report, "one").cluster.as_deref(), Some("b"));
+    for loser in ["a", "c"] {
+        assert_eq!(
+            times(
+                &report,
+                "one",
+                &format!("removing its copy from worker {loser}")
+            ),
+            [10.0],
+            "{loser}"
+        );
+    }
+    assert_eq!(
+        times(&report, "one", "removing its copy from worker b"),
+        [70.0]
+    );
+    // `two` fits everywhere: the first worker of the queue wins the tie.
+    assert_eq!(times(&report, "two", "offered to workers a, b, c"), [30.0]);
+    assert_eq!(job(&report, "two").cluster.as_deref(), Some("a"));
+    // Every Job: a create in each of the 3 workers, a delete in the 2 that lost, a delete in
+    // the winner when it ends: 2 × workers writes.
+    assert_eq!(report.summary.remote_writes_per_job, serde_json::json!(6));
+    // The same trace dispatched by the exact fit: one create and one delete per Job.
+    let exact = run(THREE_WORKERS, Strategy::Switchyard);
+    assert_eq!(exact.summary.remote_writes_per_job, serde_json::json!(2));
+    assert_eq!(exact.summary.succeeded, 2);
+}
+
+#[test]
+fn the_scenario_format_example_parses() {
+    let text = include_str!("data/formats/scenario.example.yaml");
+    let s = scenario::parse(text).expect("the format's example parses");
+    let clusters: Vec<&str> = s
+        .inventory
+        .clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(clusters, ["eu-1", "us-1"]);
+    assert_eq!(s.queues.len(), 1);
+    let (name, research) = &s.queues[0];
+    assert_eq!(name, "research");
+    assert_eq!(research.clusters, ["eu-1", "us-1"]);
+    let wait = research
+        .wait_for_pods_ready
+        .as_ref()
+        .expect("waitForPodsReady");
+    assert_eq!(wait.timeout.as_secs(), 300);
+    assert_eq!(wait.requeuing.limit, Some(3));
+    assert_eq!(research.worker_lost_timeout.as_secs(), 900);
+    let names: Vec<&str> = s.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["train-a", "etl-b"]);
+    let train = &s.jobs[0];
+    assert_eq!((train.parallelism, train.completions), (2, 2));
+    assert_eq!(train.pod_start_delay.as_secs(), 20);
+    assert_eq!(train.pod.node_request["nvidia.com/gpu"], 1000);
+    assert_eq!(s.jobs[1].submit_at.as_secs(), 30);
+    // And it runs.
+    let report = simulate::run(&s, Strategy::Switchyard);
+    assert_eq!(report.jobs.len(), 2);
 }

@@ -64,6 +64,10 @@ pub struct Admission {
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
     /// Job's reason, which is every later Job's of the class too.
     pub waiting: BTreeMap<ClassKey, (&'static str, String)>,
+    /// Jobs kept out for a reason of their own (a worker that refused them is backing off,
+    /// an older Job of the same name is still being removed): the rest of their class is
+    /// tried, and what is found for it is not remembered for the class.
+    pub job_waiting: BTreeMap<JobKey, (&'static str, String)>,
     /// When the pass could decide differently without any object changing (a back-off
     /// ends, a Job starts starving).
     pub wake_at: Option<SystemTime>,
@@ -221,11 +225,13 @@ fn apply<'t>(cluster: &mut Cluster, takes: impl Iterator<Item = &'t Take>) {
     // early rejections rarer, never wrong, and spares a pass over every node.
 }
 
-/// The result of trying one Job.
+/// The result of trying one Job (`WaitAlone`: it waits for a reason of its own, not its
+/// class's).
 enum Attempt {
     Dispatch { cluster: String, takes: Vec<Take> },
     Offer { clusters: Vec<String> },
     Wait(&'static str, String),
+    WaitAlone(&'static str, String),
 }
 
 /// One admission pass over every queue's pending Jobs.
@@ -273,6 +279,8 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 // Its copy from before the requeue is not removed yet: starting it elsewhere
                 // now would run it twice. Tried again once the copy goes.
                 _ if still_running(world, job) => {}
+                // The manager refused its claim: not tried again until the Job changes.
+                _ if world.refused_write(job).is_some() => {}
                 _ => return Some(rank.clone()),
             }
         }
@@ -340,6 +348,12 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             }
             Attempt::Wait(reason, message) => {
                 pass.waiting.insert(class, (reason, message));
+            }
+            Attempt::WaitAlone(reason, message) => {
+                pass.job_waiting.insert(job.key.clone(), (reason, message));
+                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
+                    heads.push(Reverse((next, class)));
+                }
             }
         }
     }
@@ -430,7 +444,10 @@ fn attempt(
         pass.wake(job.waiting_since() + world.config.starvation_after);
     }
     let key = world.memo_key(&job.queue, starving);
-    if let Some(m) = world.class_memo(class, &key) {
+    // A Job kept from some worker for a reason of its own is judged on its own: its class's
+    // memo does not know that reason (and would hide it from the user).
+    let alone = has_own_blocker(world, job, &settings.clusters, now);
+    if let Some(m) = world.class_memo(class, &key).filter(|_| !alone) {
         if let Some(c) = &m.reserve {
             reserved.insert(c.clone(), job.key.clone());
         }
@@ -444,7 +461,7 @@ fn attempt(
     let reserved_before = reserved.len();
     let held_before = state.held.values().sum::<i64>();
     let attempt = judge(
-        world, job, class, settings, state, working, reserved, starving, pass,
+        world, job, class, settings, state, working, reserved, starving, now, pass,
     );
     if let Attempt::Wait(reason, message) = &attempt {
         let reserve = (reserved.len() > reserved_before)
@@ -480,6 +497,7 @@ fn judge(
     working: &mut Working<'_>,
     reserved: &mut BTreeMap<String, JobKey>,
     starving: bool,
+    now: SystemTime,
     pass: &mut Admission,
 ) -> Attempt {
     let shape = match &job.pod {
@@ -490,7 +508,7 @@ fn judge(
     let need = job.total_request();
     let quota = state
         .quota
-        .get_or_insert_with(|| effective_quota(world, settings))
+        .get_or_insert_with(|| effective_quota(world, settings, now))
         .clone();
     let mut short = String::new();
     let mut never = String::new();
@@ -557,8 +575,21 @@ fn judge(
     let mut fits: Vec<(bool, i64, usize, String)> = Vec::new();
     let mut reasons: Vec<(String, String, bool)> = Vec::new();
     let mut candidates = Vec::new();
+    // Workers kept from this Job alone (not from its class), with a reason of that kind.
+    let mut own: Option<&'static str> = None;
+    // Some worker could not be looked at now (unreachable, kept for another Job, ...).
+    let mut unseen = false;
     for (order, name) in settings.clusters.iter().enumerate() {
-        if let Some(why) = unusable(world, job, name, reserved) {
+        if let Some(why) = unusable(world, name, reserved) {
+            reasons.push((name.clone(), why, false));
+            unseen = true;
+            continue;
+        }
+        if let Some((kind, why, until)) = own_blocker(world, job, name, now) {
+            if let Some(t) = until {
+                pass.wake(t);
+            }
+            own = Some(own.map_or(kind, |k| if k == reason::WORKER_REFUSED { k } else { kind }));
             reasons.push((name.clone(), why, false));
             continue;
         }
@@ -709,8 +740,15 @@ fn judge(
             takes,
         };
     }
+    // What the Job waits for: its class's reason, or its own when some worker is kept from
+    // it alone (then a refusal's back-off is the reason to show).
+    let wait = |why: &'static str, message: String| match own {
+        None => Attempt::Wait(why, message),
+        Some(kind) if kind == reason::WORKER_REFUSED => Attempt::WaitAlone(kind, message),
+        Some(_) => Attempt::WaitAlone(why, message),
+    };
     if candidates.is_empty() {
-        return Attempt::Wait(
+        return wait(
             reason::NO_ACTIVE_WORKER,
             say!(
                 world,
@@ -756,8 +794,11 @@ fn judge(
             }
         }
         match drained_best {
+            // A worker that could not be looked at might still hold it: a short disconnect
+            // does not make a Job "never fits".
+            None if own.is_some() || unseen => {}
             None => {
-                return Attempt::Wait(
+                return wait(
                     reason::NEVER_FITS,
                     say!(
                         world,
@@ -773,7 +814,7 @@ fn judge(
                 for (r, v) in &need {
                     *state.held.entry(r.clone()).or_insert(0) += v;
                 }
-                return Attempt::Wait(
+                return wait(
                     reason::NO_WORKER_FITS,
                     say!(world,
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
@@ -786,7 +827,7 @@ fn judge(
             Some(_) => {}
         }
     }
-    Attempt::Wait(
+    wait(
         reason::NO_WORKER_FITS,
         say!(
             world,
@@ -799,7 +840,7 @@ fn judge(
 
 /// A copy of the Job is alive in a worker that answers. Copies in a worker that does not are
 /// given up for lost (seed 000) and removed when it returns.
-fn still_running(world: &World, job: &Job) -> bool {
+pub(super) fn still_running(world: &World, job: &Job) -> bool {
     world
         .copies_of(&job.uid)
         .any(|c| !c.deleting && world.workers.get(&c.cluster).is_some_and(|w| w.connected))
@@ -814,13 +855,8 @@ fn blocks_admission(world: &World, job: &Job) -> bool {
         .is_some_and(|w| w.block_admission)
 }
 
-/// Why a cluster of the queue cannot be tried for this Job, if it cannot.
-fn unusable(
-    world: &World,
-    job: &Job,
-    name: &str,
-    reserved: &BTreeMap<String, JobKey>,
-) -> Option<String> {
+/// Why a cluster of the queue cannot be tried for any Job now, if it cannot.
+fn unusable(world: &World, name: &str, reserved: &BTreeMap<String, JobKey>) -> Option<String> {
     let Some(worker) = world.workers.get(name) else {
         return Some("no such WorkerCluster".into());
     };
@@ -845,19 +881,62 @@ fn unusable(
     if world.has_stale_copies(name) {
         return Some("copies of Jobs taken back from it are still being removed".into());
     }
+    None
+}
+
+/// Why a cluster cannot be tried for this Job in particular (other Jobs of its class may go
+/// there): the kind of reason, what to tell the user, and when it may end by itself.
+fn own_blocker(
+    world: &World,
+    job: &Job,
+    name: &str,
+    now: SystemTime,
+) -> Option<(&'static str, String, Option<SystemTime>)> {
+    if let Some(r) = job.refused_by(name, now) {
+        let times = if r.count > 1 {
+            format!(" ({} times in a row)", r.count)
+        } else {
+            String::new()
+        };
+        return Some((
+            reason::WORKER_REFUSED,
+            say!(
+                world,
+                "refused the Job{times}: {}; next attempt there not before {}",
+                r.message,
+                super::model::rfc3339(r.retry_at)
+            ),
+            Some(r.retry_at),
+        ));
+    }
     if world.foreign_copy(&job.key, &job.uid, name).is_some() {
-        return Some(format!(
-            "an earlier Job named {} is still being removed there",
-            job.key
+        return Some((
+            reason::NO_WORKER_FITS,
+            say!(
+                world,
+                "an earlier Job named {} is still being removed there",
+                job.key
+            ),
+            None,
         ));
     }
     None
 }
 
-/// The queue's quota in force: its own, or the sum of its usable workers' allocatable.
+/// Whether some worker of the queue is kept from this Job alone (see [`own_blocker`]).
+fn has_own_blocker(world: &World, job: &Job, clusters: &[String], now: SystemTime) -> bool {
+    clusters.iter().any(|c| {
+        job.refused_by(c, now).is_some() || world.foreign_copy(&job.key, &job.uid, c).is_some()
+    })
+}
+
+/// The queue's quota in force: its own, or the sum of its workers' allocatable. A worker
+/// counts until it is lost (unreachable for `workerLostTimeout`), with the allocatable last
+/// known: a short disconnect changes nothing, not even the quota.
 pub fn effective_quota(
     world: &World,
     settings: &crate::api::QueueSettings,
+    now: SystemTime,
 ) -> BTreeMap<String, i64> {
     if let Some(q) = &settings.quota {
         return q.iter().map(|(k, v)| (k.clone(), v.0)).collect();
@@ -868,7 +947,11 @@ pub fn effective_quota(
         let Some(c) = world.inventory.cluster(name) else {
             continue;
         };
-        if c.unavailable.is_some() || !world.workers.get(name).is_some_and(|w| w.connected) {
+        let counted = world
+            .workers
+            .get(name)
+            .is_some_and(|w| !w.lost(now, settings.worker_lost_timeout));
+        if !counted {
             continue;
         }
         for (r, v) in c.summary.allocatable.iter().enumerate() {

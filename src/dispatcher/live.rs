@@ -23,7 +23,7 @@ use super::object::{self, Priorities};
 use super::*;
 use crate::api::dispatch_queue::{DispatchQueue, DispatchQueueStatus};
 use crate::inventory::{Inventory, InventoryStore};
-use crate::metrics::{Metrics, QueueLabels};
+use crate::metrics::{Metrics, QueueLabels, QueueReasonLabels, QueueResourceLabels};
 use crate::workers::registry::{WorkerView, Workers};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
@@ -36,7 +36,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -53,8 +53,11 @@ pub struct LiveOptions {
     pub tick: Duration,
     /// Jobs whose writes may be in flight at once.
     pub concurrency: usize,
-    /// Waiting Jobs per class whose `Admitted` condition is (re)written per plan.
-    pub wait_writes_per_class: usize,
+    /// Writes of why Jobs wait (their `Admitted` condition) per second, across all Jobs: a
+    /// reason that changes is written before a message that does, the oldest Jobs first; the
+    /// rest are written in the next plans. 10,000 Jobs that start waiting for quota at once
+    /// take 10,000 / this seconds to all say so, without a burst of writes.
+    pub wait_writes_per_second: u32,
     /// The shortest time between two status writes of one DispatchQueue.
     pub queue_status_every: Duration,
     /// Who writes the Events (`reportingInstance`): the pod name.
@@ -71,7 +74,7 @@ impl Default for LiveOptions {
             debounce: Duration::from_millis(50),
             tick: Duration::from_secs(1),
             concurrency: 64,
-            wait_writes_per_class: 20,
+            wait_writes_per_second: 50,
             queue_status_every: Duration::from_secs(2),
             instance: std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
@@ -119,7 +122,7 @@ enum Input {
         generation: u64,
         change: Change<Value>,
     },
-    Done(Done),
+    Done(Box<Done>),
 }
 
 /// What a Job's writes (or a copy's removal) came to.
@@ -133,6 +136,9 @@ struct Done {
     removed: Vec<(String, String)>,
     /// The status write the API server refused: the Job uid and the digest.
     refused: Option<(String, u64)>,
+    /// Another write the API server refused for good: the Job uid, its resourceVersion then,
+    /// and the action.
+    refused_write: Option<(String, String, &'static str)>,
     /// A copy delete that finished, by (cluster, copy uid).
     deleted: Option<(String, String)>,
     /// A Job to look at again (a delete of its copy failed: it is retried from there).
@@ -220,6 +226,7 @@ struct Synced {
 struct Ctx {
     client: kube::Client,
     manager_id: String,
+    config: DispatchConfig,
     recorder: Recorder,
     metrics: Option<Arc<Metrics>>,
 }
@@ -297,6 +304,15 @@ struct Live {
     inventory_seen: Option<Arc<Inventory>>,
     semaphore: Arc<Semaphore>,
     queue_status: HashMap<String, (DispatchQueueStatus, SystemTime)>,
+    /// Writes of why Jobs wait that may be sent now (a token bucket, see
+    /// [`LiveOptions::wait_writes_per_second`]), and when it was last filled.
+    wait_tokens: f64,
+    wait_tokens_at: Instant,
+    /// The quota series last published, to drop those of resources and queues that went.
+    quota_series: HashSet<(String, String)>,
+    /// Copies (worker, copy uid) the workers' watches showed deleted lately: a create's late
+    /// answer must not bring one back.
+    gone_copies: HashSet<(String, String)>,
 }
 
 async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<bool>) {
@@ -315,6 +331,7 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         manager_id: options.config.manager_id.clone(),
+        config: options.config.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
     });
@@ -403,6 +420,10 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
         inventory_seen: None,
         semaphore: Arc::new(Semaphore::new(concurrency)),
         queue_status: HashMap::new(),
+        wait_tokens: 0.0,
+        wait_tokens_at: Instant::now(),
+        quota_series: HashSet::new(),
+        gone_copies: HashSet::new(),
     };
     live.sync_workers(&workers);
     let mut leading = *leader.borrow();
@@ -574,7 +595,7 @@ impl Live {
                 generation,
                 change,
             } => self.copies_changed(&cluster, generation, change),
-            Input::Done(done) => self.landed(done),
+            Input::Done(done) => self.landed(*done),
         }
     }
 
@@ -687,6 +708,11 @@ impl Live {
             }
             Change::Deleted(obj) => {
                 if let Some(c) = remote::parse_copy(cluster, &obj) {
+                    if self.gone_copies.len() >= 10_000 {
+                        self.gone_copies.clear();
+                    }
+                    self.gone_copies
+                        .insert((cluster.to_string(), c.uid.clone()));
                     self.world.remove_copy(cluster, &c.origin_uid);
                 }
             }
@@ -820,6 +846,15 @@ impl Live {
             let Some(key) = action.job().cloned() else {
                 continue;
             };
+            let refused = self
+                .world
+                .jobs
+                .get(&key)
+                .and_then(|j| self.world.refused_write(j));
+            if refused == Some(action_name(&action)) {
+                // Refused for good while the Job was as it is: reported once, not repeated.
+                continue;
+            }
             if self.in_flight.contains(&key) {
                 // Decided on an assumption still being written: decided again once it lands.
                 deferred.push(key);
@@ -833,7 +868,7 @@ impl Live {
                 }
             }
         }
-        self.waits(&plan.waiting, now, &mut groups, &index);
+        self.waits(&plan.waiting, &plan.job_waiting, now, &mut groups, &index);
         for (key, actions) in groups {
             self.execute(key, actions, now);
         }
@@ -841,38 +876,81 @@ impl Live {
         plan.wake_at
     }
 
-    /// Says why Jobs wait: the `Admitted` condition of the first Jobs of each waiting class,
-    /// written when the reason changes, and when only the message does at most every
-    /// `wait_rewrite_after`.
+    /// Says why Jobs wait: every pending Job's `Admitted` condition gets its reason (its own,
+    /// or its class's), written when the reason changes, and when only the message does at
+    /// most every `wait_rewrite_after`; all within `wait_writes_per_second`. A Job in back-off
+    /// keeps the message that says when its next attempt is. Publishes how many Jobs wait,
+    /// per queue and kind of reason.
     fn waits(
         &mut self,
         waiting: &BTreeMap<ClassKey, (&'static str, String)>,
+        job_waiting: &BTreeMap<JobKey, (&'static str, String)>,
         now: SystemTime,
         groups: &mut Vec<(JobKey, Vec<Action>)>,
         index: &HashMap<JobKey, usize>,
     ) {
         let every = self.world.config.wait_rewrite_after;
-        for (class, (reason, message)) in waiting {
-            let Some(ranks) = self.world.pending_classes().get(class) else {
-                continue;
-            };
-            let keys: Vec<JobKey> = ranks
-                .iter()
-                .take(self.options.wait_writes_per_class)
-                .map(|r| r.key.clone())
-                .collect();
-            for key in keys {
-                if self.in_flight.contains(&key) || index.contains_key(&key) {
-                    continue;
-                }
-                let Some(job) = self.world.jobs.get(&key) else {
+        let rate = f64::from(self.options.wait_writes_per_second.max(1));
+        let filled = Instant::now();
+        let elapsed = filled.duration_since(self.wait_tokens_at).as_secs_f64();
+        self.wait_tokens = (self.wait_tokens + elapsed * rate).min(rate);
+        self.wait_tokens_at = filled;
+
+        let mut counts: BTreeMap<&str, BTreeMap<&'static str, i64>> = BTreeMap::new();
+        // (the reason changes, rank order, the Job, reason, message)
+        let mut writes: Vec<(bool, usize, JobKey, &'static str, String)> = Vec::new();
+        for (class, ranks) in self.world.pending_classes() {
+            for rank in ranks {
+                let key = &rank.key;
+                let Some(job) = self.world.jobs.get(key) else {
                     continue;
                 };
+                if self.in_flight.contains(key) || index.contains_key(key) {
+                    continue;
+                }
                 let current = job.condition(condition::ADMITTED);
+                let (category, desired) = if let Some((r, m)) = job_waiting.get(key) {
+                    (wait_category(r), Some((*r, m.clone())))
+                } else if self.world.refused_write(job).is_some() {
+                    // Said in an Event; nothing more is written until the Job changes.
+                    ("Backoff", None)
+                } else if job.backing_off(now) || super::admission::still_running(&self.world, job)
+                {
+                    // The requeue's message says when the next attempt is: kept, unless the
+                    // Job does not say it waits at all.
+                    let says_waiting = current.is_some_and(|c| c.status == "False");
+                    let desired = (!says_waiting).then(|| {
+                        (
+                            reason::BACKOFF,
+                            match job.requeue_after {
+                                Some(t) if t > now => format!(
+                                    "requeued ({} so far), next attempt not before {}",
+                                    job.requeues,
+                                    rfc3339(t)
+                                ),
+                                _ => "waiting for its earlier copy to be removed".to_string(),
+                            },
+                        )
+                    });
+                    ("Backoff", desired)
+                } else if let Some((r, m)) = waiting.get(class) {
+                    (wait_category(r), Some((*r, m.clone())))
+                } else {
+                    // Not looked at in this pass (its class was admitted up to it).
+                    continue;
+                };
+                *counts
+                    .entry(job.queue.as_str())
+                    .or_default()
+                    .entry(category)
+                    .or_insert(0) += 1;
+                let Some((why, message)) = desired else {
+                    continue;
+                };
                 let same_reason = current
-                    .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(*reason));
+                    .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(why));
                 let same_message =
-                    same_reason && current.and_then(|c| c.message.as_deref()) == Some(message);
+                    same_reason && current.and_then(|c| c.message.as_deref()) == Some(&message);
                 let recent = self
                     .world
                     .wait_written
@@ -881,16 +959,42 @@ impl Live {
                 if same_message || (same_reason && recent) {
                     continue;
                 }
-                self.world.wait_written.insert(job.uid.clone(), now);
-                groups.push((
-                    key.clone(),
-                    vec![Action::Wait {
-                        job: key,
-                        reason,
-                        message: message.clone(),
-                    }],
-                ));
+                writes.push((!same_reason, writes.len(), key.clone(), why, message));
             }
+        }
+        if let Some(m) = &self.ctx.metrics {
+            for q in self.world.queues.keys() {
+                let per = counts.get(q.as_str());
+                for category in WAIT_CATEGORIES {
+                    let n = per.and_then(|p| p.get(category)).copied().unwrap_or(0);
+                    m.queue_waiting
+                        .get_or_create(&QueueReasonLabels {
+                            queue: q.clone(),
+                            reason: category.to_string(),
+                        })
+                        .set(n);
+                }
+            }
+        }
+        // New reasons first, then refreshed messages; each in admission order.
+        writes.sort_by_key(|w| (!w.0, w.1));
+        for (_, _, key, why, message) in writes {
+            if self.wait_tokens < 1.0 {
+                break;
+            }
+            self.wait_tokens -= 1.0;
+            let Some(uid) = self.world.jobs.get(&key).map(|j| j.uid.clone()) else {
+                continue;
+            };
+            self.world.wait_written.insert(uid, now);
+            groups.push((
+                key.clone(),
+                vec![Action::Wait {
+                    job: key,
+                    reason: why,
+                    message,
+                }],
+            ));
         }
     }
 
@@ -904,8 +1008,11 @@ impl Live {
         let mut clients = HashMap::new();
         for a in &actions {
             match a {
-                Action::Dispatch { hold, .. } if !hold.takes.is_empty() => {
-                    self.world.hold(hold.clone());
+                Action::Dispatch { hold, .. } => {
+                    if !hold.takes.is_empty() {
+                        self.world.hold(hold.clone());
+                    }
+                    self.world.create_attempted.insert(before.uid.clone(), now);
                 }
                 Action::CreateCopy { .. } | Action::Offer { .. } => {
                     self.world.create_attempted.insert(before.uid.clone(), now);
@@ -917,6 +1024,9 @@ impl Live {
                     vec![cluster]
                 }
                 Action::Offer { clusters, .. } => clusters.iter().collect(),
+                Action::Requeue { reason, .. } if *reason == reason::REMOTE_DELETED => {
+                    before.cluster.iter().collect()
+                }
                 _ => vec![],
             };
             for c in clusters {
@@ -926,7 +1036,13 @@ impl Live {
             }
             if let Some(j) = self.world.jobs.get(&key) {
                 if let Some(new) = status::after(j, a, now) {
-                    self.world.upsert_job(new);
+                    // Quota is given back when the write that gives it back has landed: were
+                    // it assumed and the write failed, the Job would hold it again after it
+                    // went to another.
+                    let gives_back = j.holds_quota() && !new.holds_quota();
+                    if !gives_back {
+                        self.world.upsert_job(new);
+                    }
                 }
             }
         }
@@ -944,13 +1060,22 @@ impl Live {
                 Err(_) => {
                     tracing::warn!(job = %key, ?limit, "writes abandoned: an API server did not answer in time");
                     ctx.count("write", "timeout");
+                    // Some of them may have landed: the Job is read afresh, so that the next
+                    // decision starts from what the manager holds, not from before them.
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(ctx.client.clone(), &key.namespace, &job_resource());
+                    let job = match tokio::time::timeout(limit, api.get_opt(&key.name)).await {
+                        Ok(Ok(found)) => Some(found.map(to_json)),
+                        _ => None,
+                    };
                     Done {
                         key: Some(key),
+                        job,
                         ..Default::default()
                     }
                 }
             };
-            let _ = tx.send(Input::Done(done));
+            let _ = tx.send(Input::Done(Box::new(done)));
         });
     }
 
@@ -977,7 +1102,7 @@ impl Live {
                 ..Default::default()
             };
             let Some(client) = client else {
-                let _ = tx.send(Input::Done(done));
+                let _ = tx.send(Input::Done(Box::new(done)));
                 return;
             };
             let api: Api<DynamicObject> =
@@ -1008,7 +1133,7 @@ impl Live {
                     done.retouch = Some(job.clone());
                 }
             }
-            let _ = tx.send(Input::Done(done));
+            let _ = tx.send(Input::Done(Box::new(done)));
         });
     }
 
@@ -1023,7 +1148,17 @@ impl Live {
         }
         for (cluster, obj) in &done.created {
             if let Some(c) = remote::parse_copy(cluster, obj) {
-                self.world.upsert_copy(c);
+                // The worker's watch may have shown this copy already, and changed since (a
+                // quick Job can finish before its dispatch's writes all land): that is newer
+                // than what the create returned.
+                let seen = self
+                    .world
+                    .copy_in(&c.origin_uid, cluster)
+                    .is_some_and(|known| known.uid == c.uid)
+                    || self.gone_copies.contains(&(cluster.clone(), c.uid.clone()));
+                if !seen {
+                    self.world.upsert_copy(c);
+                }
             }
         }
         if let Some(key) = &done.retouch {
@@ -1032,12 +1167,26 @@ impl Live {
         if let Some((uid, digest)) = done.refused {
             self.world.refused_status.insert(uid, digest);
         }
+        if let Some((uid, rv, action)) = done.refused_write {
+            self.world.refused_writes.insert(uid, (rv, action));
+        }
         let Some(key) = done.key else { return };
         self.in_flight.remove(&key);
         match done.job {
             Some(Some(obj)) => {
                 if let Some(rv) = object::resource_version(&obj) {
                     self.written.insert(key.clone(), rv);
+                }
+                // Our own writes are not the change a refused write waits for.
+                if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+                    if let Some(entry) = self.world.refused_writes.get_mut(uid) {
+                        if let Some(rv) = obj
+                            .pointer("/metadata/resourceVersion")
+                            .and_then(Value::as_str)
+                        {
+                            entry.0 = rv.to_string();
+                        }
+                    }
                 }
                 self.put_job(Arc::new(obj));
             }
@@ -1061,6 +1210,7 @@ impl Live {
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as QueueCondition;
         let names: Vec<String> = self.world.queues.keys().cloned().collect();
+        let mut series = HashSet::new();
         for name in names {
             let q = &self.world.queues[&name];
             let uses = self.world.queue_use(&name).cloned().unwrap_or_default();
@@ -1075,7 +1225,7 @@ impl Live {
             let (active, reason, message, quota) = match &q.settings {
                 Err(e) => (false, "InvalidSpec", e.clone(), BTreeMap::new()),
                 Ok(s) => {
-                    let quota = effective_quota(&self.world, s);
+                    let quota = effective_quota(&self.world, s, now);
                     let usable = s
                         .clusters
                         .iter()
@@ -1101,6 +1251,22 @@ impl Live {
                     }
                 }
             };
+            if let Some(m) = &self.ctx.metrics {
+                // In the resource's unit: cores, bytes, devices.
+                let resources: BTreeSet<&String> = quota.keys().chain(uses.usage.keys()).collect();
+                for r in resources {
+                    let l = QueueResourceLabels {
+                        queue: name.clone(),
+                        resource: r.clone(),
+                    };
+                    let unit = |v: Option<&i64>| v.copied().unwrap_or(0) as f64 / 1000.0;
+                    m.queue_quota.get_or_create(&l).set(unit(quota.get(r)));
+                    m.queue_quota_used
+                        .get_or_create(&l)
+                        .set(unit(uses.usage.get(r)));
+                    series.insert((name.clone(), r.clone()));
+                }
+            }
             let quantity = |m: &BTreeMap<String, i64>| {
                 m.iter()
                     .map(|(k, v)| {
@@ -1158,6 +1324,17 @@ impl Live {
                 }
             });
         }
+        if let Some(m) = &self.ctx.metrics {
+            for (queue, resource) in self.quota_series.difference(&series) {
+                let l = QueueResourceLabels {
+                    queue: queue.clone(),
+                    resource: resource.clone(),
+                };
+                m.queue_quota.remove(&l);
+                m.queue_quota_used.remove(&l);
+            }
+        }
+        self.quota_series = series;
     }
 }
 
@@ -1192,6 +1369,8 @@ struct JobWriter<'a> {
     raw: Arc<Value>,
     done: Done,
     now: SystemTime,
+    /// The action being carried out (see [`action_name`]).
+    action: &'static str,
 }
 
 impl JobWriter<'_> {
@@ -1233,6 +1412,15 @@ impl JobWriter<'_> {
             self.accept(obj);
         }
         if let Some(patch) = object::status_patch(&self.job.status, &target.status) {
+            // The API server's Job status rules, checked here: a status it would refuse is
+            // not sent at all.
+            if let Some(why) =
+                mirror::violation(&self.job.status, &target.status, self.job.suspended)
+            {
+                return Err(Failure::Refused(format!(
+                    "{why} (checked before sending; not sent)"
+                )));
+            }
             let obj = self
                 .api
                 .patch_status(
@@ -1323,17 +1511,55 @@ impl JobWriter<'_> {
         }
     }
 
-    /// Gives the claim on `cluster` back: the worker refused the Job.
+    /// Whether the Job's copy (ours, by origin uid, not being deleted) is in its worker after
+    /// all; when it is, it is handed to the World as if just created.
+    async fn copy_still_there(
+        &mut self,
+        clients: &HashMap<String, (Option<kube::Client>, Option<String>)>,
+    ) -> bool {
+        let Some(cluster) = self.job.cluster.clone() else {
+            return false;
+        };
+        let Some((Some(client), _)) = clients.get(&cluster) else {
+            return false;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &self.job.key.namespace, &job_resource());
+        let Ok(Some(found)) = api.get_opt(&self.job.key.name).await else {
+            return false;
+        };
+        let value = to_json(found);
+        let ours = remote::parse_copy(&cluster, &value)
+            .is_some_and(|c| c.origin_uid == self.job.uid && !c.deleting);
+        if ours {
+            self.done.created.push((cluster, value));
+        }
+        ours
+    }
+
+    /// Gives the claim on `cluster` back: the worker refused the Job. It is not asked again
+    /// for this Job before its back-off ends (recorded on the Job, so a restart keeps it).
     async fn unclaim(&mut self, cluster: &str, message: String) {
         tracing::warn!(job = %self.job.key, %cluster, %message, "worker refused the Job");
+        let n = self
+            .job
+            .refusals
+            .get(cluster)
+            .map_or(1, |r| r.count.saturating_add(1));
         let action = Action::Unclaim {
             job: self.job.key.clone(),
             cluster: cluster.to_string(),
             reason: reason::WORKER_REFUSED,
             message: message.clone(),
+            retry_at: self.now + self.ctx.config.refusal_backoff(n),
         };
-        self.ctx
-            .event(&self.job, true, reason::WORKER_REFUSED, "Dispatch", message);
+        self.ctx.event(
+            &self.job,
+            true,
+            reason::WORKER_REFUSED,
+            "Dispatch",
+            status::describe(&action),
+        );
         if let Some(target) = status::after(&self.job, &action, self.now) {
             let r = self.write(&target, false).await;
             self.outcome("unclaim", r).await;
@@ -1352,8 +1578,24 @@ impl JobWriter<'_> {
                 false
             }
             Err(Failure::Refused(m)) => {
+                // Refused for good: said once, and not tried again until the Job changes.
                 tracing::warn!(job = %self.job.key, action, error = %m, "write refused");
                 self.ctx.count(action, "refused");
+                self.done.refused_write = Some((
+                    self.job.uid.clone(),
+                    self.job.resource_version.clone(),
+                    self.action,
+                ));
+                self.ctx.event(
+                    &self.job,
+                    true,
+                    "WriteRefused",
+                    "Dispatch",
+                    format!(
+                        "the API server refused to {} the Job: {m}; not tried again until the Job changes",
+                        self.action.replace('_', " ")
+                    ),
+                );
                 false
             }
             Err(Failure::Transient(m)) => {
@@ -1435,8 +1677,10 @@ async fn write_job(
         job,
         raw,
         now,
+        action: "",
     };
     for action in &actions {
+        w.action = action_name(action);
         let ok = match action {
             Action::Dispatch { cluster, .. } => {
                 w.dispatch(action, std::slice::from_ref(cluster), &clients)
@@ -1473,6 +1717,12 @@ async fn write_job(
                     }
                     r => w.outcome("write_status", r).await,
                 }
+            }
+            Action::Requeue { reason: why, .. }
+                if *why == reason::REMOTE_DELETED && w.copy_still_there(&clients).await =>
+            {
+                // The worker's watch had not shown the copy yet: it is there, it runs.
+                false
             }
             other => {
                 let Some(target) = status::after(&w.job, other, now) else {
@@ -1513,8 +1763,21 @@ fn action_name(a: &Action) -> &'static str {
     }
 }
 
-/// The Event an action leaves on the manager Job, if any.
+/// The Event an action leaves on the manager Job, if any (and the requeue it counts).
 fn announce(ctx: &Ctx, job: &Job, action: &Action) {
+    let requeued = match action {
+        Action::Requeue { reason, .. } => Some(*reason),
+        Action::Deactivate { .. } => Some(reason::REQUEUING_LIMIT),
+        _ => None,
+    };
+    if let (Some(m), Some(why)) = (&ctx.metrics, requeued) {
+        m.dispatch_requeues
+            .get_or_create(&QueueReasonLabels {
+                queue: job.queue.clone(),
+                reason: why.to_string(),
+            })
+            .inc();
+    }
     let (warning, why) = match action {
         Action::Requeue { reason, .. } => (true, *reason),
         Action::Deactivate { .. } => (true, reason::REQUEUING_LIMIT),

@@ -9,7 +9,14 @@
 //!   `FailureTarget=True`; Complete and Failed never go together;
 //! - `completionTime` never changes once set; `startTime` never changes once set while the
 //!   Job is unsuspended;
-//! - `succeeded` and `failed` never decrease; a terminal condition is never removed.
+//! - `succeeded` and `failed` never decrease; `Complete`, `Failed` and `FailureTarget` True
+//!   are never removed, nor is `SuccessCriteriaMet` True; `SuccessCriteriaMet` never goes
+//!   with `FailureTarget` or `Failed`, nor `Complete` with `FailureTarget`; a finished Job has
+//!   no terminating or uncounted pods.
+//!
+//! `SuccessCriteriaMet` and `FailureTarget` are the worker's decision of how the Job ends,
+//! taken before its pods are gone: a Job whose status carries one is never requeued (its
+//! status could not be made to run again), it ends that way ([`concluded`]).
 //!
 //! Workers older than 1.31 finish Jobs without `SuccessCriteriaMet` / `FailureTarget`: those
 //! are added. A Job requeued and run again restarts its counters in the new worker; the
@@ -184,6 +191,79 @@ pub const WAITING: &str = "WaitingForPods";
 /// `PodsReady` False after having been True.
 pub const LOST: &str = "PodsReadyLost";
 
+/// How the Job ends, when its worker already decided (`SuccessCriteriaMet` or `FailureTarget`
+/// True) but it has not finished yet.
+pub fn decided(status: &JobStatus) -> Option<JobResult> {
+    let is = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    if is("SuccessCriteriaMet") {
+        Some(JobResult::Succeeded)
+    } else if is("FailureTarget") {
+        Some(JobResult::Failed)
+    } else {
+        None
+    }
+}
+
+/// The final status of a Job whose outcome is known but whose copy cannot say it (gone, or in
+/// a worker that cannot be reached): `Complete` after `SuccessCriteriaMet`, `Failed` after
+/// `FailureTarget` (added when missing), no pods left, the times the API server requires.
+pub fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -> JobStatus {
+    let mut out = local.clone();
+    out.active = None;
+    out.ready = local.ready.map(|_| 0);
+    out.terminating = None;
+    out.uncounted_terminated_pods = None;
+    let start = local
+        .start_time
+        .clone()
+        .unwrap_or_else(|| Time(to_timestamp(now)));
+    let mut conditions: Vec<JobCondition> = local.conditions.clone().unwrap_or_default();
+    let (needed, terminal) = match result {
+        JobResult::Succeeded => ("SuccessCriteriaMet", "Complete"),
+        JobResult::Failed => ("FailureTarget", "Failed"),
+    };
+    if !conditions
+        .iter()
+        .any(|c| c.type_ == terminal && c.status == "True")
+    {
+        let basis = conditions
+            .iter()
+            .find(|c| c.type_ == needed && c.status == "True")
+            .cloned();
+        let at = Time(to_timestamp(now));
+        conditions.retain(|c| c.type_ != terminal);
+        conditions.push(JobCondition {
+            type_: terminal.into(),
+            status: "True".into(),
+            reason: basis.as_ref().and_then(|c| c.reason.clone()),
+            message: basis.as_ref().and_then(|c| c.message.clone()),
+            last_probe_time: Some(at.clone()),
+            last_transition_time: Some(at),
+        });
+        require(&mut conditions, needed, terminal);
+    }
+    if result == JobResult::Succeeded {
+        let completion = local
+            .completion_time
+            .clone()
+            .unwrap_or_else(|| Time(to_timestamp(now)));
+        out.completion_time = Some(if completion.0 < start.0 {
+            start.clone()
+        } else {
+            completion
+        });
+    }
+    out.start_time = Some(start);
+    out.conditions = Some(conditions);
+    out
+}
+
 /// A digest of a worker copy's status, to recognise a write the API server already refused.
 pub fn digest(status: &JobStatus) -> u64 {
     let text = serde_json::to_string(status).unwrap_or_default();
@@ -248,8 +328,10 @@ fn require(conditions: &mut Vec<JobCondition>, needed: &str, terminal: &str) {
 }
 
 /// Every rule above, checked on a status about to be written over `old`: the reason the API
-/// server would give, or `None`. The mirror's output must always pass (tested), and the live
-/// writer refuses to send a status that does not, instead of retrying a write that will fail.
+/// server would give, or `None`. Whatever the dispatcher writes must pass (tested), and the
+/// live writer checks every status write with it first: one that fails is reported (an Event,
+/// `switchyard_dispatch_actions_total{result="refused"}`) instead of sent, and not tried again
+/// until what it was made from changes. `suspended`: the Job's `spec.suspend` as written.
 pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<String> {
     let is = |s: &JobStatus, t: &str| {
         s.conditions
@@ -267,7 +349,19 @@ pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<St
         }
     }
     if complete && failed {
-        return Some("status.conditions: Complete and Failed together".into());
+        return Some(
+            "status.conditions: Invalid value: cannot set Complete=True and Failed=true conditions"
+                .into(),
+        );
+    }
+    if complete && is(new, "FailureTarget") {
+        return Some("status.conditions: Invalid value: cannot set Complete=True and FailureTarget=true conditions".into());
+    }
+    if is(new, "SuccessCriteriaMet") && failed {
+        return Some("status.conditions: Invalid value: cannot set SuccessCriteriaMet=True and Failed=true conditions".into());
+    }
+    if is(new, "SuccessCriteriaMet") && is(new, "FailureTarget") {
+        return Some("status.conditions: Invalid value: cannot set SuccessCriteriaMet=True and FailureTarget=true conditions".into());
     }
     if complete && !is(new, "SuccessCriteriaMet") {
         return Some("status.conditions: cannot set Complete=True condition without the SuccessCriteriaMet=true condition".into());
@@ -293,14 +387,28 @@ pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<St
                 "status.startTime: Required value: startTime is required for finished job".into(),
             );
         }
+        if new.terminating.unwrap_or(0) > 0 {
+            return Some("status.terminating: terminating>0 is invalid for finished job".into());
+        }
+        if new.uncounted_terminated_pods.as_ref().is_some_and(|u| {
+            u.succeeded.as_ref().is_some_and(|v| !v.is_empty())
+                || u.failed.as_ref().is_some_and(|v| !v.is_empty())
+        }) {
+            return Some("status.uncountedTerminatedPods: uncountedTerminatedPods needs to be empty for finished job".into());
+        }
     }
     if let (Some(s), Some(c)) = (&new.start_time, &new.completion_time) {
         if c.0 < s.0 {
             return Some("status.completionTime: must be equal to or after startTime".into());
         }
     }
-    if old.completion_time.is_some() && old.completion_time != new.completion_time {
-        return Some("status.completionTime: field is immutable".into());
+    // Only a change to another time: completionTime may go back to unset (then the Job may
+    // not be Complete, checked above).
+    if old.completion_time.is_some()
+        && new.completion_time.is_some()
+        && old.completion_time != new.completion_time
+    {
+        return Some("status.completionTime: completionTime cannot be mutated".into());
     }
     if !suspended && old.start_time.is_some() && old.start_time != new.start_time {
         return Some("status.startTime: field is immutable for unsuspended job once set".into());
@@ -312,6 +420,16 @@ pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<St
     }
     if is(old, "Failed") && !failed {
         return Some("status.conditions: cannot disable the terminal Failed=True condition".into());
+    }
+    if is(old, "FailureTarget") && !is(new, "FailureTarget") {
+        return Some(
+            "status.conditions: cannot disable the terminal FailureTarget=True condition".into(),
+        );
+    }
+    if is(old, "SuccessCriteriaMet") && !is(new, "SuccessCriteriaMet") {
+        return Some(
+            "status.conditions: cannot disable the SuccessCriteriaMet=True condition".into(),
+        );
     }
     if new.succeeded.unwrap_or(0) < old.succeeded.unwrap_or(0) {
         return Some("status.succeeded: cannot decrease the succeeded counter".into());

@@ -89,10 +89,23 @@ pub struct Job {
     pub requeues: u32,
     pub requeue_after: Option<SystemTime>,
     pub avoid: Option<String>,
+    /// Workers that refused the Job's copy, and when each may be tried again.
+    pub refusals: BTreeMap<String, Refusal>,
     pub deactivated: Option<String>,
     pub result: Option<JobResult>,
     /// The manager Job's status (mirrored from the worker, plus the dispatcher's conditions).
     pub status: JobStatus,
+}
+
+/// A worker refused the Job's copy (403, 422, an admission webhook, a missing namespace): not
+/// the Job's fault, so not a requeue, but that worker is not asked again before `retry_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Refusals in a row by this worker (the back-off doubles with each).
+    pub count: u32,
+    pub retry_at: SystemTime,
+    /// What the worker said.
+    pub message: String,
 }
 
 impl Job {
@@ -160,6 +173,16 @@ impl Job {
                     .map(|t| to_system_time(&t.0)),
             )
         })
+    }
+
+    /// The refusal that keeps the Job away from `cluster` at `now`, if any.
+    pub fn refused_by(&self, cluster: &str, now: SystemTime) -> Option<&Refusal> {
+        self.refusals.get(cluster).filter(|r| r.retry_at > now)
+    }
+
+    /// In requeue back-off at `now` (not admitted before [`Job::requeue_after`]).
+    pub fn backing_off(&self, now: SystemTime) -> bool {
+        self.requeue_after.is_some_and(|t| t > now)
     }
 
     /// When the Job started waiting: its creation, or the end of its last back-off.
@@ -250,6 +273,12 @@ pub struct Worker {
 impl Worker {
     pub fn usable(&self) -> bool {
         self.connected && self.copies_synced
+    }
+
+    /// Unreachable for `lost_after` or longer at `now`: its Jobs are given up for lost (seed
+    /// 000). A shorter disconnect changes nothing.
+    pub fn lost(&self, now: SystemTime, lost_after: Duration) -> bool {
+        !self.connected && self.disconnected_since.unwrap_or(now) + lost_after <= now
     }
 }
 
@@ -353,6 +382,10 @@ pub struct DispatchConfig {
     pub create_retry_after: Duration,
     /// A message-only change of a waiting Job's reason is written at most this often.
     pub wait_rewrite_after: Duration,
+    /// A worker that refused a Job's copy is not asked again for that Job before
+    /// `base × 2^(n−1)` (n: refusals in a row), at most `max`. Other workers are tried at once.
+    pub refusal_backoff_base: Duration,
+    pub refusal_backoff_max: Duration,
     /// Build the messages that say why Jobs wait (off in `simulate` until the end).
     pub describe: bool,
     /// Reuse what earlier passes found (misfits, drained fits, failed classes). Off only to
@@ -370,9 +403,23 @@ impl Default for DispatchConfig {
             hold_timeout: Duration::from_secs(600),
             create_retry_after: Duration::from_secs(10),
             wait_rewrite_after: Duration::from_secs(30),
+            refusal_backoff_base: Duration::from_secs(5),
+            refusal_backoff_max: Duration::from_secs(300),
             describe: true,
             remember: true,
         }
+    }
+}
+
+impl DispatchConfig {
+    /// How long a worker is left alone for a Job after its `n`-th refusal in a row.
+    pub fn refusal_backoff(&self, n: u32) -> Duration {
+        let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.refusal_backoff_base
+            .checked_mul(factor)
+            .map_or(self.refusal_backoff_max, |d| {
+                d.min(self.refusal_backoff_max)
+            })
     }
 }
 
@@ -467,6 +514,9 @@ pub struct World {
     pub refused_status: HashMap<String, u64>,
     /// When a claimed Job's copy was last attempted (by uid).
     pub create_attempted: HashMap<String, SystemTime>,
+    /// Writes the manager's API server refused for good, per Job uid: the resourceVersion
+    /// the Job had and the action. Not tried again until the Job changes.
+    pub refused_writes: HashMap<String, (String, &'static str)>,
     copies: HashMap<String, BTreeMap<String, Copy>>,
     /// Copies whose origin uid names no Job we know (candidates for garbage collection).
     by_uid: HashMap<String, JobKey>,
@@ -547,9 +597,18 @@ impl World {
         self.wait_written.remove(&job.uid);
         self.refused_status.remove(&job.uid);
         self.create_attempted.remove(&job.uid);
+        self.refused_writes.remove(&job.uid);
         self.dirty.remove(key);
         self.restale(&job.uid, None);
         Some(job)
+    }
+
+    /// The action of the Job's that the API server refused while the Job was as it is now.
+    pub fn refused_write(&self, job: &Job) -> Option<&'static str> {
+        self.refused_writes
+            .get(&job.uid)
+            .filter(|(rv, _)| *rv == job.resource_version)
+            .map(|(_, action)| *action)
     }
 
     pub fn job_by_uid(&self, uid: &str) -> Option<&Job> {
@@ -1066,12 +1125,14 @@ pub enum Action {
     CreateCopy { job: JobKey, cluster: String },
     /// The copy exists and the Job is still suspended: unsuspend it.
     Unsuspend { job: JobKey, cluster: String },
-    /// Give back a claim whose copy could not be created (kept as a reason for the user).
+    /// Give back a claim whose copy the worker refused (kept as a reason for the user); the
+    /// worker is not asked again for this Job before `retry_at`.
     Unclaim {
         job: JobKey,
         cluster: String,
         reason: &'static str,
         message: String,
+        retry_at: SystemTime,
     },
     /// Write the manager Job's status (mirrored from its copy, with our conditions).
     WriteStatus {

@@ -2,7 +2,7 @@
 //! server returns it becomes a [`Job`]; a change of a `Job` becomes the merge patches that
 //! make the API server's copy say the same. Pure: the live executor does the I/O.
 
-use super::model::{parse_rfc3339, to_system_time, Job, JobKey, JobResult, Queue};
+use super::model::{parse_rfc3339, to_system_time, Job, JobKey, JobResult, Queue, Refusal};
 use super::*;
 use crate::api::dispatch_queue::DispatchQueue;
 use crate::placement::{PodShape, PodView};
@@ -148,6 +148,10 @@ pub fn parse_job(
             .unwrap_or(0),
         requeue_after: time(REQUEUE_AFTER_ANNOTATION),
         avoid: annotation(AVOID_ANNOTATION),
+        refusals: annotation(REFUSED_ANNOTATION)
+            .as_deref()
+            .map(parse_refusals)
+            .unwrap_or_default(),
         deactivated: annotation(DEACTIVATED_ANNOTATION),
         result: annotation(RESULT_ANNOTATION)
             .as_deref()
@@ -155,6 +159,48 @@ pub fn parse_job(
         status,
         key,
     })
+}
+
+/// The refusals annotation (see [`REFUSED_ANNOTATION`]); entries that do not parse are
+/// dropped (the worker is simply tried again).
+pub fn parse_refusals(text: &str) -> BTreeMap<String, Refusal> {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) else {
+        return BTreeMap::new();
+    };
+    map.into_iter()
+        .filter_map(|(cluster, v)| {
+            let retry_at = v["retryAt"].as_str().and_then(parse_rfc3339)?;
+            Some((
+                cluster,
+                Refusal {
+                    count: v["count"]
+                        .as_u64()
+                        .unwrap_or(1)
+                        .clamp(1, u64::from(u32::MAX)) as u32,
+                    retry_at,
+                    message: v["message"].as_str().unwrap_or_default().to_string(),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The refusals annotation's value, `None` when there are none.
+pub fn refusals_annotation(refusals: &BTreeMap<String, Refusal>) -> Option<String> {
+    if refusals.is_empty() {
+        return None;
+    }
+    let map: Map<String, Value> = refusals
+        .iter()
+        .map(|(c, r)| {
+            (
+                c.clone(),
+                json!({"count": r.count, "retryAt": super::model::rfc3339(r.retry_at),
+                       "message": r.message}),
+            )
+        })
+        .collect();
+    Some(Value::Object(map).to_string())
 }
 
 /// A DispatchQueue as the dispatcher uses it: its settings, or why they are unusable.

@@ -5,7 +5,7 @@
 
 use super::admission::hold_for;
 use super::mirror::{self, Readiness};
-use super::model::{terminal, Action, Copy, Job, World};
+use super::model::{terminal, Action, Copy, Job, JobResult, World};
 use super::reason;
 use std::time::SystemTime;
 
@@ -24,16 +24,7 @@ pub fn reconcile(
     // Copies that should not exist: anywhere but the claimed worker, or all of them.
     for c in &live {
         if !keep.contains(&c.cluster) {
-            delete(
-                world,
-                out,
-                c,
-                if job.deleting {
-                    reason::ORPHANED_COPY
-                } else {
-                    reason::STALE_COPY
-                },
-            );
+            delete(world, out, c, why_unkept(job));
         }
     }
 
@@ -63,8 +54,10 @@ pub fn reconcile(
     };
 
     let Some(worker) = world.workers.get(cluster) else {
-        requeue(
+        take_back(
+            world,
             job,
+            now,
             out,
             reason::WORKER_LOST,
             format!("worker {cluster} was removed"),
@@ -81,8 +74,10 @@ pub fn reconcile(
         let since = worker.disconnected_since.unwrap_or(now);
         let deadline = since + settings.worker_lost_timeout;
         if deadline <= now {
-            requeue(
+            take_back(
+                world,
                 job,
+                now,
                 out,
                 reason::WORKER_LOST,
                 format!(
@@ -118,8 +113,10 @@ pub fn reconcile(
                 }),
             }
         } else if job.user_suspended() {
-            requeue(
+            take_back(
+                world,
                 job,
+                now,
                 out,
                 reason::SUSPENDED_BY_USER,
                 "the Job was suspended; its copy is removed and it waits in its queue again".into(),
@@ -127,9 +124,20 @@ pub fn reconcile(
                 None,
             );
             release(world, job, out);
+        } else if let Some(t) = world
+            .create_attempted
+            .get(&job.uid)
+            .map(|t| *t + world.config.create_retry_after)
+            .filter(|t| *t > now)
+        {
+            // Created a moment ago: the create's answer may have been lost (its writes timed
+            // out) and the worker's watch not caught up yet. Missing later, it was deleted.
+            wake.at(t);
         } else {
-            requeue(
+            take_back(
+                world,
                 job,
+                now,
                 out,
                 reason::REMOTE_DELETED,
                 format!(
@@ -145,8 +153,10 @@ pub fn reconcile(
 
     if job.user_suspended() {
         delete(world, out, copy, reason::SUSPENDED_BY_USER);
-        requeue(
+        take_back(
+            world,
             job,
+            now,
             out,
             reason::SUSPENDED_BY_USER,
             "the Job was suspended; its copy is removed and it waits in its queue again".into(),
@@ -260,8 +270,10 @@ fn offered(
         for c in live {
             delete(world, out, c, reason::SUSPENDED_BY_USER);
         }
-        requeue(
+        take_back(
+            world,
             job,
+            now,
             out,
             reason::SUSPENDED_BY_USER,
             "the Job was suspended; its copies are removed and it waits in its queue again".into(),
@@ -302,8 +314,10 @@ fn offered(
         }
     }
     if alive == 0 {
-        requeue(
+        take_back(
+            world,
             job,
+            now,
             out,
             reason::REMOTE_DELETED,
             format!(
@@ -389,10 +403,15 @@ fn pods_ready_timeout(
         "{what} in time in worker {cluster} ({} of {} Ready)",
         readiness.ready, readiness.gang
     );
-    for c in copies {
-        delete(world, out, c, why);
-    }
+    // The requeue (its count, back-off and reason) is written first; the copies go once it
+    // has landed, as copies of a Job that no longer keeps them. Deleted first, a failed or
+    // interrupted requeue write would leave a claimed Job without its copy, which reads as
+    // "deleted in the worker": requeued again uncounted, without back-off.
     release(world, job, out);
+    if let Some(result) = mirror::decided(&job.status) {
+        conclude(world, job, result, now, out);
+        return;
+    }
     // The worker of the one copy that failed (`cluster` names all the offers of an offered
     // Job, not a worker).
     let avoid = match copies {
@@ -421,6 +440,26 @@ fn pods_ready_timeout(
                 job.requeues
             ),
         });
+    }
+}
+
+/// Why the Job's copies that it no longer keeps go: the PodsReady timeout that requeued it
+/// (the requeue is written first, the copies go after), or just that they are stale.
+fn why_unkept(job: &Job) -> &'static str {
+    if job.deleting {
+        return reason::ORPHANED_COPY;
+    }
+    if job.deactivated.is_some() {
+        return reason::REQUEUING_LIMIT;
+    }
+    let requeued = job
+        .condition(super::condition::REQUEUED)
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.reason.as_deref());
+    match requeued {
+        Some(r) if r == reason::PODS_READY_TIMEOUT => reason::PODS_READY_TIMEOUT,
+        Some(r) if r == reason::PODS_READY_LOST => reason::PODS_READY_LOST,
+        _ => reason::STALE_COPY,
     }
 }
 
@@ -463,6 +502,58 @@ fn release(world: &World, job: &Job, out: &mut Vec<Action>) {
     }
 }
 
+/// Takes the Job back from its worker: requeued, unless its worker had already decided how
+/// it ends (`SuccessCriteriaMet` or `FailureTarget` True, which the API server never lets a
+/// Job's status drop): then it ends that way, as the Job controller would end it.
+#[allow(clippy::too_many_arguments)]
+fn take_back(
+    world: &World,
+    job: &Job,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+    why: &'static str,
+    message: String,
+    counted: Option<(u32, SystemTime)>,
+    avoid: Option<String>,
+) {
+    match mirror::decided(&job.status) {
+        Some(result) => conclude(world, job, result, now, out),
+        None => requeue(job, out, why, message, counted, avoid),
+    }
+}
+
+/// The Job ends as its worker decided, its copy gone: the result and the final status.
+fn conclude(world: &World, job: &Job, result: JobResult, now: SystemTime, out: &mut Vec<Action>) {
+    if job.result.is_none() {
+        out.push(Action::RecordResult {
+            job: job.key.clone(),
+            result,
+        });
+    }
+    write_concluded(world, job, result, now, out);
+}
+
+/// Writes the final status of a Job whose copy cannot give it (gone, or not finished there);
+/// returns whether a write was asked for.
+fn write_concluded(
+    world: &World,
+    job: &Job,
+    result: JobResult,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) -> bool {
+    let digest = mirror::digest(&job.status);
+    if world.refused_status.get(&job.uid) == Some(&digest) || terminal(&job.status).is_some() {
+        return false;
+    }
+    out.push(Action::WriteStatus {
+        job: job.key.clone(),
+        status: Box::new(mirror::concluded(&job.status, result, now)),
+        digest,
+    });
+    true
+}
+
 fn requeue(
     job: &Job,
     out: &mut Vec<Action>,
@@ -496,7 +587,8 @@ fn finish(world: &World, job: &Job, live: &[&Copy], now: SystemTime, out: &mut V
         .copied();
     let result = job
         .result
-        .or_else(|| copy.and_then(|c| terminal(&c.status)));
+        .or_else(|| copy.and_then(|c| terminal(&c.status)))
+        .or_else(|| terminal(&job.status));
     if job.result.is_none() {
         if let Some(r) = result {
             out.push(Action::RecordResult {
@@ -506,15 +598,25 @@ fn finish(world: &World, job: &Job, live: &[&Copy], now: SystemTime, out: &mut V
         }
     }
     let mut written = terminal(&job.status).is_some();
-    if let Some(copy) = copy {
-        if !written && terminal(&copy.status).is_some() {
-            let readiness = Readiness {
-                ready: copy.ready_pods(),
-                gang: job.gang(),
-            };
-            written = !write_status(world, job, copy, readiness, now, out);
+    if !written {
+        match copy {
+            Some(copy) if terminal(&copy.status).is_some() => {
+                let readiness = Readiness {
+                    ready: copy.ready_pods(),
+                    gang: job.gang(),
+                };
+                written = !write_status(world, job, copy, readiness, now, out);
+            }
+            // No final status from a copy: the outcome recorded says how it ended.
+            _ => {
+                if let Some(r) = result {
+                    written = !write_concluded(world, job, r, now, out);
+                }
+            }
         }
-        if written {
+    }
+    if written {
+        if let Some(copy) = copy {
             delete(world, out, copy, reason::FINISHED);
         }
     }

@@ -4,7 +4,7 @@
 
 use super::condition;
 use super::mirror::to_timestamp;
-use super::model::{Action, Job};
+use super::model::{rfc3339, Action, Job, Refusal};
 
 use super::reason;
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
@@ -72,7 +72,8 @@ pub fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) ->
 
 /// The status of a Job taken back from its worker: no pods any more, waiting again. The
 /// counters that may not decrease keep their values; `startTime` may be cleared because the
-/// Job is suspended first.
+/// Job is suspended first. `SuccessCriteriaMet` and `FailureTarget` True stay (the API server
+/// refuses to drop them), though a Job that has one is concluded, never requeued.
 pub fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
     let kept = JobStatus {
         succeeded: status.succeeded,
@@ -83,7 +84,10 @@ pub fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -
                 .iter()
                 .flatten()
                 .filter(|c| {
-                    condition::OURS.contains(&c.type_.as_str()) && c.type_ != condition::PODS_READY
+                    (condition::OURS.contains(&c.type_.as_str())
+                        && c.type_ != condition::PODS_READY)
+                        || (c.status == "True"
+                            && ["SuccessCriteriaMet", "FailureTarget"].contains(&c.type_.as_str()))
                 })
                 .cloned()
                 .collect(),
@@ -119,6 +123,7 @@ pub fn after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
             j.admitted_at = Some(now);
             j.requeue_after = None;
             j.avoid = None;
+            j.refusals.remove(cluster);
             j.status = admitted(&j.status, cluster, now);
         }
         Action::Offer { clusters, .. } => {
@@ -142,6 +147,7 @@ pub fn after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
         Action::Choose { cluster, .. } => {
             j.cluster = Some(cluster.clone());
             j.offers.clear();
+            j.refusals.remove(cluster);
             j.status = admitted(&j.status, cluster, now);
         }
         Action::CreateCopy { .. } => return None,
@@ -150,18 +156,37 @@ pub fn after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
             j.admitted_at = Some(now);
             j.requeue_after = None;
             j.avoid = None;
+            j.refusals.remove(cluster);
             j.status = admitted(&j.status, cluster, now);
         }
         Action::Unclaim {
             cluster,
             reason,
             message,
+            retry_at,
             ..
         } => {
             j.cluster = None;
             j.offers.retain(|c| c != cluster);
             j.avoid = Some(cluster.clone());
-            j.status = waiting(&j.status, reason, message, now);
+            let count = j
+                .refusals
+                .get(cluster)
+                .map_or(1, |r| r.count.saturating_add(1));
+            j.refusals.insert(
+                cluster.clone(),
+                Refusal {
+                    count,
+                    retry_at: *retry_at,
+                    message: shorten(message, 300),
+                },
+            );
+            j.status = waiting(
+                &j.status,
+                reason,
+                &refused_message(cluster, message, *retry_at),
+                now,
+            );
         }
         Action::WriteStatus { status, .. } => j.status = (**status).clone(),
         Action::RecordResult { result, .. } => j.result = Some(*result),
@@ -216,8 +241,9 @@ pub fn describe(action: &Action) -> String {
             job,
             cluster,
             message,
+            retry_at,
             ..
-        } => format!("{job}: worker {cluster} refused it: {message}"),
+        } => format!("{job}: {}", refused_message(cluster, message, *retry_at)),
         Action::WriteStatus { job, .. } => format!("{job}: status mirrored"),
         Action::RecordResult { job, result } => format!("{job}: {} in its worker", result.as_str()),
         Action::DeleteCopy {
@@ -232,6 +258,26 @@ pub fn describe(action: &Action) -> String {
         Action::Hold(h) => format!("holding a placement in {} for {}", h.cluster, h.job_uid),
         Action::Release { job_uid } => format!("releasing the placement held for {job_uid}"),
     }
+}
+
+/// Why the Job left `cluster`, and when that worker is asked again.
+fn refused_message(cluster: &str, message: &str, retry_at: SystemTime) -> String {
+    format!(
+        "worker {cluster} refused it: {message}; next attempt there not before {}",
+        rfc3339(retry_at)
+    )
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
 }
 
 /// Every dispatch annotation as the Job's state says it should be (`None`: absent), for the
@@ -253,6 +299,10 @@ pub fn annotations(job: &Job) -> Vec<(&'static str, Option<String>)> {
         ),
         (REQUEUE_AFTER_ANNOTATION, time(job.requeue_after)),
         (AVOID_ANNOTATION, job.avoid.clone()),
+        (
+            REFUSED_ANNOTATION,
+            super::object::refusals_annotation(&job.refusals),
+        ),
         (DEACTIVATED_ANNOTATION, job.deactivated.clone()),
         (
             RESULT_ANNOTATION,

@@ -109,6 +109,7 @@ fn job(name: &str) -> JobBuilder {
         requeues: 0,
         requeue_after: None,
         avoid: None,
+        refusals: Default::default(),
         deactivated: None,
         result: None,
         status: JobStatus::default(),
@@ -196,6 +197,9 @@ struct Env {
     wake_at: Option<SystemTime>,
     /// Workers that are connected but whose API server refuses every write for now.
     refusing: BTreeSet<String>,
+    /// Copies (worker, copy uid) that were in a worker when it was disconnected: given up for
+    /// lost by design, they may run on until the worker is back and they are removed.
+    lost_copies: BTreeSet<(String, String)>,
 }
 
 impl Env {
@@ -229,7 +233,31 @@ impl Env {
             duplicates: Vec::new(),
             wake_at: None,
             refusing: BTreeSet::new(),
+            lost_copies: BTreeSet::new(),
         }
+    }
+
+    /// The dispatcher restarts: a new World rebuilt from what the objects say (the manager's
+    /// Jobs, the workers' copies), nothing remembered.
+    fn restart(&mut self) {
+        let mut world = World::new(self.world.config.clone());
+        world.inventory = self.world.inventory.clone();
+        world.jobs_synced = true;
+        for w in self.world.workers.values() {
+            world.upsert_worker(w.clone());
+        }
+        for q in self.world.queues.values() {
+            world.upsert_queue(q.clone());
+        }
+        for j in self.world.jobs.values() {
+            world.upsert_job(j.clone());
+        }
+        for (c, copies) in &self.remote {
+            if self.reachable(c) {
+                world.replace_copies(c, copies.values().cloned().collect());
+            }
+        }
+        self.world = world;
     }
 
     fn submit(&mut self, job: Job) {
@@ -371,13 +399,26 @@ impl Env {
             }
             _ => {}
         }
-        self.done.push((now, action.clone()));
-        let Some(key) = action.job() else { return };
+        let Some(key) = action.job() else {
+            self.done.push((now, action.clone()));
+            return;
+        };
         let Some(j) = self.world.jobs.get(key) else {
+            self.done.push((now, action.clone()));
             return;
         };
         if let Some(new) = status::after(j, action, now) {
+            // Every status the dispatcher writes, not only the mirror's, must pass the API
+            // server's rules: one that does not is refused whole.
+            if let Some(why) = mirror::violation(&j.status, &new.status, new.suspended) {
+                self.refused.push(format!("{key}: {action:?}: {why}"));
+                self.world.touch(key);
+                return;
+            }
+            self.done.push((now, action.clone()));
             self.world.upsert_job(new);
+        } else {
+            self.done.push((now, action.clone()));
         }
     }
 
@@ -502,6 +543,10 @@ impl Env {
     }
 
     fn disconnect(&mut self, cluster: &str) {
+        for c in self.remote[cluster].values() {
+            self.lost_copies
+                .insert((cluster.to_string(), c.uid.clone()));
+        }
         let mut w = self.world.workers[cluster].clone();
         w.connected = false;
         w.copies_synced = false;
@@ -1446,6 +1491,40 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
     }
     // No copy is created while the Job still runs in another reachable worker.
     assert!(env.duplicates.is_empty(), "{step}: {:?}", env.duplicates);
+    // Pods of a Job run in one worker at a time. By design there are two exceptions: a Job
+    // offered to several workers at once (`placement.fanout` > 1) runs in up to that many
+    // until the first to have all its pods Ready keeps it and the others' copies are removed;
+    // and a copy in a worker that became unreachable is given up for lost (seed 000) and may
+    // run on there until the worker answers again and the copy is removed.
+    for j in env.world.jobs.values() {
+        let running: Vec<&String> = env
+            .remote
+            .iter()
+            .filter(|(c, m)| {
+                env.reachable(c)
+                    && m.get(&j.uid).is_some_and(|copy| {
+                        !copy.deleting
+                            && model::terminal(&copy.status).is_none()
+                            && copy.status.active.unwrap_or(0) > 0
+                            && !env.lost_copies.contains(&((*c).clone(), copy.uid.clone()))
+                    })
+            })
+            .map(|(c, _)| c)
+            .collect();
+        let fanout = env
+            .world
+            .queues
+            .get(&j.queue)
+            .and_then(|q| q.settings.as_ref().ok())
+            .map_or(1, |s| s.fanout.max(1));
+        assert!(
+            running.len() <= fanout,
+            "{step}: {} runs pods in {running:?} (fanout {fanout}, claimed for {:?}, offered to {:?})",
+            j.key,
+            j.cluster,
+            j.offers
+        );
+    }
 }
 
 /// Once the dispatcher has done all it wanted (nothing failing), no Job runs in two
@@ -1743,4 +1822,325 @@ fn random_run(seed: u64, steps: usize) -> Env {
         }
     }
     env
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Workers that refuse a Job, per-Job blockers, and the order of a requeue's writes.
+
+fn two_workers() -> Inventory {
+    InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 64, 0)
+        .cluster("b")
+        .node("b-0", 16, 0)
+        .build()
+}
+
+/// The worker refused the copy: what the live executor records when it gives the claim back.
+fn refuse(env: &mut Env, name: &str, cluster: &str) {
+    let j = env.job(name).clone();
+    let n = j.refusals.get(cluster).map_or(1, |r| r.count + 1);
+    let retry_at = env.now + env.world.config.refusal_backoff(n);
+    let a = Action::Unclaim {
+        job: j.key.clone(),
+        cluster: cluster.into(),
+        reason: reason::WORKER_REFUSED,
+        message: "admission webhook \"x\" denied the request: no".into(),
+        retry_at,
+    };
+    env.execute(&a, true);
+}
+
+#[test]
+fn refusals_back_off_exponentially_per_worker() {
+    let c = DispatchConfig::default();
+    let waits: Vec<u64> = (1..=8).map(|n| c.refusal_backoff(n).as_secs()).collect();
+    assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(c.refusal_backoff(u32::MAX), c.refusal_backoff_max);
+}
+
+#[test]
+fn a_worker_that_refused_a_job_is_left_alone_for_its_backoff_while_others_take_it() {
+    let mut env = Env::new(two_workers(), vec![queue("q", "clusters: [a, b]")]);
+    env.submit(job("run").build());
+    // `a` is the emptier worker: the first choice. It refuses the copy.
+    let p = env.plan();
+    assert_eq!(dispatches(&p.actions), [("run".into(), "a".into())]);
+    refuse(&mut env, "run", "a");
+    let j = env.job("run");
+    assert_eq!(j.refusals["a"].count, 1);
+    assert_eq!(j.requeues, 0, "a refusal is not the Job's fault");
+    assert!(annotation(j, REFUSED_ANNOTATION).is_some_and(|v| v.contains("denied the request")));
+    // Tried elsewhere at once.
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("run".into(), "b".into())]);
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+#[test]
+fn a_job_refused_by_its_only_worker_waits_out_the_backoff_then_tries_again() {
+    let mut env = Env::new(roomy(), vec![queue("q", "clusters: [a]")]);
+    env.submit(job("run").build());
+    let p = env.plan();
+    assert_eq!(dispatches(&p.actions), [("run".into(), "a".into())]);
+    let mut attempts = vec![env.now];
+    let mut backoffs = Vec::new();
+    for n in 1..=3 {
+        refuse(&mut env, "run", "a");
+        let retry_at = env.job("run").refusals["a"].retry_at;
+        backoffs.push(retry_at.duration_since(env.now).unwrap().as_secs());
+        // Nothing is dispatched before the back-off ends; the Job says why, and when.
+        let p = env.plan();
+        assert!(
+            dispatches(&p.actions).is_empty(),
+            "refusal {n}: {:?}",
+            p.actions
+        );
+        let (why, message) = &p.job_waiting[&JobKey::new("team", "run")];
+        assert_eq!(*why, reason::WORKER_REFUSED);
+        assert!(
+            message.contains("denied the request") && message.contains(&rfc3339(retry_at)),
+            "{message}"
+        );
+        assert_eq!(p.wake_at, Some(retry_at), "woken when the back-off ends");
+        env.advance_to(retry_at);
+        let p = env.plan();
+        assert_eq!(
+            dispatches(&p.actions),
+            [("run".into(), "a".into())],
+            "refusal {n}"
+        );
+        attempts.push(env.now);
+    }
+    assert_eq!(backoffs, [5, 10, 20]);
+    assert_eq!(env.job("run").requeues, 0);
+    // It takes the copy this time: the refusals there are forgotten.
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("run".into(), "a".into())]);
+    assert!(env.job("run").refusals.is_empty());
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+#[test]
+fn a_job_kept_from_a_worker_for_its_own_reason_does_not_hold_back_its_class() {
+    // An earlier Job named `first` is still being removed from the only worker: `first` must
+    // wait, but `second` (same queue, namespace and template: the same class) must not.
+    let mut env = Env::new(roomy(), vec![queue("q", "clusters: [a]")]);
+    let old = Copy {
+        cluster: "a".into(),
+        key: JobKey::new("team", "first"),
+        uid: "old-copy".into(),
+        origin_uid: "uid-of-an-earlier-first".into(),
+        status: JobStatus::default(),
+        deleting: true,
+    };
+    env.remote
+        .get_mut("a")
+        .unwrap()
+        .insert(old.origin_uid.clone(), old.clone());
+    env.world.upsert_copy(old);
+    env.submit(job("first").created(t0()).build());
+    env.submit(job("second").created(t0() + secs(1)).build());
+    let p = env.plan();
+    assert_eq!(dispatches(&p.actions), [("second".into(), "a".into())]);
+    let (_, message) = &p.job_waiting[&JobKey::new("team", "first")];
+    assert!(message.contains("still being removed"), "{message}");
+    // And again once nothing changed (nothing remembered for the class from `first`).
+    env.submit(job("third").created(t0() + secs(2)).build());
+    let p = env.plan();
+    let d = dispatches(&p.actions);
+    assert!(d.contains(&("third".into(), "a".into())), "{d:?}");
+    assert!(!d.iter().any(|(n, _)| n == "first"));
+}
+
+#[test]
+fn a_pods_ready_timeout_writes_the_requeue_before_removing_the_copy() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady:\n  enabled: true\n  timeout: 1m\n  requeuing: {backoffBase: 30s, limit: 3}",
+        )],
+    );
+    env.submit(job("slow").pods(2).build());
+    env.settle();
+    env.advance(mins(2));
+    // The decision: the requeue, and no removal yet.
+    let p = env.plan();
+    assert_eq!(
+        requeues(&p.actions),
+        [("slow".into(), reason::PODS_READY_TIMEOUT)]
+    );
+    assert!(deletions(&p.actions).is_empty(), "{:#?}", p.actions);
+    // The requeue write fails (a 500, a 409): nothing was removed, and the next plan decides
+    // the same, counted once.
+    for a in &p.actions {
+        env.execute(a, !matches!(a, Action::Requeue { .. }));
+    }
+    assert!(env.remote_copy("slow", "a").is_some());
+    let p = env.plan();
+    let counted: Vec<u32> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Requeue { requeues, .. } => Some(*requeues),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counted, [1], "{:#?}", p.actions);
+    assert!(!requeues(&p.actions)
+        .iter()
+        .any(|(_, r)| *r == reason::REMOTE_DELETED));
+    for a in &p.actions {
+        env.execute(a, true);
+    }
+    // Landed: the count and back-off are on the Job. The process dies before the copy is
+    // removed; the next one removes it and keeps the count.
+    let j = env.job("slow");
+    assert_eq!((j.requeues, j.requeue_after), (1, Some(env.now + secs(30))));
+    assert!(env.remote_copy("slow", "a").is_some());
+    env.restart();
+    let p = env.plan();
+    assert_eq!(
+        deletions(&p.actions),
+        [("slow".into(), "a".into(), reason::PODS_READY_TIMEOUT)]
+    );
+    assert!(requeues(&p.actions).is_empty(), "{:#?}", p.actions);
+    for a in &p.actions {
+        env.execute(a, true);
+    }
+    assert!(env.remote_copy("slow", "a").is_none());
+    assert_eq!(env.job("slow").requeues, 1);
+    // Back after its back-off, once.
+    env.advance(secs(30));
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("slow".into(), "a".into())]);
+    assert_eq!(env.job("slow").requeues, 1);
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+/// The copy's Job controller decided the Job fails (FailureTarget) and has not finished it.
+fn failing(copy: &mut Copy, at: Time) {
+    copy.status.conditions = Some(vec![JobCondition {
+        type_: "FailureTarget".into(),
+        status: "True".into(),
+        reason: Some("PodFailurePolicy".into()),
+        message: Some("Container main for pod team/x failed with exit code 42".into()),
+        last_probe_time: Some(at.clone()),
+        last_transition_time: Some(at),
+    }]);
+    copy.status.failed = Some(1);
+}
+
+#[test]
+fn a_job_whose_worker_decided_it_fails_ends_failed_when_its_copy_goes() {
+    for lost in [false, true] {
+        let mut env = Env::new(
+            roomy(),
+            vec![queue("q", "clusters: [a]\nworkerLostTimeout: 5m")],
+        );
+        env.submit(job("doomed").build());
+        env.settle();
+        env.advance(secs(10));
+        let at = Time(mirror::to_timestamp(env.now));
+        env.change_copy("doomed", "a", |c| failing(c, at));
+        env.settle();
+        assert!(is_true(env.job("doomed"), "FailureTarget"), "mirrored");
+        if lost {
+            env.disconnect("a");
+            env.advance(mins(6));
+        } else {
+            env.delete_in_worker("doomed");
+        }
+        let acts = env.settle();
+        assert!(
+            env.refused.is_empty(),
+            "lost {lost}: every write passes the API server: {:?}",
+            env.refused
+        );
+        assert!(requeues(&acts).is_empty(), "lost {lost}: {acts:#?}");
+        let j = env.job("doomed");
+        assert_eq!(j.result, Some(JobResult::Failed), "lost {lost}");
+        assert!(
+            is_true(j, "Failed") && is_true(j, "FailureTarget"),
+            "lost {lost}"
+        );
+        assert!(j.status.start_time.is_some());
+        assert!(!j.holds_quota());
+        if lost {
+            // The worker comes back: its copy goes.
+            env.reconnect("a");
+            env.settle();
+            assert!(env.remote_copy("doomed", "a").is_none());
+        }
+    }
+}
+
+#[test]
+fn the_api_servers_rules_on_target_conditions_are_modelled() {
+    let at = Time(mirror::to_timestamp(t0()));
+    let c = |t: &str| JobCondition {
+        type_: t.into(),
+        status: "True".into(),
+        reason: None,
+        message: None,
+        last_probe_time: None,
+        last_transition_time: Some(at.clone()),
+    };
+    let with = |types: &[&str]| JobStatus {
+        start_time: Some(at.clone()),
+        conditions: Some(types.iter().map(|t| c(t)).collect()),
+        ..Default::default()
+    };
+    let v = |old: &JobStatus, new: &JobStatus| mirror::violation(old, new, true);
+    assert!(v(&with(&["FailureTarget"]), &with(&[]))
+        .is_some_and(|m| m.contains("cannot disable the terminal FailureTarget=True")));
+    assert!(v(&with(&["SuccessCriteriaMet"]), &with(&[]))
+        .is_some_and(|m| m.contains("cannot disable the SuccessCriteriaMet=True")));
+    assert!(v(&with(&[]), &with(&["SuccessCriteriaMet", "FailureTarget"])).is_some());
+    let mut complete = with(&["SuccessCriteriaMet", "Complete", "FailureTarget"]);
+    complete.completion_time = Some(at.clone());
+    assert!(v(&with(&["FailureTarget"]), &complete)
+        .is_some_and(|m| m.contains("Complete=True and FailureTarget")));
+    // The requeue of a Job with a target condition keeps it: the write stays valid.
+    let old = with(&["FailureTarget"]);
+    let requeued = status::requeued(&old, reason::WORKER_LOST, "m", t0());
+    assert_eq!(v(&old, &requeued), None);
+    // Unsetting completionTime is not "mutating" it (the API server allows it).
+    let mut set = with(&[]);
+    set.completion_time = Some(at.clone());
+    assert!(v(&set, &with(&[])).is_none());
+}
+
+#[test]
+fn a_short_disconnect_keeps_the_workers_share_of_the_automatic_quota() {
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .cluster("b")
+        .node("b-0", 8, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue("q", "clusters: [a, b]\nworkerLostTimeout: 10m")],
+    );
+    let settings = env.world.queues["q"].settings.clone().unwrap();
+    let cpu = |env: &Env| effective_quota(&env.world, &settings, env.now)["cpu"];
+    assert_eq!(cpu(&env), 24_000);
+    env.disconnect("a");
+    env.advance(mins(9));
+    assert_eq!(cpu(&env), 24_000, "a short disconnect changes nothing");
+    // A Job only `a` can hold waits for it: not "never fits".
+    env.submit(job("wide").each(12, 0).created(env.now).build());
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty());
+    let (why, _) = p.waiting.values().next().expect("it waits");
+    assert_eq!(*why, reason::NO_WORKER_FITS);
+    // Lost: its share goes.
+    env.advance(mins(1));
+    assert_eq!(cpu(&env), 8_000);
+    env.reconnect("a");
+    assert_eq!(cpu(&env), 24_000);
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("wide".into(), "a".into())]);
 }

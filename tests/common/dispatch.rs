@@ -149,6 +149,15 @@ impl Fleet {
     }
 
     pub fn dispatcher_with(&self, leading: bool, options: LiveOptions) -> Running {
+        self.dispatcher_with_metrics(leading, options, None)
+    }
+
+    pub fn dispatcher_with_metrics(
+        &self,
+        leading: bool,
+        options: LiveOptions,
+        metrics: Option<Arc<switchyard::metrics::Metrics>>,
+    ) -> Running {
         let (stop, stop_rx) = watch::channel(false);
         let (leader, leader_rx) = watch::channel(leading);
         let task = live::start(
@@ -157,7 +166,7 @@ impl Fleet {
                 workers: self.publisher.subscribe(),
                 leader: leader_rx,
                 inventory: self.store.clone(),
-                metrics: None,
+                metrics,
             },
             options,
             stop_rx,

@@ -234,6 +234,8 @@ pub struct Recorded {
     pub authorization: Option<String>,
     pub content_type: Option<String>,
     pub body: Option<Value>,
+    /// The status code answered (`None` while the request is still being answered).
+    pub status: Option<u16>,
 }
 
 struct State {
@@ -261,6 +263,17 @@ struct State {
     uncovered: Vec<String>,
     /// Delay before answering writes (a slow API server).
     write_delay: Duration,
+    /// Requests refused a given number of times, then answered normally.
+    failures: Vec<Failure>,
+}
+
+/// A refusal for the next `times` requests whose URI and body contain the given text.
+struct Failure {
+    method: String,
+    uri_contains: String,
+    body_contains: Option<String>,
+    times: u32,
+    refusal: Refusal,
 }
 
 /// A request the server refuses, until cleared.
@@ -320,6 +333,7 @@ impl FakeApi {
             rbac: None,
             uncovered: Vec::new(),
             write_delay: Duration::ZERO,
+            failures: Vec::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -523,6 +537,24 @@ impl FakeApi {
     pub fn refuse(&self, refusal: Refusal) {
         self.state.lock().unwrap().refusals.push(refusal);
     }
+    /// Refuses the next `times` requests with this method whose URI contains `uri_contains`
+    /// (and whose JSON body contains `body_contains`, when given).
+    pub fn fail_next(
+        &self,
+        method: &str,
+        uri_contains: &str,
+        body_contains: Option<&str>,
+        times: u32,
+        refusal: Refusal,
+    ) {
+        self.state.lock().unwrap().failures.push(Failure {
+            method: method.to_string(),
+            uri_contains: uri_contains.to_string(),
+            body_contains: body_contains.map(str::to_string),
+            times,
+            refusal,
+        });
+    }
     pub fn clear_refusals(&self) {
         self.state.lock().unwrap().refusals.clear();
     }
@@ -583,7 +615,7 @@ impl FakeApi {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let (hang, hang_collections, nrt_missing, token, delay) = {
+        let (index, hang, hang_collections, nrt_missing, token, delay) = {
             let mut s = self.state.lock().unwrap();
             if let Some(role) = s.rbac {
                 let pq = uri
@@ -596,17 +628,20 @@ impl FakeApi {
             }
             s.requests.push(Recorded {
                 method: method.clone(),
-                uri,
+                uri: uri.clone(),
                 authorization: authorization.clone(),
                 content_type: content_type.clone(),
                 body: body.clone(),
+                status: None,
             });
+            let index = s.requests.len() - 1;
             let delay = if method == "GET" {
                 Duration::ZERO
             } else {
                 s.write_delay
             };
             (
+                index,
                 s.hang,
                 s.hang_collections,
                 s.nrt_missing,
@@ -614,103 +649,127 @@ impl FakeApi {
                 delay,
             )
         };
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        if hang || (hang_collections && path != "/version") {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-        if let Some(token) = token {
-            if authorization.as_deref() != Some(&format!("Bearer {token}")) {
-                return full(401, status(401, "Unauthorized", "Unauthorized"));
+        let response = async {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
-        }
-        if path == "/version" {
-            return full(
-                200,
-                json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2",
-                "gitCommit": "fake", "gitTreeState": "clean", "buildDate": "2026-11-01T00:00:00Z",
-                "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
-            );
-        }
-        let not_served = || {
-            full(
-                404,
-                status(
+            if hang || (hang_collections && path != "/version") {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            if let Some(token) = token {
+                if authorization.as_deref() != Some(&format!("Bearer {token}")) {
+                    return full(401, status(401, "Unauthorized", "Unauthorized"));
+                }
+            }
+            if path == "/version" {
+                return full(
+                    200,
+                    json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2",
+                    "gitCommit": "fake", "gitTreeState": "clean", "buildDate": "2026-11-01T00:00:00Z",
+                    "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
+                );
+            }
+            let not_served = || {
+                full(
                     404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                ),
-            )
-        };
-        let Some(t) = parse_target(&path) else {
-            return not_served();
-        };
-        if kind_of(&t.plural).is_none() || (t.collection == NRTS && nrt_missing) {
-            return not_served();
-        }
-        let refusal = {
-            let s = self.state.lock().unwrap();
-            s.refusals
-                .iter()
-                .find(|r| r.method == method && r.plural == t.plural && r.sub == t.sub.as_deref())
-                .cloned()
-        };
-        if let Some(r) = refusal {
-            let mut body = status(r.code, r.reason, &r.message);
-            if let Some(name) = &t.name {
-                body["details"] = json!({"name": name, "kind": t.plural});
+                    status(
+                        404,
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    ),
+                )
+            };
+            let Some(t) = parse_target(&path) else {
+                return not_served();
+            };
+            if kind_of(&t.plural).is_none() || (t.collection == NRTS && nrt_missing) {
+                return not_served();
             }
-            return full(r.code, body);
-        }
-        match (method.as_str(), &t.name) {
-            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
-                self.watch(&t, &query)
-            }
-            ("GET", None) => self.list_objects(&t, &query),
-            ("GET", Some(name)) => {
-                match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
-                    Some(obj) => full(200, obj),
-                    None => self.not_found(&t, name),
-                }
-            }
-            ("POST", None) => self.create(&t, body),
-            ("PUT", Some(name)) => self.replace(&t, name, body),
-            ("PATCH", Some(name)) => self.patch(&t, name, content_type.as_deref(), body),
-            ("DELETE", Some(name)) => {
-                let ns = t.namespace.clone().unwrap_or_default();
-                match self.get(&t.collection, &ns, name) {
-                    Some(obj) => {
-                        let want = body
-                            .as_ref()
-                            .and_then(|b| b["preconditions"]["uid"].as_str());
-                        let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
-                        match want {
-                            Some(want) if want != have => full(
-                                409,
-                                object_status(
-                                    &t,
-                                    name,
-                                    409,
-                                    "Conflict",
-                                    format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
-                                ),
-                            ),
-                            _ => full(200, self.emit(&t.collection, "DELETED", obj)),
-                        }
+            let refusal = {
+                let mut s = self.state.lock().unwrap();
+                let text = body.as_ref().map(Value::to_string).unwrap_or_default();
+                let once = s.failures.iter_mut().find(|f| {
+                    f.times > 0
+                        && f.method == method
+                        && uri.contains(&f.uri_contains)
+                        && f.body_contains.as_deref().is_none_or(|b| text.contains(b))
+                });
+                match once {
+                    Some(f) => {
+                        f.times -= 1;
+                        Some(f.refusal.clone())
                     }
-                    None => self.not_found(&t, name),
+                    None => s
+                        .refusals
+                        .iter()
+                        .find(|r| {
+                            r.method == method && r.plural == t.plural && r.sub == t.sub.as_deref()
+                        })
+                        .cloned(),
                 }
+            };
+            if let Some(r) = refusal {
+                let mut body = status(r.code, r.reason, &r.message);
+                if let Some(name) = &t.name {
+                    body["details"] = json!({"name": name, "kind": t.plural});
+                }
+                return full(r.code, body);
             }
-            _ => full(
-                405,
-                status(
+            match (method.as_str(), &t.name) {
+                ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
+                    self.watch(&t, &query)
+                }
+                ("GET", None) => self.list_objects(&t, &query),
+                ("GET", Some(name)) => {
+                    match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
+                        Some(obj) => full(200, obj),
+                        None => self.not_found(&t, name),
+                    }
+                }
+                ("POST", None) => self.create(&t, body),
+                ("PUT", Some(name)) => self.replace(&t, name, body),
+                ("PATCH", Some(name)) => self.patch(&t, name, content_type.as_deref(), body),
+                ("DELETE", Some(name)) => {
+                    let ns = t.namespace.clone().unwrap_or_default();
+                    match self.get(&t.collection, &ns, name) {
+                        Some(obj) => {
+                            let want = body
+                                .as_ref()
+                                .and_then(|b| b["preconditions"]["uid"].as_str());
+                            let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
+                            match want {
+                                Some(want) if want != have => full(
+                                    409,
+                                    object_status(
+                                        &t,
+                                        name,
+                                        409,
+                                        "Conflict",
+                                        format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
+                                    ),
+                                ),
+                                _ => full(200, self.emit(&t.collection, "DELETED", obj)),
+                            }
+                        }
+                        None => self.not_found(&t, name),
+                    }
+                }
+                _ => full(
                     405,
-                    "MethodNotAllowed",
-                    "the server does not allow this method on the requested resource",
+                    status(
+                        405,
+                        "MethodNotAllowed",
+                        "the server does not allow this method on the requested resource",
+                    ),
                 ),
-            ),
+            }
         }
+        .await;
+        let code = response.status().as_u16();
+        if let Some(r) = self.state.lock().unwrap().requests.get_mut(index) {
+            r.status = Some(code);
+        }
+        response
     }
 
     fn not_found(&self, t: &Target, name: &str) -> Response<Body> {
