@@ -17,6 +17,7 @@
 
 pub mod report;
 pub mod scenario;
+pub mod synthetic;
 pub mod worker;
 
 pub use report::{Report, Summary};

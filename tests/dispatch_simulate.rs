@@ -350,3 +350,42 @@ fn the_scenario_format_example_parses() {
     let report = simulate::run(&s, Strategy::Switchyard);
     assert_eq!(report.jobs.len(), 2);
 }
+
+/// What the dispatcher remembers between and within passes (misfits, fits of a class, failed
+/// classes, drained fits) only saves work: a busy synthetic run decides exactly the same
+/// things, in the same order, with all of it forgotten at every pass.
+#[test]
+fn remembering_earlier_passes_changes_no_decision() {
+    let text = simulate::synthetic::scenario_yaml(400, 6, 12, 3);
+    let scenario = scenario::parse(&text).expect("the synthetic scenario parses");
+    let with = Simulation::new(&scenario, Strategy::Switchyard)
+        .with_events()
+        .run();
+    let without = Simulation::new(&scenario, Strategy::Switchyard)
+        .with_events()
+        .without_memory()
+        .run();
+    assert!(
+        with.events.len() > 800,
+        "a busy run: {} decisions",
+        with.events.len()
+    );
+    let waited = with
+        .jobs
+        .iter()
+        .filter(|j| seconds(&j.admitted) > seconds(&j.submitted))
+        .count();
+    assert!(waited > 50, "Jobs waited for room: {waited}");
+    if let Some(i) = with
+        .events
+        .iter()
+        .zip(&without.events)
+        .position(|(a, b)| a != b)
+    {
+        panic!(
+            "decision {i} differs:\n with memory:    {}\n without memory: {}",
+            with.events[i], without.events[i]
+        );
+    }
+    assert_eq!(with.events.len(), without.events.len());
+}

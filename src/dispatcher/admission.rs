@@ -606,7 +606,12 @@ fn judge(
                     reasons.push((name.clone(), "not in the inventory yet".into(), false));
                     continue;
                 }
-                if let Some(fit) = working.known_fit(class, name) {
+                let known = world
+                    .config
+                    .remember
+                    .then(|| working.known_fit(class, name))
+                    .flatten();
+                if let Some(fit) = known {
                     match &fit.misfit {
                         None => fits.push((preferred, fit.score, order, name.clone())),
                         Some(m) => {
