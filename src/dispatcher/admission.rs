@@ -26,7 +26,7 @@ use super::model::{
 use super::reason;
 use crate::inventory::{Cluster, ResourceTable};
 use crate::placement::inflight::Take;
-use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeState};
+use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeJudge, NodeState};
 
 use crate::quantity::{display, Milli};
 use std::borrow::Cow;
@@ -575,6 +575,8 @@ fn judge(
     let mut fits: Vec<(bool, i64, usize, String)> = Vec::new();
     let mut reasons: Vec<(String, String, bool)> = Vec::new();
     let mut candidates = Vec::new();
+    // Counts room on the nodes that changed since a misfit was found, reusing its buffers.
+    let mut counter: Option<NodeJudge<'_>> = None;
     // Workers kept from this Job alone (not from its class), with a reason of that kind.
     let mut own: Option<&'static str> = None;
     // Some worker could not be looked at now (unreachable, kept for another Job, ...).
@@ -638,16 +640,17 @@ fn judge(
                                 }
                                 if let Some(node) = cluster.nodes.get(i) {
                                     let want = gang - bound;
-                                    bound += fit_node(
-                                        node,
-                                        &world.inventory.resources,
-                                        &shape,
-                                        &bound_pod,
-                                        want,
-                                        &world.config.engine,
-                                        false,
-                                    )
-                                    .count;
+                                    bound += counter
+                                        .get_or_insert_with(|| {
+                                            NodeJudge::new(
+                                                &world.inventory.resources,
+                                                &shape,
+                                                &bound_pod,
+                                                &world.config.engine,
+                                                strategy,
+                                            )
+                                        })
+                                        .count(node, want);
                                 }
                             }
                             bound

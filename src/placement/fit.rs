@@ -979,6 +979,24 @@ fn fit_node_with(
     mut state: NodeState,
     taken: &mut Vec<(usize, usize, i64)>,
 ) -> NodeFit {
+    // Most nodes of a busy cluster lack room for even one copy: when nobody reads why nor
+    // the node's state, say so before copying anything.
+    if !detail.misfit_if_none && !detail.state_if_none && !trace {
+        let short = pod
+            .node_request
+            .iter()
+            .any(|(rid, _, q)| rid.is_some_and(|r| node.free(r) < *q));
+        if short {
+            return NodeFit {
+                count: 0,
+                misfit: Some(QUIET),
+                zones_used: NumaMask::EMPTY,
+                state,
+                notes: Vec::new(),
+                traces: Vec::new(),
+            };
+        }
+    }
     state.refill_free(node);
     let mut zones_stale = false;
     if let Some(numa) = &node.numa {
@@ -1126,6 +1144,40 @@ impl<'a> NodeJudge<'a> {
         };
         self.state = fit.state;
         verdict
+    }
+
+    /// How many copies of the pod (up to `want`) fit on the node at once: [`fit_node`]'s
+    /// count, without its misfit, state or zones.
+    pub fn count(&mut self, node: &Node, want: usize) -> usize {
+        let detail = Detail {
+            // The count does not depend on which zones best-effort takes from (see Detail).
+            any_zones: true,
+            misfit_if_none: false,
+            misfit_if_some: false,
+            notes: false,
+            state_if_none: false,
+        };
+        let state = std::mem::replace(
+            &mut self.state,
+            NodeState {
+                free: Vec::new(),
+                zones: Vec::new(),
+            },
+        );
+        let fit = fit_node_with(
+            node,
+            self.shape,
+            self.pod,
+            self.pods_id,
+            want,
+            self.config,
+            false,
+            detail,
+            state,
+            &mut self.taken,
+        );
+        self.state = fit.state;
+        fit.count
     }
 }
 
@@ -1812,7 +1864,8 @@ mod equivalence {
     }
 
     /// The extender's lean judge gives every node the verdict, misfit text and score that
-    /// `fit_node` and `node_score` give it, one reused judge across nodes of all kinds.
+    /// `fit_node` and `node_score` give it, and the dispatcher's count of copies the count
+    /// `fit_node` gives, one reused judge across nodes of all kinds.
     #[test]
     fn the_node_judge_agrees_with_fit_node_and_node_score() {
         let mut rng = Rng(23);
@@ -1852,6 +1905,10 @@ mod equivalence {
                     };
                     let got = judge.judge(node).map_err(|m| m.to_string());
                     assert_eq!(got, want, "{strategy:?}\n{node:?}\n{pod:?}");
+                    let n = 1 + rng.below(6) as usize;
+                    let count =
+                        fit_node(node, &inv.resources, &shape, &pod, n, &config, false).count;
+                    assert_eq!(judge.count(node, n), count, "{n} copies\n{node:?}\n{pod:?}");
                 }
             }
         }
