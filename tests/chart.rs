@@ -427,7 +427,11 @@ fn the_image_build_context_holds_every_file_the_binary_embeds() {
                 let file = std::fs::canonicalize(&file)
                     .unwrap_or_else(|e| panic!("{}: {}: {e}", path.display(), relative));
                 let root = std::fs::canonicalize(repo("")).unwrap();
-                let file = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                let file = file
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 embedded.push(file);
             }
         }
