@@ -355,8 +355,6 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
     worker.upsert(NRTS, fake_api::nrt("g-1", (3, 1)));
     let mut opts = options();
     opts.stale_after = Duration::from_secs(2);
-    // Longer than the watchers' retry delays in this test.
-    opts.link.watch_error_window = Duration::from_secs(5);
     let fleet = Fleet::start_with(opts, true).await;
     fleet.add("w1", &worker.kubeconfig("tok"));
     let s = fleet
@@ -387,7 +385,7 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
     // probes, but its inventory goes stale, which makes it unschedulable until a relist
     // succeeds.
     worker.expire_next_watches(PODS, 1);
-    worker.fail_next_lists(3);
+    worker.fail_next_lists(8);
     let s = fleet.wait_status("w1", "Stale", reason_is("Stale")).await;
     assert_eq!(active(&s).0, "False");
     assert!(active(&s).2.contains("stale"), "{s}");
@@ -534,4 +532,37 @@ async fn a_workers_client_is_really_rate_limited() {
     registry.register("latency", "", latency);
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(text.contains("latency_count 6"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_pod_watch_hangs_goes_stale_though_it_answers_probes() {
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("w-1", 8, 0));
+    worker.upsert(PODS, fake_api::pod("p1", "w-1", 2));
+    let fleet = Fleet::start().await;
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    fleet
+        .wait_status("w1", "Connected", reason_is("Connected"))
+        .await;
+    // Every new pod watch is accepted and then silent; /version, lists and the node watch
+    // still answer. The current pod watch ends within 2 s and its successor hangs.
+    worker.hang_watches(PODS, true);
+    let hung_at = Instant::now();
+    let s = fleet.wait_status("w1", "Stale", reason_is("Stale")).await;
+    assert!(
+        hung_at.elapsed() >= Duration::from_secs(3),
+        "stale only after staleAfter: {:?}",
+        hung_at.elapsed()
+    );
+    let (status, _, message) = active(&s);
+    assert_eq!(status, "False");
+    assert!(message.contains("pod"), "{message}");
+    let v = fleet.view("w1", "stale", |v| v.reason == "Stale").await;
+    assert!(v.connected && !v.active, "reachable, not fresh: {v:?}");
+    assert!(worker.count("GET", "/version") > 0);
+    // The watch answers again: fresh once a new watch delivers.
+    worker.hang_watches(PODS, false);
+    fleet
+        .wait_status("w1", "fresh again", reason_is("Connected"))
+        .await;
 }

@@ -25,6 +25,7 @@ fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
         let options = WatchOptions {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
+            timings: common::fleet::fast_watches(),
             ..Default::default()
         };
         tokio::spawn(watch::run(
@@ -248,4 +249,44 @@ async fn serve_without_standalone_feeds_the_extender_from_the_cluster_it_runs_in
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_cluster_whose_pods_cannot_be_listed_goes_stale_with_the_reason() {
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("l-1", 8, 0));
+    api.refuse(fake_api::Refusal {
+        method: "GET",
+        plural: "pods",
+        sub: None,
+        code: 403,
+        reason: "Forbidden",
+        message: "pods is forbidden: User \"system:serviceaccount:switchyard-system:switchyard\" cannot list resource \"pods\" in API group \"\" at the cluster scope".into(),
+    });
+    let live = start(&[("local", &api)], Duration::from_millis(1500));
+    wait_for("the node", &live.store, |inv| inv.node("l-1").is_some()).await;
+    // Probes answer all along; the pods never arrive.
+    wait_for("the cluster unschedulable", &live.store, |inv| {
+        inv.cluster("local")
+            .is_some_and(|c| c.unavailable.is_some())
+    })
+    .await;
+    let why = live
+        .store
+        .snapshot()
+        .cluster("local")
+        .unwrap()
+        .unavailable
+        .clone()
+        .unwrap();
+    assert!(why.contains("stale") && why.contains("pod"), "{why}");
+    assert!(why.contains("forbidden"), "the reason: {why}");
+    assert!(api.count("GET", "/version") > 0);
+    // Granted: fresh again.
+    api.clear_refusals();
+    wait_for("the cluster fresh again", &live.store, |inv| {
+        inv.cluster("local")
+            .is_some_and(|c| c.unavailable.is_none())
+    })
+    .await;
 }

@@ -1,11 +1,11 @@
 //! A small kube-apiserver stand-in on loopback, plain HTTP or HTTPS, that answers the way the
 //! real one does (shapes from the kube-api captures of a v1.36 API server): lists with
-//! `metadata.resourceVersion`, watches with one JSON object per chunk, ERROR events carrying
-//! a 410 Status, streams that end at their timeout; GET, POST (409 AlreadyExists), PUT
-//! (409 Conflict on a stale resourceVersion), merge PATCH of an object or its `status`
-//! (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
+//! `metadata.resourceVersion`, watches with one JSON object per chunk, BOOKMARKs when asked
+//! for, ERROR events carrying a 410 Status, streams that end at their timeout; GET, POST (409
+//! AlreadyExists), PUT (409 Conflict on a stale resourceVersion), merge PATCH of an object or
+//! its `status` (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
 //! `metadata.name` field selectors, bearer tokens (401). Knobs break it: fail lists, expire
-//! watches, hang, hide the NodeResourceTopology CRD.
+//! watches, silent watches, hang, hide the NodeResourceTopology CRD.
 
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
@@ -251,6 +251,11 @@ struct State {
     token: Option<String>,
     /// Longest a watch stays open (the real server uses timeoutSeconds; tests want it short).
     max_watch: Duration,
+    /// How often a watch that asked for bookmarks gets one (the real server: about every
+    /// minute, and once more just before it ends the watch).
+    bookmark_every: Duration,
+    /// Watches of these collections are accepted (200) and then sent nothing, ever.
+    hang_watches: std::collections::HashSet<String>,
     requests: Vec<Recorded>,
     /// Creates in a namespace that is not stored get 404, as on a real server.
     require_namespaces: bool,
@@ -314,6 +319,8 @@ impl FakeApi {
             nrt_missing: false,
             token: None,
             max_watch: Duration::from_secs(2),
+            bookmark_every: Duration::from_millis(500),
+            hang_watches: Default::default(),
             requests: Vec::new(),
             require_namespaces: false,
             refusals: Vec::new(),
@@ -504,6 +511,17 @@ impl FakeApi {
     }
     pub fn set_hang(&self, hang: bool) {
         self.state.lock().unwrap().hang = hang;
+    }
+    /// New watches of `path` are accepted and then silent (no event, no bookmark, no end),
+    /// as through a proxy that lost its upstream; lists and other requests still answer.
+    pub fn hang_watches(&self, path: &str, hang: bool) {
+        let c = Self::collection_of(path);
+        let mut s = self.state.lock().unwrap();
+        if hang {
+            s.hang_watches.insert(c);
+        } else {
+            s.hang_watches.remove(&c);
+        }
     }
     pub fn set_hang_collections(&self, hang: bool) {
         self.state.lock().unwrap().hang_collections = hang;
@@ -922,10 +940,12 @@ impl FakeApi {
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
         let filter = Self::filter(t, query);
         let mut s = self.state.lock().unwrap();
+        let silent = s.hang_watches.contains(&t.collection);
         let pending = s.expire_watches.get(&t.collection).copied().unwrap_or(0);
-        let expired = pending > 0;
+        let expired = pending > 0 && !silent;
         if expired {
             s.expire_watches.insert(t.collection.clone(), pending - 1);
         }
@@ -941,11 +961,27 @@ impl FakeApi {
             })
             .unwrap_or_default();
         let mut live = s.live.subscribe();
+        // Everything up to here is either replayed or not this watch's: a bookmark may say so.
+        let mut seen = s.rv.max(from);
         let max = s.max_watch;
+        let bookmark_every = s.bookmark_every;
         drop(s);
         let collection = t.collection.clone();
+        let kind = kind_of(&t.plural).unwrap_or("Unknown").to_string();
+        let api_version = t.api_version.clone();
+        let bookmark = move |rv: u64| {
+            json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                   "metadata": {"resourceVersion": rv.to_string()}}})
+            .to_string()
+                + "\n"
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
         tokio::spawn(async move {
+            if silent {
+                // Hold the stream open without a byte until the client gives up.
+                tx.closed().await;
+                return;
+            }
             if expired {
                 let line = json!({"type": "ERROR", "object": status(410, "Expired", &format!("too old resource version: {from} ({})", from + 1000))}).to_string() + "\n";
                 let _ = tx.send(Ok(Frame::data(Bytes::from(line)))).await;
@@ -958,16 +994,30 @@ impl FakeApi {
             }
             let deadline = tokio::time::sleep(max);
             tokio::pin!(deadline);
+            let mut ticker = tokio::time::interval(bookmark_every);
+            ticker.tick().await;
             loop {
                 tokio::select! {
-                    _ = &mut deadline => return,
+                    _ = &mut deadline => {
+                        if bookmarks {
+                            let _ = tx.send(Ok(Frame::data(Bytes::from(bookmark(seen))))).await;
+                        }
+                        return;
+                    }
+                    _ = ticker.tick(), if bookmarks => {
+                        if tx.send(Ok(Frame::data(Bytes::from(bookmark(seen))))).await.is_err() {
+                            return;
+                        }
+                    }
                     ev = live.recv() => match ev {
-                        Ok((c, rv, obj, line)) if c == collection && rv > from && filter.matches(&obj) => {
-                            if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+                        Ok((c, rv, obj, line)) => {
+                            seen = seen.max(rv);
+                            if c == collection && rv > from && filter.matches(&obj)
+                                && tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err()
+                            {
                                 return;
                             }
                         }
-                        Ok(_) => {}
                         Err(_) => return,
                     }
                 }
