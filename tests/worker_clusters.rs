@@ -566,3 +566,71 @@ async fn a_worker_whose_pod_watch_hangs_goes_stale_though_it_answers_probes() {
         .wait_status("w1", "fresh again", reason_is("Connected"))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnected_since_survives_a_failover_to_another_replica() {
+    use std::time::SystemTime;
+    use switchyard::inventory::InventoryStore;
+    use switchyard::workers::controller;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let worker = FakeApi::start_tls().await;
+    let kubeconfig = worker
+        .kubeconfig("tok")
+        .replace(&worker.addr.port().to_string(), &closed.to_string());
+    let fleet = Fleet::start().await;
+    fleet.add("gone", &kubeconfig);
+    let s = fleet
+        .wait_status("gone", "disconnectedSince recorded", |s| {
+            s["connection"]["disconnectedSince"].is_string()
+        })
+        .await;
+    let recorded = s["connection"]["disconnectedSince"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // This replica steps down; another starts from scratch a while later and leads.
+    fleet.leader.send_replace(false);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let attempts_before = fleet.status("gone")["connection"]["attempts"]
+        .as_i64()
+        .unwrap();
+    let started = SystemTime::now();
+    let (_leading, leader) = tokio::sync::watch::channel(true);
+    let (workers, task) = controller::start(
+        fleet.manager.client(),
+        Arc::new(InventoryStore::default()),
+        options(),
+        leader,
+        None,
+    );
+    let _task = common::fleet::Abort(task);
+    let deadline = Instant::now() + WAIT;
+    let view = loop {
+        if let Some(v) = workers.get("gone").filter(|v| v.attempts >= 1) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{:?}", workers.get("gone"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let since = view.disconnected_since.expect("disconnected");
+    assert!(
+        since < started - Duration::from_secs(1),
+        "T restored from the status, not this replica's first failure"
+    );
+    assert_eq!(
+        switchyard::workers::connection::httpdate(since),
+        recorded,
+        "exactly the recorded T"
+    );
+    assert!(!view.connected);
+    // The new leader writes it back unchanged, with its own attempts counted on top.
+    let s = fleet
+        .wait_status("gone", "the new leader's attempts", |s| {
+            s["connection"]["attempts"].as_i64() > Some(attempts_before)
+        })
+        .await;
+    assert_eq!(s["connection"]["disconnectedSince"], recorded.as_str());
+}

@@ -26,6 +26,25 @@ impl Reason {
             Reason::Stale => "Stale",
         }
     }
+
+    /// The reason a status names, if it is one of these.
+    pub fn parse(s: &str) -> Option<Reason> {
+        [
+            Reason::Connected,
+            Reason::BadKubeConfig,
+            Reason::InsecureKubeConfig,
+            Reason::ClientConnectionFailed,
+            Reason::Stale,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    /// Whether the worker is unreachable (or unusable) for this reason, as opposed to
+    /// connected but behind.
+    pub fn is_disconnection(self) -> bool {
+        !matches!(self, Reason::Connected | Reason::Stale)
+    }
 }
 
 /// Retry delays: from `base`, doubling, capped at `max`.

@@ -199,7 +199,18 @@ impl Controller {
         let spec_error = wc.spec.validate().err().map(|errors| errors.join("; "));
         let (relabel, restart) = match self.entries.get_mut(&name) {
             None => {
-                tracing::info!(cluster = %name, "worker cluster added");
+                // Where the previous leader (or this process before a restart) left it.
+                let health = status::restored_health(wc.status.as_ref(), SystemTime::now());
+                if let Some(since) = (ConnectionState {
+                    health: health.clone(),
+                    backoff: self.options.link.backoff,
+                })
+                .disconnected_since()
+                {
+                    tracing::info!(cluster = %name, disconnected_since = %super::connection::httpdate(since), "worker cluster added; disconnected since the time its status records");
+                } else {
+                    tracing::info!(cluster = %name, "worker cluster added");
+                }
                 self.entries.insert(
                     name.clone(),
                     Entry {
@@ -210,7 +221,7 @@ impl Controller {
                         seen_client: (0, 0),
                         client: None,
                         client_generation: 0,
-                        health: Health::Connecting,
+                        health,
                         writing: false,
                         retry_write_at: None,
                     },
