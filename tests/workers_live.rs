@@ -5,6 +5,7 @@
 mod common;
 
 use common::fake_api::{self, FakeApi, NODES, NRTS, PODS};
+use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use switchyard::inventory::{Inventory, InventoryStore};
@@ -17,6 +18,15 @@ struct Live {
 }
 
 fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
+    start_counting(workers, stale_after, None)
+}
+
+/// As [`start`], counting every watch restart in `restarts`.
+fn start_counting(
+    workers: &[(&str, &FakeApi)],
+    stale_after: Duration,
+    restarts: Option<Counter>,
+) -> Live {
     let store = Arc::new(InventoryStore::default());
     let mut h = Hub::new(store.clone(), stale_after);
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
@@ -26,7 +36,7 @@ fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
             timings: common::fleet::fast_watches(),
-            ..Default::default()
+            restarts: restarts.clone(),
         };
         tokio::spawn(watch::run(
             name.to_string(),
@@ -202,6 +212,40 @@ async fn without_the_topology_crd_nodes_still_arrive_and_numa_data_follows_it() 
         zones(inv, "w1-a") == 2
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_topology_crd_is_looked_for_again_without_counting_restarts() {
+    let api = FakeApi::start().await;
+    api.set_nrt_missing(true);
+    api.upsert(NODES, fake_api::node("w1-a", 32, 4));
+    let restarts = Counter::default();
+    let live = start_counting(
+        &[("w1", &api)],
+        Duration::from_secs(30),
+        Some(restarts.clone()),
+    );
+    wait_for("the node", &live.store, |inv| inv.node("w1-a").is_some()).await;
+    // Several re-checks (every 300 ms here): none is a failure.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let checks = api.count("GET", "/noderesourcetopologies");
+    assert!(
+        (2..=8).contains(&checks),
+        "re-checked at its pace: {checks}"
+    );
+    assert_eq!(restarts.get(), 0, "an absent CRD is no watch restart");
+    assert!(live
+        .store
+        .snapshot()
+        .cluster("w1")
+        .unwrap()
+        .unavailable
+        .is_none());
+    // Installed later: picked up at the next check.
+    api.set_nrt_missing(false);
+    api.upsert(NRTS, fake_api::nrt("w1-a", (4, 4)));
+    wait_for("NUMA zones", &live.store, |inv| zones(inv, "w1-a") == 2).await;
+    assert_eq!(restarts.get(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
