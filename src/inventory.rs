@@ -100,7 +100,11 @@ pub struct Node {
 
 impl Node {
     pub fn free(&self, r: ResourceId) -> i64 {
-        self.allocatable.get(r).copied().unwrap_or(0) - self.requested.get(r).copied().unwrap_or(0)
+        self.allocatable
+            .get(r)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(self.requested.get(r).copied().unwrap_or(0))
     }
 }
 
@@ -153,7 +157,8 @@ impl Cluster {
         for node in &self.nodes {
             for r in 0..resources {
                 let alloc = node.allocatable.get(r).copied().unwrap_or(0);
-                s.allocatable[r] += alloc;
+                // Remote amounts: a sum that does not fit saturates rather than wraps.
+                s.allocatable[r] = s.allocatable[r].saturating_add(alloc);
                 s.max_free_on_node[r] = s.max_free_on_node[r].max(node.free(r));
                 s.max_allocatable_on_node[r] = s.max_allocatable_on_node[r].max(alloc);
             }

@@ -454,7 +454,7 @@ fn minimal_size(numa: &NumaTopology, n: usize, rid: usize, need: i64) -> Option<
     sorted
         .iter()
         .position(|a| {
-            sum += a;
+            sum = sum.saturating_add(*a);
             sum >= need
         })
         .map(|k| k as u32 + 1)
@@ -600,7 +600,8 @@ fn quick_merge(numa: &NumaTopology, zones: &[Vec<i64>], managed: &[(usize, &str,
             let mut rest = set;
             while rest != 0 {
                 let i = rest.trailing_zeros() as usize;
-                sum += zones.get(i).and_then(|z| z.get(rid)).copied().unwrap_or(0);
+                sum =
+                    sum.saturating_add(zones.get(i).and_then(|z| z.get(rid)).copied().unwrap_or(0));
                 rest &= rest - 1;
             }
             sum >= need
@@ -931,7 +932,7 @@ fn place_one(
     }
     for (rid, _, q) in &pod.node_request {
         if let Some(rid) = rid {
-            state.free[*rid] -= q;
+            state.free[*rid] = state.free[*rid].saturating_sub(*q);
         }
     }
     if let Some(p) = pods_id {

@@ -52,6 +52,8 @@ struct Interner {
     resource_names: Vec<Box<str>>,
     shape_ids: HashMap<Box<[(u16, i64)]>, u32>,
     shapes: Vec<Box<[(u16, i64)]>>,
+    /// Every resource id is taken (and that was logged).
+    resources_full: bool,
 }
 
 impl Interner {
@@ -66,20 +68,32 @@ impl Interner {
         id
     }
 
-    fn resource(&mut self, name: &str) -> u16 {
+    /// The id of a resource name; `None` once every id is taken (a worker that publishes
+    /// tens of thousands of resource names): those resources are left out, and said so once.
+    fn resource(&mut self, name: &str) -> Option<u16> {
         if let Some(id) = self.resource_ids.get(name) {
-            return *id;
+            return Some(*id);
         }
-        let id = self.resource_names.len() as u16;
+        let Ok(id) = u16::try_from(self.resource_names.len()) else {
+            if !self.resources_full {
+                self.resources_full = true;
+                tracing::warn!(
+                    resource = name,
+                    limit = usize::from(u16::MAX) + 1,
+                    "a worker names more resources than can be tracked; the others are ignored"
+                );
+            }
+            return None;
+        };
         self.resource_names.push(name.into());
         self.resource_ids.insert(name.into(), id);
-        id
+        Some(id)
     }
 
     fn amounts(&mut self, amounts: impl IntoIterator<Item = (String, i64)>) -> Box<[(u16, i64)]> {
         let mut v: Vec<(u16, i64)> = amounts
             .into_iter()
-            .map(|(k, q)| (self.resource(&k), q))
+            .filter_map(|(k, q)| Some((self.resource(&k)?, q)))
             .collect();
         v.sort_unstable();
         v.into()
@@ -110,8 +124,9 @@ pub struct ClusterState {
     /// by interned node id. Shared with every published snapshot of the node.
     topologies: HashMap<u32, Result<Arc<NumaTopology>, String>>,
     /// Sum of the pods' requests per interned node, by interned resource, kept as pods come
-    /// and go.
-    requested: Vec<Vec<i64>>,
+    /// and go. Wide, so that adding and taking away remote amounts stays exact however large
+    /// they are; clamped to i64 when published.
+    requested: Vec<Vec<i128>>,
     /// Pods collected during a relist, applied when it completes.
     relist: Option<Vec<PodRecord>>,
 }
@@ -161,10 +176,17 @@ pub fn pod_requests(pod: &Pod) -> Vec<(String, i64)> {
     );
     let mut total = effective_request(&containers);
     for (k, v) in parse_amounts(spec.overhead.as_ref()) {
-        *total.entry(k).or_insert(0) += v;
+        let sum = total.entry(k).or_insert(0);
+        *sum = sum.saturating_add(v);
     }
-    *total.entry("pods".into()).or_insert(0) += 1000;
+    let pods = total.entry("pods".into()).or_insert(0);
+    *pods = pods.saturating_add(1000);
     total.into_iter().collect()
+}
+
+/// A wide sum as an amount: beyond i64 it saturates.
+fn clamp(q: i128) -> i64 {
+    i64::try_from(q).unwrap_or(if q > 0 { i64::MAX } else { i64::MIN })
 }
 
 /// A pod holds node resources while it is bound and not finished.
@@ -233,7 +255,7 @@ impl ClusterState {
         }
     }
 
-    fn add_requests(&mut self, rec: PodRecord, sign: i64) {
+    fn add_requests(&mut self, rec: PodRecord, sign: i128) {
         let Some(shape) = self.interner.shapes.get(rec.shape as usize) else {
             return;
         };
@@ -247,7 +269,7 @@ impl ClusterState {
             if entry.len() <= r {
                 entry.resize(r + 1, 0);
             }
-            entry[r] += sign * v;
+            entry[r] += sign * i128::from(*v);
         }
     }
 
@@ -381,7 +403,7 @@ impl ClusterState {
             .map(|n| table.intern(n))
             .collect();
         let dense = |pairs: &mut dyn Iterator<Item = (usize, i64)>| {
-            let mut v = Vec::new();
+            let mut v: Vec<i64> = Vec::new();
             for (r, q) in pairs {
                 let Some(id) = ids.get(r).copied() else {
                     continue;
@@ -389,7 +411,7 @@ impl ClusterState {
                 if v.len() <= id {
                     v.resize(id + 1, 0);
                 }
-                v[id] += q;
+                v[id] = v[id].saturating_add(q);
             }
             v
         };
@@ -415,7 +437,7 @@ impl ClusterState {
                         .flatten()
                         .enumerate()
                         .filter(|(_, q)| **q != 0)
-                        .map(|(r, q)| (r, *q)),
+                        .map(|(r, q)| (r, clamp(*q))),
                 );
                 // `managed` is read with `get`: resources interned later are simply unmanaged.
                 let numa = match self.topologies.get(&(id as u32)) {

@@ -218,3 +218,81 @@ fn pods_are_keyed_by_their_uid_whatever_its_form() {
     assert_eq!(s.pod_count(), 0);
     assert!(!comparable(&s, &mut ResourceTable::default()).contains("req={\"cpu\""));
 }
+
+fn big_node(name: &str, memory: &str) -> KubeNode {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "8", "memory": memory, "pods": "110"}}
+    }))
+    .unwrap()
+}
+
+fn big_pod(uid: &str, node: &str, memory: &str) -> Pod {
+    let c = |n: &str| json!({"name": n, "resources": {"requests": {"cpu": "1", "memory": memory}}});
+    serde_json::from_value(json!({
+        "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+        "spec": {"nodeName": node, "containers": [c("a"), c("b")],
+                 "overhead": {"memory": memory}},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn huge_remote_amounts_saturate_and_sums_stay_exact_below_the_limit() {
+    // 9e15 bytes: 9e18 milli-units, just under i64::MAX; two of them do not fit.
+    let huge = 9_000_000_000_000_000_000i64;
+    let mut s = ClusterState::new("c", Default::default());
+    s.apply_node(&big_node("n1", "9e15"));
+    s.apply_node(&big_node("n2", "9e15"));
+    // Two containers and an overhead of 9e15 each: the pod's own sum saturates.
+    let reqs: BTreeMap<String, i64> = pod_requests(&big_pod("p1", "n1", "9e15"))
+        .into_iter()
+        .collect();
+    assert_eq!(reqs["memory"], i64::MAX);
+    s.apply_pod(&big_pod("p1", "n1", "9e15"));
+    s.apply_pod(&big_pod("p2", "n1", "1"));
+    let mut table = ResourceTable::default();
+    let (mut cluster, _) = s.to_cluster(&mut table);
+    cluster.summarize(table.len());
+    let mem = table.id("memory").unwrap();
+    let cpu = table.id("cpu").unwrap();
+    assert_eq!(
+        cluster.summary.allocatable[mem],
+        i64::MAX,
+        "saturated, not wrapped"
+    );
+    let n1 = &cluster.nodes[0];
+    assert_eq!(n1.requested[mem], i64::MAX);
+    assert!(n1.free(mem) <= 0, "nothing free: {}", n1.free(mem));
+    assert_eq!(n1.requested[cpu], 4000);
+    // Sums are kept exactly, so taking the huge pod away leaves exactly the small one.
+    s.delete_pod("p1");
+    let (cluster, _) = s.to_cluster(&mut table);
+    assert_eq!(cluster.nodes[0].requested[mem], 3000);
+    assert_eq!(cluster.nodes[0].allocatable[mem], huge);
+}
+
+#[test]
+fn resource_names_beyond_the_id_limit_are_ignored_not_wrapped() {
+    let mut alloc = serde_json::Map::new();
+    alloc.insert("cpu".into(), json!("8"));
+    for i in 0..70_000u32 {
+        alloc.insert(format!("example.com/r{i:05}"), json!("1"));
+    }
+    let node: KubeNode = serde_json::from_value(json!({
+        "metadata": {"name": "wide"},
+        "status": {"allocatable": alloc}
+    }))
+    .unwrap();
+    let mut s = ClusterState::new("c", Default::default());
+    s.apply_node(&node);
+    let mut table = ResourceTable::default();
+    let (cluster, _) = s.to_cluster(&mut table);
+    let n = &cluster.nodes[0];
+    // "cpu" sorts first and keeps id 0: no later name lands on it.
+    assert_eq!(n.allocatable[table.id("cpu").unwrap()], 8000);
+    let kept = n.allocatable.iter().filter(|q| **q != 0).count();
+    assert_eq!(kept, usize::from(u16::MAX) + 1, "every id used once");
+    assert!(table.id("example.com/r69999").is_none());
+}
