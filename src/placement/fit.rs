@@ -314,11 +314,7 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
         return Ok(false);
     }
     for e in &term.match_expressions {
-        if !requirement_matches(
-            node.labels.get(&e.key).map(String::as_str),
-            &e.operator,
-            &e.values,
-        )? {
+        if !requirement_matches(node.labels.get(&e.key), &e.operator, &e.values)? {
             return Ok(false);
         }
     }
@@ -358,7 +354,7 @@ pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
         }
     }
     for (k, v) in &shape.node_selector {
-        if node.labels.get(k) != Some(v) {
+        if node.labels.get(k) != Some(v.as_str()) {
             return Err(Misfit::Selector {
                 node: node.name.clone(),
                 detail: format!("does not have label {k}={v} (nodeSelector)"),

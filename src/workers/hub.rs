@@ -1,6 +1,11 @@
 //! The one writer of the live inventory: every worker's watch events arrive here, are applied
 //! to that worker's [`ClusterState`], and changed clusters are published as a new snapshot,
 //! at most once per debounce interval. Readers never wait for it.
+//!
+//! A relist (`Init`, `InitApply`..., `InitDone`) replaces a kind's objects at its end, so a
+//! relist never shows a half-empty cluster; each object is compacted as it arrives (a Node to
+//! its labels, taints and allocatable, a NodeResourceTopology to its parsed zones), so a
+//! hundred workers relisting at once never hold their whole Node objects.
 
 use super::live::ClusterState;
 use super::watch::Kind;
@@ -35,17 +40,8 @@ fn proves<K>(e: &Event<K>) -> bool {
     matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_))
 }
 
-/// Objects of one kind collected during a relist, applied all at once when it completes, so
-/// a relist never shows a half-empty cluster.
-#[derive(Default)]
-struct Relists {
-    nodes: Option<Vec<Node>>,
-    topologies: Option<Vec<DynamicObject>>,
-}
-
 struct Worker {
     state: ClusterState,
-    relists: Relists,
     /// When each watch ([`Kind::index`]) last proved its kind current: an event, a bookmark,
     /// a completed relist. A probe does not count: it shows the worker reachable, not that
     /// its inventory is kept up to date.
@@ -110,7 +106,6 @@ impl Hub {
             .entry(name.to_string())
             .or_insert_with(|| Worker {
                 state: ClusterState::new(name, BTreeMap::new()),
-                relists: Relists::default(),
                 fresh_at: [now; 3],
                 errors: Default::default(),
                 topologies_served: false,
@@ -163,8 +158,7 @@ impl Hub {
             Update::TopologyAbsent(_) => {
                 w.topologies_served = false;
                 w.errors[Kind::Topologies.index()] = None;
-                w.relists.topologies = None;
-                w.state.clear_topologies();
+                w.state.forget_topologies();
                 true
             }
             Update::Node(_, ev) => match *ev {
@@ -178,18 +172,15 @@ impl Hub {
                     true
                 }
                 Event::Init => {
-                    w.relists.nodes = Some(Vec::new());
+                    w.state.begin_node_relist();
                     false
                 }
                 Event::InitApply(n) => {
-                    w.relists.nodes.get_or_insert_with(Vec::new).push(n);
+                    w.state.relist_node(&n);
                     false
                 }
                 Event::InitDone => {
-                    w.state.clear_nodes();
-                    for n in w.relists.nodes.take().unwrap_or_default() {
-                        w.state.apply_node(&n);
-                    }
+                    w.state.end_node_relist();
                     true
                 }
             },
@@ -203,7 +194,6 @@ impl Hub {
                         .delete_pod(p.metadata.uid.as_deref().unwrap_or_default());
                     true
                 }
-                // Pods are kept compact even while a relist is collected.
                 Event::Init => {
                     w.state.begin_pod_relist();
                     false
@@ -231,20 +221,17 @@ impl Hub {
                     true
                 }
                 Event::Init => {
-                    w.relists.topologies = Some(Vec::new());
+                    w.state.begin_topology_relist();
                     false
                 }
                 Event::InitApply(o) => {
-                    w.relists.topologies.get_or_insert_with(Vec::new).push(o);
+                    if let Some(n) = topology_name(&o) {
+                        w.state.relist_topology(&n, &o.data, table);
+                    }
                     false
                 }
                 Event::InitDone => {
-                    w.state.clear_topologies();
-                    for o in w.relists.topologies.take().unwrap_or_default() {
-                        if let Some(n) = topology_name(&o) {
-                            w.state.apply_topology(&n, &o.data, table);
-                        }
-                    }
+                    w.state.end_topology_relist();
                     true
                 }
             },

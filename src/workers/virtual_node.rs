@@ -59,9 +59,9 @@ fn common_labels(cluster: &Cluster) -> BTreeMap<String, String> {
     let Some(first) = nodes.next() else {
         return BTreeMap::new();
     };
-    let mut common = (*first.labels).clone();
+    let mut common = first.labels.to_map();
     for n in nodes {
-        common.retain(|k, v| n.labels.get(k) == Some(v));
+        common.retain(|k, v| n.labels.get(k) == Some(v.as_str()));
     }
     // Per-node identity labels would mislead on an aggregate.
     common.remove("kubernetes.io/hostname");

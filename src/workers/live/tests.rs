@@ -296,3 +296,57 @@ fn resource_names_beyond_the_id_limit_are_ignored_not_wrapped() {
     assert_eq!(kept, usize::from(u16::MAX) + 1, "every id used once");
     assert!(table.id("example.com/r69999").is_none());
 }
+
+fn pooled_node(name: &str) -> KubeNode {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "pool": "gpu",
+                                              "kubernetes.io/os": "linux"}},
+        "status": {"allocatable": {"cpu": "8"},
+                   "images": [{"names": ["registry.example/big@sha256:0"], "sizeBytes": 1}]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_node_relist_replaces_the_nodes_at_its_end_and_their_labels_are_shared() {
+    let names = |s: &ClusterState| -> Vec<String> {
+        let (c, _) = s.to_cluster(&mut ResourceTable::default());
+        c.nodes.iter().map(|n| n.name.clone()).collect()
+    };
+    let mut s = ClusterState::new("c", Default::default());
+    s.apply_node(&pooled_node("gone"));
+    s.begin_node_relist();
+    s.relist_node(&pooled_node("a"));
+    s.relist_node(&pooled_node("b"));
+    assert_eq!(
+        names(&s),
+        ["gone"],
+        "nothing changes before the relist ends"
+    );
+    s.end_node_relist();
+    assert_eq!(names(&s), ["a", "b"]);
+    // One label each for the shared pairs, one per hostname; the gone node's hostname was
+    // dropped with it.
+    assert_eq!(s.interner.labels.len(), 2 + 2);
+    let (c, _) = s.to_cluster(&mut ResourceTable::default());
+    assert_eq!(c.nodes[0].labels.get("pool"), Some("gpu"));
+    assert_eq!(c.nodes[1].labels.get("kubernetes.io/hostname"), Some("b"));
+    assert_eq!(c.nodes[1].labels.len(), 3);
+    // A relist of topologies works the same way.
+    s.apply_topology("gone", &nrt((1, 1)), &mut ResourceTable::default());
+    let mut table = ResourceTable::default();
+    s.begin_topology_relist();
+    s.relist_topology("a", &nrt((2, 3)), &mut table);
+    let zones = |s: &ClusterState, table: &mut ResourceTable| -> Vec<usize> {
+        let (c, _) = s.to_cluster(table);
+        c.nodes
+            .iter()
+            .map(|n| n.numa.as_ref().map_or(0, |t| t.zones.len()))
+            .collect()
+    };
+    assert_eq!(zones(&s, &mut table), [0, 0]);
+    s.end_topology_relist();
+    assert_eq!(zones(&s, &mut table), [2, 0]);
+    s.forget_topologies();
+    assert_eq!(zones(&s, &mut table), [0, 0]);
+}
