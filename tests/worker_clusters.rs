@@ -634,3 +634,33 @@ async fn disconnected_since_survives_a_failover_to_another_replica() {
         .await;
     assert_eq!(s["connection"]["disconnectedSince"], recorded.as_str());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_the_schema_should_have_refused_is_an_invalid_spec_naming_the_field() {
+    let worker = FakeApi::start_tls().await;
+    let fleet = Fleet::start().await;
+    // The fake API server checks no schema, as an API server with an older CRD would not.
+    fleet.secret("w1-kubeconfig", &worker.kubeconfig("tok"));
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        fake_api::worker_cluster("w1", "w1-kubeconfig", json!({"not a key!": "x"})),
+    );
+    let long = "w".repeat(64);
+    fleet.secret("long-kubeconfig", &worker.kubeconfig("tok"));
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        fake_api::worker_cluster(&long, "long-kubeconfig", json!({})),
+    );
+    for (name, field) in [("w1", "spec.labels"), (long.as_str(), "metadata.name")] {
+        let s = fleet
+            .wait_status(name, "InvalidSpec", reason_is("InvalidSpec"))
+            .await;
+        let (status, _, message) = active(&s);
+        assert_eq!(status, "False");
+        assert!(message.contains(field), "{name}: {message}");
+        let v = fleet.workers.get(name).unwrap();
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(!v.connected && v.client.is_none());
+    }
+    assert!(worker.recorded().is_empty(), "never connected");
+}

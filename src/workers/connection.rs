@@ -14,6 +14,7 @@ pub enum Reason {
     InsecureKubeConfig,
     ClientConnectionFailed,
     Stale,
+    InvalidSpec,
 }
 
 impl Reason {
@@ -24,6 +25,7 @@ impl Reason {
             Reason::InsecureKubeConfig => "InsecureKubeConfig",
             Reason::ClientConnectionFailed => "ClientConnectionFailed",
             Reason::Stale => "Stale",
+            Reason::InvalidSpec => "InvalidSpec",
         }
     }
 
@@ -35,6 +37,7 @@ impl Reason {
             Reason::InsecureKubeConfig,
             Reason::ClientConnectionFailed,
             Reason::Stale,
+            Reason::InvalidSpec,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -196,7 +196,9 @@ impl Controller {
         let name = wc.name_any();
         let labels = wc.spec.labels.clone();
         let location = wc.spec.kube_config.clone();
-        let spec_error = wc.spec.validate().err().map(|errors| errors.join("; "));
+        let spec_error = crate::api::validate_worker_cluster(&name, &wc.spec)
+            .err()
+            .map(|errors| errors.join("; "));
         let (relabel, restart) = match self.entries.get_mut(&name) {
             None => {
                 // Where the previous leader (or this process before a restart) left it.
@@ -265,8 +267,8 @@ impl Controller {
             };
             state.failed(
                 SystemTime::now(),
-                Reason::BadKubeConfig,
-                format!("spec.kubeConfig is not valid: {message}"),
+                Reason::InvalidSpec,
+                format!("the WorkerCluster is not valid: {message}"),
             );
             e.health = state.health;
             e.location = Some(location);

@@ -3,8 +3,8 @@
 //!
 //! `Active` is True only while the worker is connected and its inventory is fresh; otherwise
 //! its reason says why (`Connecting`, `BadKubeConfig`, `InsecureKubeConfig`,
-//! `ClientConnectionFailed`, `Stale`) and its message gives the attempt count and when the
-//! next attempt is due.
+//! `ClientConnectionFailed`, `Stale`, `InvalidSpec`) and its message gives the attempt count
+//! and when the next attempt is due.
 
 use super::connection::{httpdate, Health, Reason};
 use crate::api::{
