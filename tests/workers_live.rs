@@ -103,17 +103,37 @@ async fn list_then_watch_feeds_the_inventory_incrementally() {
     })
     .await;
     let requests = api.requests();
-    let node_watches = requests
+    let node_lists = requests
+        .iter()
+        .filter(|r| r.starts_with("/api/v1/nodes?") && !r.contains("watch=true"))
+        .count();
+    assert_eq!(node_lists, 1, "resumed without listing again: {requests:?}");
+    let urls: Vec<&String> = requests
         .iter()
         .filter(|r| r.starts_with("/api/v1/nodes?") && r.contains("watch=true"))
-        .count();
-    assert!(node_watches >= 2, "the node watch resumed: {requests:?}");
+        .collect();
+    let watches = api.watches(NODES);
+    assert!(watches.len() >= 2, "the node watch resumed: {urls:?}");
+    assert_eq!(watches.len(), urls.len());
+    for (w, url) in watches.iter().zip(&urls) {
+        let rv = url
+            .split(['?', '&'])
+            .find_map(|kv| kv.strip_prefix("resourceVersion="))
+            .unwrap_or_default();
+        assert_eq!(rv, w.from.to_string(), "{url}");
+        assert!(url.contains("allowWatchBookmarks=true"), "{url}");
+    }
     assert!(
-        requests
-            .iter()
-            .any(|r| r.contains("watch=true") && r.contains("resourceVersion=1")),
-        "resumed from a resourceVersion: {requests:?}"
+        watches[0].from > 0,
+        "the first watch starts from the list's resourceVersion"
     );
+    for pair in watches.windows(2) {
+        let last_seen = pair[0].last_sent.expect("each watch ends with a bookmark");
+        assert_eq!(
+            pair[1].from, last_seen,
+            "resumed from exactly the last resourceVersion the previous watch sent: {watches:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

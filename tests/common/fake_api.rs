@@ -256,6 +256,8 @@ struct State {
     bookmark_every: Duration,
     /// Watches of these collections are accepted (200) and then sent nothing, ever.
     hang_watches: std::collections::HashSet<String>,
+    /// Every watch served, in order.
+    watches: Vec<WatchRecord>,
     requests: Vec<Recorded>,
     /// Creates in a namespace that is not stored get 404, as on a real server.
     require_namespaces: bool,
@@ -266,6 +268,16 @@ struct State {
     uncovered: Vec<String>,
     /// Delay before answering writes (a slow API server).
     write_delay: Duration,
+}
+
+/// One watch as the server served it.
+#[derive(Debug, Clone)]
+pub struct WatchRecord {
+    pub collection: String,
+    /// The `resourceVersion` it was asked to start from.
+    pub from: u64,
+    /// The resourceVersion of the last event or bookmark it sent, if any.
+    pub last_sent: Option<u64>,
 }
 
 /// A request the server refuses, until cleared.
@@ -321,6 +333,7 @@ impl FakeApi {
             max_watch: Duration::from_secs(2),
             bookmark_every: Duration::from_millis(500),
             hang_watches: Default::default(),
+            watches: Vec::new(),
             requests: Vec::new(),
             require_namespaces: false,
             refusals: Vec::new(),
@@ -556,6 +569,17 @@ impl FakeApi {
     pub fn set_write_delay(&self, delay: Duration) {
         self.state.lock().unwrap().write_delay = delay;
     }
+    /// The watches of `path` served so far, in order.
+    pub fn watches(&self, path: &str) -> Vec<WatchRecord> {
+        let c = Self::collection_of(path);
+        let s = self.state.lock().unwrap();
+        s.watches
+            .iter()
+            .filter(|w| w.collection == c)
+            .cloned()
+            .collect()
+    }
+
     /// Requests with this method whose path contains `fragment`.
     pub fn count(&self, method: &str, fragment: &str) -> usize {
         let s = self.state.lock().unwrap();
@@ -949,17 +973,23 @@ impl FakeApi {
         if expired {
             s.expire_watches.insert(t.collection.clone(), pending - 1);
         }
-        let replay: Vec<String> = s
+        let replay: Vec<(u64, String)> = s
             .collections
             .get(&t.collection)
             .map(|c| {
                 c.log
                     .iter()
                     .filter(|(rv, obj, _)| *rv > from && filter.matches(obj))
-                    .map(|(_, _, l)| l.clone())
+                    .map(|(rv, _, l)| (*rv, l.clone()))
                     .collect()
             })
             .unwrap_or_default();
+        let index = s.watches.len();
+        s.watches.push(WatchRecord {
+            collection: t.collection.clone(),
+            from,
+            last_sent: None,
+        });
         let mut live = s.live.subscribe();
         // Everything up to here is either replayed or not this watch's: a bookmark may say so.
         let mut seen = s.rv.max(from);
@@ -976,19 +1006,35 @@ impl FakeApi {
                 + "\n"
         };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
+        let state = self.state.clone();
+        let held = tx.clone();
+        // Sends one line of the stream and records its resourceVersion; false once the
+        // client is gone.
+        let send = move |line: String, rv: u64| {
+            let tx = tx.clone();
+            let state = state.clone();
+            async move {
+                let sent = tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_ok();
+                if sent {
+                    state.lock().unwrap().watches[index].last_sent = Some(rv);
+                }
+                sent
+            }
+        };
         tokio::spawn(async move {
             if silent {
                 // Hold the stream open without a byte until the client gives up.
-                tx.closed().await;
+                held.closed().await;
                 return;
             }
+            drop(held);
             if expired {
                 let line = json!({"type": "ERROR", "object": status(410, "Expired", &format!("too old resource version: {from} ({})", from + 1000))}).to_string() + "\n";
-                let _ = tx.send(Ok(Frame::data(Bytes::from(line)))).await;
+                send(line, from).await;
                 return;
             }
-            for line in replay {
-                if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+            for (rv, line) in replay {
+                if !send(line, rv).await {
                     return;
                 }
             }
@@ -1000,12 +1046,12 @@ impl FakeApi {
                 tokio::select! {
                     _ = &mut deadline => {
                         if bookmarks {
-                            let _ = tx.send(Ok(Frame::data(Bytes::from(bookmark(seen))))).await;
+                            send(bookmark(seen), seen).await;
                         }
                         return;
                     }
                     _ = ticker.tick(), if bookmarks => {
-                        if tx.send(Ok(Frame::data(Bytes::from(bookmark(seen))))).await.is_err() {
+                        if !send(bookmark(seen), seen).await {
                             return;
                         }
                     }
@@ -1013,7 +1059,7 @@ impl FakeApi {
                         Ok((c, rv, obj, line)) => {
                             seen = seen.max(rv);
                             if c == collection && rv > from && filter.matches(&obj)
-                                && tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err()
+                                && !send(line, rv).await
                             {
                                 return;
                             }
