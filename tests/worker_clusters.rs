@@ -664,3 +664,46 @@ async fn a_spec_the_schema_should_have_refused_is_an_invalid_spec_naming_the_fie
     }
     assert!(worker.recorded().is_empty(), "never connected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_kubeconfig_follows_a_secret_volume_swap_at_once_without_the_poll() {
+    use std::os::unix::fs::symlink;
+    let (a, b) = (FakeApi::start_tls().await, FakeApi::start_tls().await);
+    a.upsert(NODES, fake_api::node("a-1", 8, 0));
+    b.upsert(NODES, fake_api::node("b-1", 8, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    // The poll alone would take an hour: only the directory's notifications can be quick.
+    let mut opts = options();
+    opts.file_poll = Duration::from_secs(3600);
+    let fleet = Fleet::start_with(opts, true).await;
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        json!({"metadata": {"name": "w1", "generation": 1},
+               "spec": {"kubeConfig": {"location": path.to_str().unwrap(), "locationType": "Path"}}}),
+    );
+    fleet
+        .wait_status("w1", "no file yet", reason_is("BadKubeConfig"))
+        .await;
+    // A Secret volume as the kubelet lays it out: the file a symlink through `..data`.
+    let version = |name: &str, kubeconfig: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("kubeconfig"), kubeconfig).unwrap();
+    };
+    version("..2026_11_22_10_00_00.1", &a.kubeconfig("tok"));
+    symlink("..2026_11_22_10_00_00.1", dir.path().join("..data")).unwrap();
+    symlink("..data/kubeconfig", &path).unwrap();
+    let v = fleet.view("w1", "connected to a", |v| v.connected).await;
+    assert_eq!(node_names(v.client.unwrap()).await, vec!["a-1"]);
+    // The Secret changes: a new version directory, `..data` swapped by a rename.
+    version("..2026_11_22_11_00_00.2", &b.kubeconfig("tok"));
+    symlink("..2026_11_22_11_00_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    let v = fleet
+        .view("w1", "connected to b", |v| {
+            v.connected && v.client_generation == 2
+        })
+        .await;
+    assert_eq!(node_names(v.client.unwrap()).await, vec!["b-1"]);
+}

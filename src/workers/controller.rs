@@ -29,7 +29,8 @@ pub struct ControllerOptions {
     /// Switchyard's namespace: where `locationType: Secret` kubeconfigs are.
     pub namespace: String,
     pub link: LinkOptions,
-    /// How often a `locationType: Path` kubeconfig file is re-read.
+    /// How often a `locationType: Path` kubeconfig file is re-read besides whenever its
+    /// directory changes (the fallback where change notifications do not arrive).
     pub file_poll: Duration,
     /// A worker whose inventory has not been refreshed for this long is unschedulable.
     pub stale_after: Duration,
