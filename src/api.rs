@@ -30,8 +30,9 @@ pub use schema::{
     DNS1123_SUBDOMAIN_PATTERN, LABEL_VALUE_PATTERN, MAX_QUEUE_CLUSTERS, QUANTITY_PATTERN,
 };
 pub use worker_cluster::{
-    ClusterSummary, ConnectionStatus, KubeConfig, LocationType, WorkerCluster, WorkerClusterSpec,
-    WorkerClusterStatus, KUBECONFIG_SECRET_KEY,
+    validate_worker_cluster, ClusterSummary, ConnectionStatus, KubeConfig, LocationType,
+    WorkerCluster, WorkerClusterSpec, WorkerClusterStatus, KUBECONFIG_SECRET_KEY,
+    WORKER_CLUSTER_NAME_MAX_LENGTH,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -60,6 +61,9 @@ pub mod cluster_reason {
     pub const CLIENT_CONNECTION_FAILED: &str = "ClientConnectionFailed";
     /// False: connected, but the inventory has not been refreshed in time.
     pub const STALE: &str = "Stale";
+    /// False: the object fails a check its schema should have made (an older CRD, or a
+    /// check no schema can make); the message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
 }
 
 /// Reasons of a DispatchQueue's `Active` condition.

@@ -84,12 +84,99 @@ pub struct Taint {
     pub effect: String,
 }
 
+/// One label, `key=value`. The live inventory keeps one per distinct pair and cluster, shared
+/// by every node that carries it: real nodes carry twenty to thirty labels, nearly all of them
+/// the same on every node of a pool.
+#[derive(PartialEq, Eq, Hash)]
+pub struct Label {
+    text: Box<str>,
+    /// Where the key ends in `text` (a label key cannot contain '=').
+    split: u32,
+}
+
+impl Label {
+    pub fn new(key: &str, value: &str) -> Self {
+        Self {
+            text: format!("{key}={value}").into_boxed_str(),
+            split: u32::try_from(key.len()).unwrap_or(u32::MAX),
+        }
+    }
+    pub fn key(&self) -> &str {
+        &self.text[..self.split as usize]
+    }
+    pub fn value(&self) -> &str {
+        &self.text[self.split as usize + 1..]
+    }
+    /// `key=value`.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::fmt::Debug for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A node's labels, sorted by key: one pointer per label (the labels themselves are shared),
+/// and cheap to clone into every snapshot.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Labels(Arc<[Arc<Label>]>);
+
+impl Labels {
+    /// From labels in any order; of two with one key the last wins, as in a map.
+    pub fn new(mut labels: Vec<Arc<Label>>) -> Self {
+        labels.reverse();
+        labels.sort_by(|a, b| a.key().cmp(b.key()));
+        labels.dedup_by(|a, b| a.key() == b.key());
+        Self(labels.into())
+    }
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|l| l.key().cmp(key))
+            .ok()
+            .map(|i| self.0[i].value())
+    }
+    /// (key, value) in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|l| (l.key(), l.value()))
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Self(
+            map.iter()
+                .map(|(k, v)| Arc::new(Label::new(k, v)))
+                .collect(),
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Node {
     pub name: String,
     /// Shared with the live state and between snapshots: a manager holds a hundred thousand
     /// nodes, and a copy per snapshot would double the memory they take.
-    pub labels: Arc<BTreeMap<String, String>>,
+    pub labels: Labels,
     pub taints: Vec<Taint>,
     /// Indexed by [`ResourceId`]; missing resources are 0.
     pub allocatable: Vec<i64>,
@@ -100,7 +187,11 @@ pub struct Node {
 
 impl Node {
     pub fn free(&self, r: ResourceId) -> i64 {
-        self.allocatable.get(r).copied().unwrap_or(0) - self.requested.get(r).copied().unwrap_or(0)
+        self.allocatable
+            .get(r)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(self.requested.get(r).copied().unwrap_or(0))
     }
 }
 
@@ -153,7 +244,8 @@ impl Cluster {
         for node in &self.nodes {
             for r in 0..resources {
                 let alloc = node.allocatable.get(r).copied().unwrap_or(0);
-                s.allocatable[r] += alloc;
+                // Remote amounts: a sum that does not fit saturates rather than wraps.
+                s.allocatable[r] = s.allocatable[r].saturating_add(alloc);
                 s.max_free_on_node[r] = s.max_free_on_node[r].max(node.free(r));
                 s.max_allocatable_on_node[r] = s.max_allocatable_on_node[r].max(alloc);
             }

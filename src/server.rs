@@ -180,6 +180,7 @@ pub async fn start_with_client(
             let (tx, rx) = tokio::sync::mpsc::channel(4096);
             let options = crate::workers::watch::WatchOptions {
                 restarts: Some(metrics.worker(LOCAL_CLUSTER).watch_restarts),
+                timings: crate::workers::watch::WatchTimings::for_stale_after(settings.stale_after),
                 ..Default::default()
             };
             background.push(tokio::spawn(crate::workers::watch::run(
@@ -379,6 +380,7 @@ fn start_manager(
     }
     let mut options = ControllerOptions::new(&namespace);
     options.stale_after = settings.stale_after;
+    options.link.watch = crate::workers::watch::WatchTimings::for_stale_after(settings.stale_after);
     options.link.qps = settings.worker_qps;
     options.link.burst = settings.worker_burst;
     let (workers, task) = controller::start(

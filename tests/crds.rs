@@ -367,3 +367,90 @@ fn bad_specs_are_refused_by_validate() {
     )
     .is_err());
 }
+
+/// The key pattern and length bound of a map's `self.all(k, ...)` rule.
+fn key_rule(s: &Value) -> (Regex, usize, String) {
+    let (rule, message) = rules(s)
+        .into_iter()
+        .find(|(r, _)| r.starts_with("self.all(k, "))
+        .expect("a rule over every key");
+    let pattern = rule
+        .split_once("k.matches('")
+        .and_then(|(_, rest)| rest.rsplit_once("'))"))
+        .map(|(p, _)| p)
+        .expect("k.matches('...')");
+    let max: usize = rule
+        .split_once("size(k) <= ")
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("size(k) <= N");
+    (Regex::new(pattern).unwrap(), max, message)
+}
+
+#[test]
+fn map_keys_are_checked_as_the_api_server_checks_label_keys_and_resource_names() {
+    let (_, wc) = crd("WorkerCluster");
+    let (_, dq) = crd("DispatchQueue");
+    let long_name = format!("example.com/{}", "n".repeat(64));
+    let cases = [
+        ("tier", true),
+        ("example.com/rack", true),
+        ("nvidia.com/gpu", true),
+        ("hugepages-2Mi", true),
+        ("a_b.c-D9", true),
+        ("not a key!", false),
+        ("/x", false),
+        ("example.com/", false),
+        ("Example.com/rack", false),
+        ("-tier", false),
+        ("tier-", false),
+        ("a/b/c", false),
+        (long_name.as_str(), false),
+    ];
+    for (schema_at, what) in [
+        (schema(&wc, "spec.labels"), "label key"),
+        (schema(&dq, "spec.quota"), "resource name"),
+    ] {
+        assert_eq!(
+            schema_at["maxProperties"], 64,
+            "{what}: bounded for CEL's cost"
+        );
+        let (pattern, max, message) = key_rule(schema_at);
+        assert!(message.contains(what), "{message}");
+        for (key, good) in cases {
+            let schema_says = key.len() <= max && pattern.is_match(key);
+            assert_eq!(schema_says, good, "{what} {key:?}");
+            // The Rust check for objects read without an API server agrees.
+            assert_eq!(
+                switchyard::api::is_qualified_name(key),
+                good,
+                "validate on {key:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn worker_cluster_names_are_at_most_63_characters() {
+    let (_, wc) = crd("WorkerCluster");
+    let root = rules(schema(&wc, ""));
+    let (rule, message) = root
+        .iter()
+        .find(|(r, _)| r.contains("self.metadata.name"))
+        .expect("a rule on the name");
+    assert_eq!(rule, "self.metadata.name.size() <= 63");
+    assert!(
+        message.contains("63") && message.contains("switchyard.dev/cluster"),
+        "{message}"
+    );
+    let spec: switchyard::api::WorkerClusterSpec =
+        serde_yaml::from_str("kubeConfig: {location: w1-kubeconfig}\nlabels: {\"not a key!\": x}")
+            .unwrap();
+    let errors = switchyard::api::validate_worker_cluster(&"w".repeat(64), &spec).unwrap_err();
+    assert!(errors[0].starts_with("metadata.name: "), "{errors:?}");
+    assert!(errors[1].starts_with("spec.labels: "), "{errors:?}");
+    let good: switchyard::api::WorkerClusterSpec =
+        serde_yaml::from_str("kubeConfig: {location: w1-kubeconfig}\nlabels: {tier: gold}")
+            .unwrap();
+    assert!(switchyard::api::validate_worker_cluster(&"w".repeat(63), &good).is_ok());
+}

@@ -65,12 +65,28 @@ async fn a_missing_virtual_node_is_created_with_its_status() {
 }
 
 #[tokio::test]
-async fn an_existing_virtual_node_gets_its_status_patched_with_every_condition() {
+async fn an_existing_virtual_node_is_patched_to_what_is_wanted_with_every_condition() {
     let api = MockServer::start().await;
     let node = desired(false);
+    // As left by an earlier pass with another label, then tainted by the node lifecycle
+    // controller.
+    let mut existing = node.clone();
+    existing["metadata"]["resourceVersion"] = json!("7");
+    existing["metadata"]["labels"]["team"] = json!("ml");
+    existing["metadata"]["annotations"]["switchyard.dev/labels"] = json!(format!(
+        "{},team",
+        node["metadata"]["annotations"]["switchyard.dev/labels"]
+            .as_str()
+            .unwrap()
+    ));
+    existing["spec"]["taints"] = json!([
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+        {"key": "switchyard.dev/virtual", "value": "true", "effect": "NoSchedule"}
+    ]);
+    existing["status"]["capacity"]["example.com/fpga"] = json!("2");
     Mock::given(method("GET"))
         .and(path("/api/v1/nodes/switchyard-eu-1"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&node))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&existing))
         .mount(&api)
         .await;
     Mock::given(method("PATCH"))
@@ -91,6 +107,25 @@ async fn an_existing_virtual_node_gets_its_status_patched_with_every_condition()
         .mount(&api)
         .await;
     virtual_node::apply(&client(&api), &node).await.unwrap();
+    let requests = api.received_requests().await.unwrap();
+    let body = |suffix: &str| -> Value {
+        let r = requests
+            .iter()
+            .find(|r| r.method.as_str() == "PATCH" && r.url.path().ends_with(suffix))
+            .unwrap();
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    // Exactly: the label we set before is removed, the ownership list follows, the taints
+    // (ours in place) are left alone.
+    assert_eq!(
+        body("switchyard-eu-1"),
+        json!({"metadata": {"labels": {"team": null},
+               "annotations": {"switchyard.dev/labels": node["metadata"]["annotations"]["switchyard.dev/labels"]}}})
+    );
+    assert_eq!(
+        body("/status")["status"]["capacity"]["example.com/fpga"],
+        Value::Null
+    );
 }
 
 #[tokio::test]
@@ -327,5 +362,122 @@ async fn followers_keep_no_virtual_nodes_until_they_lead() {
         fleet.manager.get(NODES, "", "switchyard-w1")
     })
     .await;
+    task.abort();
+}
+
+/// A worker Node as the API server returns it, with extra labels and the given allocatable.
+fn worker_node(name: &str, labels: Value, allocatable: Value) -> Value {
+    let mut n = fake_api::node(name, 8, 0);
+    for (k, v) in labels.as_object().unwrap() {
+        n["metadata"]["labels"][k] = v.clone();
+    }
+    n["status"]["allocatable"] = allocatable.clone();
+    n["status"]["capacity"] = allocatable;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_no_longer_wanted_are_removed_from_the_virtual_node() {
+    let worker = FakeApi::start_tls().await;
+    let alloc = json!({"cpu": "8", "memory": "32Gi", "pods": "110"});
+    let shared = json!({"example.com/rack": "r1"});
+    worker.upsert(NODES, worker_node("n-1", shared.clone(), alloc.clone()));
+    worker.upsert(NODES, worker_node("n-2", shared, alloc.clone()));
+    let fleet = Fleet::start().await;
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    let task = keep(&fleet);
+    until("the node with both labels", || {
+        fleet.manager.get(NODES, "", "switchyard-w1").filter(|n| {
+            n["metadata"]["labels"]["tier"] == "gold"
+                && n["metadata"]["labels"]["example.com/rack"] == "r1"
+        })
+    })
+    .await;
+
+    // Removed from the WorkerCluster's spec.labels.
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        fake_api::worker_cluster("w1", "w1-kubeconfig", json!({"team": "ml"})),
+    );
+    let node = until("tier gone, team there", || {
+        fleet.manager.get(NODES, "", "switchyard-w1").filter(|n| {
+            n["metadata"]["labels"].get("tier").is_none() && n["metadata"]["labels"]["team"] == "ml"
+        })
+    })
+    .await;
+    assert_eq!(node["metadata"]["labels"]["example.com/rack"], "r1");
+
+    // No longer common to every node of the worker.
+    worker.upsert(
+        NODES,
+        worker_node("n-2", json!({"example.com/rack": "r2"}), alloc),
+    );
+    let node = until("the rack label gone", || {
+        fleet
+            .manager
+            .get(NODES, "", "switchyard-w1")
+            .filter(|n| n["metadata"]["labels"].get("example.com/rack").is_none())
+    })
+    .await;
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/os"], "linux", "still common");
+    assert_eq!(labels["switchyard.dev/cluster"], "w1");
+    assert_eq!(labels["team"], "ml");
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_resource_leaves_the_node_and_other_controllers_taints_stay() {
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("g-1", 32, 4));
+    let fleet = Fleet::start().await;
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    let task = keep(&fleet);
+    let node = until("the node with its GPUs", || {
+        fleet
+            .manager
+            .get(NODES, "", "switchyard-w1")
+            .filter(|n| n["status"]["allocatable"]["nvidia.com/gpu"] == "4")
+    })
+    .await;
+
+    // The node lifecycle controller taints it, as it does when a Lease lapses.
+    let mut tainted = node.clone();
+    tainted["spec"]["taints"].as_array_mut().unwrap().push(
+        json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                     "timeAdded": "2026-11-22T03:55:00Z"}),
+    );
+    fleet.manager.upsert(NODES, tainted);
+
+    // The GPUs go away (the device plugin is gone): the next pass writes the node.
+    worker.upsert(
+        NODES,
+        worker_node(
+            "g-1",
+            json!({}),
+            json!({"cpu": "32", "memory": "128Gi", "pods": "110"}),
+        ),
+    );
+    let node = until("the GPUs gone", || {
+        fleet.manager.get(NODES, "", "switchyard-w1").filter(|n| {
+            n["status"]["allocatable"].get("nvidia.com/gpu").is_none()
+                && n["status"]["capacity"].get("nvidia.com/gpu").is_none()
+        })
+    })
+    .await;
+    assert_eq!(node["status"]["allocatable"]["cpu"], "32");
+    // Several passes later (status is rewritten every second here), the taint is still there.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let node = fleet.manager.get(NODES, "", "switchyard-w1").unwrap();
+    let taints: Vec<&str> = node["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        taints,
+        ["switchyard.dev/virtual", "node.kubernetes.io/unreachable"]
+    );
     task.abort();
 }

@@ -355,8 +355,6 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
     worker.upsert(NRTS, fake_api::nrt("g-1", (3, 1)));
     let mut opts = options();
     opts.stale_after = Duration::from_secs(2);
-    // Longer than the watchers' retry delays in this test.
-    opts.link.watch_error_window = Duration::from_secs(5);
     let fleet = Fleet::start_with(opts, true).await;
     fleet.add("w1", &worker.kubeconfig("tok"));
     let s = fleet
@@ -387,7 +385,7 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
     // probes, but its inventory goes stale, which makes it unschedulable until a relist
     // succeeds.
     worker.expire_next_watches(PODS, 1);
-    worker.fail_next_lists(3);
+    worker.fail_next_lists(8);
     let s = fleet.wait_status("w1", "Stale", reason_is("Stale")).await;
     assert_eq!(active(&s).0, "False");
     assert!(active(&s).2.contains("stale"), "{s}");
@@ -534,4 +532,178 @@ async fn a_workers_client_is_really_rate_limited() {
     registry.register("latency", "", latency);
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(text.contains("latency_count 6"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_pod_watch_hangs_goes_stale_though_it_answers_probes() {
+    let worker = FakeApi::start_tls().await;
+    worker.upsert(NODES, fake_api::node("w-1", 8, 0));
+    worker.upsert(PODS, fake_api::pod("p1", "w-1", 2));
+    let fleet = Fleet::start().await;
+    fleet.add("w1", &worker.kubeconfig("tok"));
+    fleet
+        .wait_status("w1", "Connected", reason_is("Connected"))
+        .await;
+    // Every new pod watch is accepted and then silent; /version, lists and the node watch
+    // still answer. The current pod watch ends within 2 s and its successor hangs.
+    worker.hang_watches(PODS, true);
+    let hung_at = Instant::now();
+    let s = fleet.wait_status("w1", "Stale", reason_is("Stale")).await;
+    assert!(
+        hung_at.elapsed() >= Duration::from_secs(3),
+        "stale only after staleAfter: {:?}",
+        hung_at.elapsed()
+    );
+    let (status, _, message) = active(&s);
+    assert_eq!(status, "False");
+    assert!(message.contains("pod"), "{message}");
+    let v = fleet.view("w1", "stale", |v| v.reason == "Stale").await;
+    assert!(v.connected && !v.active, "reachable, not fresh: {v:?}");
+    assert!(worker.count("GET", "/version") > 0);
+    // The watch answers again: fresh once a new watch delivers.
+    worker.hang_watches(PODS, false);
+    fleet
+        .wait_status("w1", "fresh again", reason_is("Connected"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnected_since_survives_a_failover_to_another_replica() {
+    use std::time::SystemTime;
+    use switchyard::inventory::InventoryStore;
+    use switchyard::workers::controller;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let worker = FakeApi::start_tls().await;
+    let kubeconfig = worker
+        .kubeconfig("tok")
+        .replace(&worker.addr.port().to_string(), &closed.to_string());
+    let fleet = Fleet::start().await;
+    fleet.add("gone", &kubeconfig);
+    let s = fleet
+        .wait_status("gone", "disconnectedSince recorded", |s| {
+            s["connection"]["disconnectedSince"].is_string()
+        })
+        .await;
+    let recorded = s["connection"]["disconnectedSince"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // This replica steps down; another starts from scratch a while later and leads.
+    fleet.leader.send_replace(false);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let attempts_before = fleet.status("gone")["connection"]["attempts"]
+        .as_i64()
+        .unwrap();
+    let started = SystemTime::now();
+    let (_leading, leader) = tokio::sync::watch::channel(true);
+    let (workers, task) = controller::start(
+        fleet.manager.client(),
+        Arc::new(InventoryStore::default()),
+        options(),
+        leader,
+        None,
+    );
+    let _task = common::fleet::Abort(task);
+    let deadline = Instant::now() + WAIT;
+    let view = loop {
+        if let Some(v) = workers.get("gone").filter(|v| v.attempts >= 1) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{:?}", workers.get("gone"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let since = view.disconnected_since.expect("disconnected");
+    assert!(
+        since < started - Duration::from_secs(1),
+        "T restored from the status, not this replica's first failure"
+    );
+    assert_eq!(
+        switchyard::workers::connection::httpdate(since),
+        recorded,
+        "exactly the recorded T"
+    );
+    assert!(!view.connected);
+    // The new leader writes it back unchanged, with its own attempts counted on top.
+    let s = fleet
+        .wait_status("gone", "the new leader's attempts", |s| {
+            s["connection"]["attempts"].as_i64() > Some(attempts_before)
+        })
+        .await;
+    assert_eq!(s["connection"]["disconnectedSince"], recorded.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_the_schema_should_have_refused_is_an_invalid_spec_naming_the_field() {
+    let worker = FakeApi::start_tls().await;
+    let fleet = Fleet::start().await;
+    // The fake API server checks no schema, as an API server with an older CRD would not.
+    fleet.secret("w1-kubeconfig", &worker.kubeconfig("tok"));
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        fake_api::worker_cluster("w1", "w1-kubeconfig", json!({"not a key!": "x"})),
+    );
+    let long = "w".repeat(64);
+    fleet.secret("long-kubeconfig", &worker.kubeconfig("tok"));
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        fake_api::worker_cluster(&long, "long-kubeconfig", json!({})),
+    );
+    for (name, field) in [("w1", "spec.labels"), (long.as_str(), "metadata.name")] {
+        let s = fleet
+            .wait_status(name, "InvalidSpec", reason_is("InvalidSpec"))
+            .await;
+        let (status, _, message) = active(&s);
+        assert_eq!(status, "False");
+        assert!(message.contains(field), "{name}: {message}");
+        let v = fleet.workers.get(name).unwrap();
+        assert_eq!(v.reason, "InvalidSpec");
+        assert!(!v.connected && v.client.is_none());
+    }
+    assert!(worker.recorded().is_empty(), "never connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_kubeconfig_follows_a_secret_volume_swap_at_once_without_the_poll() {
+    use std::os::unix::fs::symlink;
+    let (a, b) = (FakeApi::start_tls().await, FakeApi::start_tls().await);
+    a.upsert(NODES, fake_api::node("a-1", 8, 0));
+    b.upsert(NODES, fake_api::node("b-1", 8, 0));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    // The poll alone would take an hour: only the directory's notifications can be quick.
+    let mut opts = options();
+    opts.file_poll = Duration::from_secs(3600);
+    let fleet = Fleet::start_with(opts, true).await;
+    fleet.manager.upsert(
+        WORKER_CLUSTERS,
+        json!({"metadata": {"name": "w1", "generation": 1},
+               "spec": {"kubeConfig": {"location": path.to_str().unwrap(), "locationType": "Path"}}}),
+    );
+    fleet
+        .wait_status("w1", "no file yet", reason_is("BadKubeConfig"))
+        .await;
+    // A Secret volume as the kubelet lays it out: the file a symlink through `..data`.
+    let version = |name: &str, kubeconfig: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("kubeconfig"), kubeconfig).unwrap();
+    };
+    version("..2026_11_22_10_00_00.1", &a.kubeconfig("tok"));
+    symlink("..2026_11_22_10_00_00.1", dir.path().join("..data")).unwrap();
+    symlink("..data/kubeconfig", &path).unwrap();
+    let v = fleet.view("w1", "connected to a", |v| v.connected).await;
+    assert_eq!(node_names(v.client.unwrap()).await, vec!["a-1"]);
+    // The Secret changes: a new version directory, `..data` swapped by a rename.
+    version("..2026_11_22_11_00_00.2", &b.kubeconfig("tok"));
+    symlink("..2026_11_22_11_00_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    let v = fleet
+        .view("w1", "connected to b", |v| {
+            v.connected && v.client_generation == 2
+        })
+        .await;
+    assert_eq!(node_names(v.client.unwrap()).await, vec!["b-1"]);
 }

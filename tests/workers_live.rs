@@ -5,6 +5,7 @@
 mod common;
 
 use common::fake_api::{self, FakeApi, NODES, NRTS, PODS};
+use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use switchyard::inventory::{Inventory, InventoryStore};
@@ -17,6 +18,15 @@ struct Live {
 }
 
 fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
+    start_counting(workers, stale_after, None)
+}
+
+/// As [`start`], counting every watch restart in `restarts`.
+fn start_counting(
+    workers: &[(&str, &FakeApi)],
+    stale_after: Duration,
+    restarts: Option<Counter>,
+) -> Live {
     let store = Arc::new(InventoryStore::default());
     let mut h = Hub::new(store.clone(), stale_after);
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
@@ -25,7 +35,8 @@ fn start(workers: &[(&str, &FakeApi)], stale_after: Duration) -> Live {
         let options = WatchOptions {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
-            ..Default::default()
+            timings: common::fleet::fast_watches(),
+            restarts: restarts.clone(),
         };
         tokio::spawn(watch::run(
             name.to_string(),
@@ -92,17 +103,37 @@ async fn list_then_watch_feeds_the_inventory_incrementally() {
     })
     .await;
     let requests = api.requests();
-    let node_watches = requests
+    let node_lists = requests
+        .iter()
+        .filter(|r| r.starts_with("/api/v1/nodes?") && !r.contains("watch=true"))
+        .count();
+    assert_eq!(node_lists, 1, "resumed without listing again: {requests:?}");
+    let urls: Vec<&String> = requests
         .iter()
         .filter(|r| r.starts_with("/api/v1/nodes?") && r.contains("watch=true"))
-        .count();
-    assert!(node_watches >= 2, "the node watch resumed: {requests:?}");
+        .collect();
+    let watches = api.watches(NODES);
+    assert!(watches.len() >= 2, "the node watch resumed: {urls:?}");
+    assert_eq!(watches.len(), urls.len());
+    for (w, url) in watches.iter().zip(&urls) {
+        let rv = url
+            .split(['?', '&'])
+            .find_map(|kv| kv.strip_prefix("resourceVersion="))
+            .unwrap_or_default();
+        assert_eq!(rv, w.from.to_string(), "{url}");
+        assert!(url.contains("allowWatchBookmarks=true"), "{url}");
+    }
     assert!(
-        requests
-            .iter()
-            .any(|r| r.contains("watch=true") && r.contains("resourceVersion=1")),
-        "resumed from a resourceVersion: {requests:?}"
+        watches[0].from > 0,
+        "the first watch starts from the list's resourceVersion"
     );
+    for pair in watches.windows(2) {
+        let last_seen = pair[0].last_sent.expect("each watch ends with a bookmark");
+        assert_eq!(
+            pair[1].from, last_seen,
+            "resumed from exactly the last resourceVersion the previous watch sent: {watches:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,6 +235,40 @@ async fn without_the_topology_crd_nodes_still_arrive_and_numa_data_follows_it() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_topology_crd_is_looked_for_again_without_counting_restarts() {
+    let api = FakeApi::start().await;
+    api.set_nrt_missing(true);
+    api.upsert(NODES, fake_api::node("w1-a", 32, 4));
+    let restarts = Counter::default();
+    let live = start_counting(
+        &[("w1", &api)],
+        Duration::from_secs(30),
+        Some(restarts.clone()),
+    );
+    wait_for("the node", &live.store, |inv| inv.node("w1-a").is_some()).await;
+    // Several re-checks (every 300 ms here): none is a failure.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let checks = api.count("GET", "/noderesourcetopologies");
+    assert!(
+        (2..=8).contains(&checks),
+        "re-checked at its pace: {checks}"
+    );
+    assert_eq!(restarts.get(), 0, "an absent CRD is no watch restart");
+    assert!(live
+        .store
+        .snapshot()
+        .cluster("w1")
+        .unwrap()
+        .unavailable
+        .is_none());
+    // Installed later: picked up at the next check.
+    api.set_nrt_missing(false);
+    api.upsert(NRTS, fake_api::nrt("w1-a", (4, 4)));
+    wait_for("NUMA zones", &live.store, |inv| zones(inv, "w1-a") == 2).await;
+    assert_eq!(restarts.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_without_standalone_feeds_the_extender_from_the_cluster_it_runs_in() {
     use common::tls_client::{connect, connector_from_dir};
     let api = FakeApi::start().await;
@@ -248,4 +313,44 @@ async fn serve_without_standalone_feeds_the_extender_from_the_cluster_it_runs_in
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_cluster_whose_pods_cannot_be_listed_goes_stale_with_the_reason() {
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("l-1", 8, 0));
+    api.refuse(fake_api::Refusal {
+        method: "GET",
+        plural: "pods",
+        sub: None,
+        code: 403,
+        reason: "Forbidden",
+        message: "pods is forbidden: User \"system:serviceaccount:switchyard-system:switchyard\" cannot list resource \"pods\" in API group \"\" at the cluster scope".into(),
+    });
+    let live = start(&[("local", &api)], Duration::from_millis(1500));
+    wait_for("the node", &live.store, |inv| inv.node("l-1").is_some()).await;
+    // Probes answer all along; the pods never arrive.
+    wait_for("the cluster unschedulable", &live.store, |inv| {
+        inv.cluster("local")
+            .is_some_and(|c| c.unavailable.is_some())
+    })
+    .await;
+    let why = live
+        .store
+        .snapshot()
+        .cluster("local")
+        .unwrap()
+        .unavailable
+        .clone()
+        .unwrap();
+    assert!(why.contains("stale") && why.contains("pod"), "{why}");
+    assert!(why.contains("forbidden"), "the reason: {why}");
+    assert!(api.count("GET", "/version") > 0);
+    // Granted: fresh again.
+    api.clear_refusals();
+    wait_for("the cluster fresh again", &live.store, |inv| {
+        inv.cluster("local")
+            .is_some_and(|c| c.unavailable.is_none())
+    })
+    .await;
 }

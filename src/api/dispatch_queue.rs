@@ -394,6 +394,13 @@ impl DispatchQueueSpec {
         }
 
         let quota = self.quota.as_ref().map(|q| {
+            if q.len() > schema::MAX_MAP_KEYS as usize {
+                errors.push(format!(
+                    "quota: {} resources, at most {} may be listed",
+                    q.len(),
+                    schema::MAX_MAP_KEYS
+                ));
+            }
             let mut parsed = BTreeMap::new();
             for (resource, value) in q {
                 if !is_qualified_name(resource) {

@@ -16,6 +16,17 @@ pub const DNS1123_SUBDOMAIN_MAX_LENGTH: u32 = 253;
 pub const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 pub const LABEL_VALUE_MAX_LENGTH: u32 = 63;
 
+/// A label key or resource name: `name` or `prefix/name`, the name up to 63 alphanumerics,
+/// `-`, `_` and `.` starting and ending with an alphanumeric, the prefix a DNS-1123 subdomain
+/// (`[.]`, not an escaped dot, so the pattern reads the same in a CEL string).
+pub const QUALIFIED_NAME_PATTERN: &str = "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// The longest label key: a 253-character prefix, '/', a 63-character name.
+pub const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;
+
+/// The most labels a WorkerCluster and the most resources a quota may list: a bound the API
+/// server needs to accept a CEL rule over every key (its cost is estimated per key).
+pub const MAX_MAP_KEYS: u32 = 64;
+
 /// A non-negative Kubernetes quantity (`500m`, `64Gi`, `1.5`, `2e3`): the API server's
 /// resource.Quantity grammar without the minus sign.
 pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
@@ -48,7 +59,21 @@ pub(crate) fn cel_duration_positive(field: &str) -> String {
     )
 }
 
-/// `schemars(transform)`: a map whose values are label values.
+/// A CEL rule that every key of a map is a qualified name (a schema cannot constrain map
+/// keys otherwise).
+fn keys_rule(schema: &mut Schema, what: &str) {
+    schema.insert("maxProperties".into(), MAX_MAP_KEYS.into());
+    add_rule(
+        schema,
+        format!(
+            "self.all(k, size(k) <= {QUALIFIED_NAME_MAX_LENGTH} && k.matches('{QUALIFIED_NAME_PATTERN}'))"
+        ),
+        &format!("every key must be {what}: [prefix/]name, the name up to 63 letters, digits, '-', '_' and '.' starting and ending with a letter or digit, the optional prefix a DNS subdomain (e.g. example.com/rack)"),
+    );
+}
+
+/// `schemars(transform)`: a map of labels, keys and values checked as the API server checks
+/// an object's labels.
 pub(crate) fn label_map(schema: &mut Schema) {
     schema.insert(
         "additionalProperties".into(),
@@ -58,6 +83,7 @@ pub(crate) fn label_map(schema: &mut Schema) {
             "pattern": LABEL_VALUE_PATTERN,
         }),
     );
+    keys_rule(schema, "a label key");
 }
 
 /// `schemars(transform)`: a map from resource names to non-negative quantities, as the API
@@ -72,6 +98,7 @@ pub(crate) fn quantity_map(schema: &mut Schema) {
             "x-kubernetes-int-or-string": true,
         }),
     );
+    keys_rule(schema, "a resource name");
 }
 
 /// `schemars(transform)`: a map of quantities the dispatcher writes (status), without

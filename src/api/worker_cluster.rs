@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 /// A worker cluster: where its kubeconfig is, and the labels queues and pods select it by.
 /// Cluster-scoped; the dispatcher keeps one client per WorkerCluster and reports in
-/// `status.conditions` (type `Active`) whether it can use it.
+/// `status.conditions` (type `Active`) whether it can use it. Its name is at most 63
+/// characters: it becomes a label value.
 // Printer columns repeat `type_`, which clippy takes for a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -24,6 +25,8 @@ use std::collections::BTreeMap;
     category = "switchyard",
     derive = "PartialEq",
     doc = "A cluster Switchyard dispatches Jobs to.",
+    validation = Rule::new("self.metadata.name.size() <= 63")
+        .message("a WorkerCluster's name must be at most 63 characters: it becomes the value of the label switchyard.dev/cluster and part of its virtual node's name"),
     printcolumn(
         name = "Active",
         type_ = "string",
@@ -101,6 +104,30 @@ pub enum LocationType {
 /// The name of the Secret key that holds the kubeconfig (`locationType: Secret`).
 pub const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
 
+/// A WorkerCluster name becomes the value of the label `switchyard.dev/cluster` and part of
+/// its virtual node's name: at most a label value's 63 characters.
+pub const WORKER_CLUSTER_NAME_MAX_LENGTH: usize = 63;
+
+/// Everything the schema checks of a WorkerCluster (name and spec), for one read from an API
+/// server whose CRD is older or that checks no schema. Each message starts with the field's
+/// full path (`metadata.name`, `spec.labels`...).
+pub fn validate_worker_cluster(name: &str, spec: &WorkerClusterSpec) -> Result<(), Vec<String>> {
+    let mut errors = Vec::new();
+    if name.len() > WORKER_CLUSTER_NAME_MAX_LENGTH {
+        errors.push(format!(
+            "metadata.name: {name:?} is longer than {WORKER_CLUSTER_NAME_MAX_LENGTH} characters (it becomes the label value switchyard.dev/cluster)"
+        ));
+    }
+    if let Err(spec_errors) = spec.validate() {
+        errors.extend(spec_errors.into_iter().map(|e| format!("spec.{e}")));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 impl WorkerClusterSpec {
     /// What the schema cannot check (label keys), and everything it checks, for specs read
     /// without an API server. Each message starts with the field's path.
@@ -125,6 +152,13 @@ impl WorkerClusterSpec {
             errors.push(format!(
                 "kubeConfig.location: longer than {} characters",
                 schema::LOCATION_MAX_LENGTH
+            ));
+        }
+        if self.labels.len() > schema::MAX_MAP_KEYS as usize {
+            errors.push(format!(
+                "labels: {} labels, at most {} may be given",
+                self.labels.len(),
+                schema::MAX_MAP_KEYS
             ));
         }
         for (k, v) in &self.labels {
@@ -159,7 +193,8 @@ impl WorkerClusterSpec {
 #[serde(rename_all = "camelCase")]
 pub struct WorkerClusterStatus {
     /// `Active`: True when the cluster is connected and its inventory is fresh; its reason
-    /// is one of Connected, BadKubeConfig, InsecureKubeConfig, ClientConnectionFailed, Stale.
+    /// is one of Connected, BadKubeConfig, InsecureKubeConfig, ClientConnectionFailed, Stale,
+    /// InvalidSpec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions)]
     pub conditions: Vec<Condition>,

@@ -178,8 +178,12 @@ impl<'a> Working<'a> {
             let Some(id) = table.id(r) else {
                 return Err(format!("has no {r}"));
             };
-            let free: i64 = cluster.nodes.iter().map(|node| node.free(id)).sum::<i64>()
-                - taken.get(r).copied().unwrap_or(0);
+            // Remote amounts: sums saturate rather than wrap.
+            let free: i64 = cluster
+                .nodes
+                .iter()
+                .fold(0i64, |sum, node| sum.saturating_add(node.free(id)))
+                .saturating_sub(taken.get(r).copied().unwrap_or(0));
             if free < n {
                 return Err(format!(
                     "its nodes together have {} {r} free, the gang needs {}",
@@ -189,7 +193,7 @@ impl<'a> Working<'a> {
             }
             let alloc = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
             if alloc > 0 && (r == "cpu" || r == "memory") {
-                score += (free - n) * 10 / alloc;
+                score += free.saturating_sub(n).saturating_mul(10) / alloc;
                 counted += 1;
             }
         }
@@ -964,7 +968,8 @@ pub fn effective_quota(
         }
         for (r, v) in c.summary.allocatable.iter().enumerate() {
             if *v > 0 {
-                *out.entry(table.name(r).to_string()).or_insert(0) += v;
+                let sum = out.entry(table.name(r).to_string()).or_insert(0i64);
+                *sum = sum.saturating_add(*v);
             }
         }
     }

@@ -314,11 +314,7 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
         return Ok(false);
     }
     for e in &term.match_expressions {
-        if !requirement_matches(
-            node.labels.get(&e.key).map(String::as_str),
-            &e.operator,
-            &e.values,
-        )? {
+        if !requirement_matches(node.labels.get(&e.key), &e.operator, &e.values)? {
             return Ok(false);
         }
     }
@@ -358,7 +354,7 @@ pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
         }
     }
     for (k, v) in &shape.node_selector {
-        if node.labels.get(k) != Some(v) {
+        if node.labels.get(k) != Some(v.as_str()) {
             return Err(Misfit::Selector {
                 node: node.name.clone(),
                 detail: format!("does not have label {k}={v} (nodeSelector)"),
@@ -454,7 +450,7 @@ fn minimal_size(numa: &NumaTopology, n: usize, rid: usize, need: i64) -> Option<
     sorted
         .iter()
         .position(|a| {
-            sum += a;
+            sum = sum.saturating_add(*a);
             sum >= need
         })
         .map(|k| k as u32 + 1)
@@ -600,7 +596,8 @@ fn quick_merge(numa: &NumaTopology, zones: &[Vec<i64>], managed: &[(usize, &str,
             let mut rest = set;
             while rest != 0 {
                 let i = rest.trailing_zeros() as usize;
-                sum += zones.get(i).and_then(|z| z.get(rid)).copied().unwrap_or(0);
+                sum =
+                    sum.saturating_add(zones.get(i).and_then(|z| z.get(rid)).copied().unwrap_or(0));
                 rest &= rest - 1;
             }
             sum >= need
@@ -931,7 +928,7 @@ fn place_one(
     }
     for (rid, _, q) in &pod.node_request {
         if let Some(rid) = rid {
-            state.free[*rid] -= q;
+            state.free[*rid] = state.free[*rid].saturating_sub(*q);
         }
     }
     if let Some(p) = pods_id {

@@ -68,7 +68,8 @@ impl Take {
     fn add(&self, node: &mut Node, sign: i64) {
         for &(id, amount) in &self.amounts {
             if let Some(v) = node.requested.get_mut(id) {
-                *v += sign * amount;
+                // A remote node's sum may already be saturated.
+                *v = v.saturating_add(sign * amount);
             }
         }
         if let Some(numa) = node.numa.as_mut().filter(|_| !self.zone_amounts.is_empty()) {
@@ -77,7 +78,7 @@ impl Take {
             for &(zi, id, amount) in &self.zone_amounts {
                 if let Some(z) = numa.zones.get_mut(zi) {
                     if let Some(v) = z.available.get_mut(id) {
-                        *v -= sign * amount;
+                        *v = v.saturating_sub(sign * amount);
                     }
                 }
             }

@@ -192,20 +192,21 @@ pub fn effective_request(containers: &[ContainerRequest]) -> BTreeMap<String, i6
     let mut out = BTreeMap::new();
     for name in names {
         let get = |c: &ContainerRequest| c.requests.get(name).copied().unwrap_or(0);
-        let mut sidecars = 0;
-        let mut init_peak = 0;
-        let mut apps = 0;
+        let mut sidecars = 0i64;
+        let mut init_peak = 0i64;
+        let mut apps = 0i64;
         for c in containers {
             match c.kind {
+                // Amounts come from other clusters' pods: saturate rather than wrap.
                 ContainerKind::Sidecar => {
-                    sidecars += get(c);
+                    sidecars = sidecars.saturating_add(get(c));
                     init_peak = init_peak.max(sidecars);
                 }
-                ContainerKind::Init => init_peak = init_peak.max(sidecars + get(c)),
-                ContainerKind::App => apps += get(c),
+                ContainerKind::Init => init_peak = init_peak.max(sidecars.saturating_add(get(c))),
+                ContainerKind::App => apps = apps.saturating_add(get(c)),
             }
         }
-        let value = init_peak.max(apps + sidecars);
+        let value = init_peak.max(apps.saturating_add(sidecars));
         if value > 0 {
             out.insert(name.clone(), value);
         }
@@ -250,7 +251,8 @@ impl PodShape {
                 resource: r.clone(),
                 message: e.to_string(),
             })?;
-            *node_request.entry(r.clone()).or_insert(0) += q;
+            let sum = node_request.entry(r.clone()).or_insert(0);
+            *sum = sum.saturating_add(q);
         }
         Ok(Self {
             guaranteed: is_guaranteed(&name, spec)?,

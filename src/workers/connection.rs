@@ -14,6 +14,7 @@ pub enum Reason {
     InsecureKubeConfig,
     ClientConnectionFailed,
     Stale,
+    InvalidSpec,
 }
 
 impl Reason {
@@ -24,7 +25,28 @@ impl Reason {
             Reason::InsecureKubeConfig => "InsecureKubeConfig",
             Reason::ClientConnectionFailed => "ClientConnectionFailed",
             Reason::Stale => "Stale",
+            Reason::InvalidSpec => "InvalidSpec",
         }
+    }
+
+    /// The reason a status names, if it is one of these.
+    pub fn parse(s: &str) -> Option<Reason> {
+        [
+            Reason::Connected,
+            Reason::BadKubeConfig,
+            Reason::InsecureKubeConfig,
+            Reason::ClientConnectionFailed,
+            Reason::Stale,
+            Reason::InvalidSpec,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    /// Whether the worker is unreachable (or unusable) for this reason, as opposed to
+    /// connected but behind.
+    pub fn is_disconnection(self) -> bool {
+        !matches!(self, Reason::Connected | Reason::Stale)
     }
 }
 

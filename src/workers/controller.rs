@@ -29,7 +29,8 @@ pub struct ControllerOptions {
     /// Switchyard's namespace: where `locationType: Secret` kubeconfigs are.
     pub namespace: String,
     pub link: LinkOptions,
-    /// How often a `locationType: Path` kubeconfig file is re-read.
+    /// How often a `locationType: Path` kubeconfig file is re-read besides whenever its
+    /// directory changes (the fallback where change notifications do not arrive).
     pub file_poll: Duration,
     /// A worker whose inventory has not been refreshed for this long is unschedulable.
     pub stale_after: Duration,
@@ -196,10 +197,23 @@ impl Controller {
         let name = wc.name_any();
         let labels = wc.spec.labels.clone();
         let location = wc.spec.kube_config.clone();
-        let spec_error = wc.spec.validate().err().map(|errors| errors.join("; "));
+        let spec_error = crate::api::validate_worker_cluster(&name, &wc.spec)
+            .err()
+            .map(|errors| errors.join("; "));
         let (relabel, restart) = match self.entries.get_mut(&name) {
             None => {
-                tracing::info!(cluster = %name, "worker cluster added");
+                // Where the previous leader (or this process before a restart) left it.
+                let health = status::restored_health(wc.status.as_ref(), SystemTime::now());
+                if let Some(since) = (ConnectionState {
+                    health: health.clone(),
+                    backoff: self.options.link.backoff,
+                })
+                .disconnected_since()
+                {
+                    tracing::info!(cluster = %name, disconnected_since = %super::connection::httpdate(since), "worker cluster added; disconnected since the time its status records");
+                } else {
+                    tracing::info!(cluster = %name, "worker cluster added");
+                }
                 self.entries.insert(
                     name.clone(),
                     Entry {
@@ -210,7 +224,7 @@ impl Controller {
                         seen_client: (0, 0),
                         client: None,
                         client_generation: 0,
-                        health: Health::Connecting,
+                        health,
                         writing: false,
                         retry_write_at: None,
                     },
@@ -254,8 +268,8 @@ impl Controller {
             };
             state.failed(
                 SystemTime::now(),
-                Reason::BadKubeConfig,
-                format!("spec.kubeConfig is not valid: {message}"),
+                Reason::InvalidSpec,
+                format!("the WorkerCluster is not valid: {message}"),
             );
             e.health = state.health;
             e.location = Some(location);

@@ -1,8 +1,14 @@
 //! The one writer of the live inventory: every worker's watch events arrive here, are applied
 //! to that worker's [`ClusterState`], and changed clusters are published as a new snapshot,
 //! at most once per debounce interval. Readers never wait for it.
+//!
+//! A relist (`Init`, `InitApply`..., `InitDone`) replaces a kind's objects at its end, so a
+//! relist never shows a half-empty cluster; each object is compacted as it arrives (a Node to
+//! its labels, taints and allocatable, a NodeResourceTopology to its parsed zones), so a
+//! hundred workers relisting at once never hold their whole Node objects.
 
 use super::live::ClusterState;
+use super::watch::Kind;
 use crate::inventory::{Cluster, Inventory, InventoryStore, ResourceTable};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::DynamicObject;
@@ -17,26 +23,49 @@ pub enum Update {
     Node(String, Box<Event<Node>>),
     Pod(String, Box<Event<Pod>>),
     Topology(String, Box<Event<DynamicObject>>),
-    /// The worker answered (a probe, a list, an event): it is not stale.
-    Alive(String),
+    /// A watch proved its kind current without changing anything (a bookmark).
+    Fresh(String, Kind),
+    /// A list or watch failed, and why: shown once the worker goes stale.
+    Failed(String, Kind, String),
+    /// The NodeResourceTopology CRD is not served: no NUMA data, and no watch to wait for.
+    TopologyAbsent(String),
     /// A worker to keep an inventory for (or its new labels).
     Registered(String, BTreeMap<String, String>),
     /// The worker is gone from the configuration.
     Removed(String),
 }
 
-/// Objects of one kind collected during a relist, applied all at once when it completes, so
-/// a relist never shows a half-empty cluster.
-#[derive(Default)]
-struct Relists {
-    nodes: Option<Vec<Node>>,
-    topologies: Option<Vec<DynamicObject>>,
+/// Whether a watch event shows its kind current (see [`Hub::apply`]).
+fn proves<K>(e: &Event<K>) -> bool {
+    matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_))
 }
 
 struct Worker {
     state: ClusterState,
-    relists: Relists,
-    last_seen: SystemTime,
+    /// When each watch ([`Kind::index`]) last proved its kind current: an event, a bookmark,
+    /// a completed relist. A probe does not count: it shows the worker reachable, not that
+    /// its inventory is kept up to date.
+    fresh_at: [SystemTime; 3],
+    /// Each watch's last failure, until it succeeds again.
+    errors: [Option<String>; 3],
+    /// NodeResourceTopology objects have been listed: their watch counts toward freshness.
+    topologies_served: bool,
+}
+
+impl Worker {
+    fn tracked(&self) -> impl Iterator<Item = Kind> + '_ {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| *k != Kind::Topologies || self.topologies_served)
+    }
+
+    fn fresh(&mut self, kind: Kind, now: SystemTime) {
+        self.fresh_at[kind.index()] = now;
+        self.errors[kind.index()] = None;
+        if kind == Kind::Topologies {
+            self.topologies_served = true;
+        }
+    }
 }
 
 pub struct Hub {
@@ -45,7 +74,8 @@ pub struct Hub {
     workers: BTreeMap<String, Worker>,
     published: BTreeMap<String, Arc<Cluster>>,
     dirty: BTreeSet<String>,
-    /// No sign of life for this long makes a worker unschedulable.
+    /// A watch without an event, bookmark or relist for this long makes its worker
+    /// unschedulable.
     pub stale_after: Duration,
     /// Problems seen while building the inventory (a NodeResourceTopology that does not
     /// parse, ...), by cluster, for status and logs.
@@ -76,8 +106,9 @@ impl Hub {
             .entry(name.to_string())
             .or_insert_with(|| Worker {
                 state: ClusterState::new(name, BTreeMap::new()),
-                relists: Relists::default(),
-                last_seen: now,
+                fresh_at: [now; 3],
+                errors: Default::default(),
+                topologies_served: false,
             });
         w.state.labels = labels;
         self.dirty.insert(name.to_string());
@@ -86,9 +117,12 @@ impl Hub {
     /// Applies one update; pure apart from the clock it is given.
     pub fn apply(&mut self, update: Update, now: SystemTime) {
         let cluster = match &update {
-            Update::Node(c, _) | Update::Pod(c, _) | Update::Topology(c, _) | Update::Alive(c) => {
-                c.clone()
-            }
+            Update::Node(c, _)
+            | Update::Pod(c, _)
+            | Update::Topology(c, _)
+            | Update::Fresh(c, _)
+            | Update::Failed(c, ..)
+            | Update::TopologyAbsent(c) => c.clone(),
             Update::Removed(c) => {
                 self.workers.remove(c);
                 self.published.remove(c);
@@ -106,20 +140,27 @@ impl Hub {
         let Some(w) = self.workers.get_mut(&cluster) else {
             return;
         };
-        // A watcher announces each relist attempt (`Init`) before it reaches the server, so
-        // only what came from the server proves the worker alive: a relist failing over and
-        // over must let the worker go stale.
-        let from_server = match &update {
-            Update::Node(_, e) => !matches!(**e, Event::Init),
-            Update::Pod(_, e) => !matches!(**e, Event::Init),
-            Update::Topology(_, e) => !matches!(**e, Event::Init),
-            _ => true,
-        };
-        if from_server {
-            w.last_seen = now;
+        // Only a completed relist, an event or a bookmark shows a kind current: a relist
+        // under way (or failing page after page) does not.
+        match &update {
+            Update::Node(_, e) if proves(e.as_ref()) => w.fresh(Kind::Nodes, now),
+            Update::Pod(_, e) if proves(e.as_ref()) => w.fresh(Kind::Pods, now),
+            Update::Topology(_, e) if proves(e.as_ref()) => w.fresh(Kind::Topologies, now),
+            Update::Fresh(_, kind) => w.fresh(*kind, now),
+            Update::Failed(_, kind, why) => w.errors[kind.index()] = Some(why.clone()),
+            _ => {}
         }
         let changed = match update {
-            Update::Alive(_) | Update::Removed(_) | Update::Registered(..) => false,
+            Update::Fresh(..)
+            | Update::Failed(..)
+            | Update::Removed(_)
+            | Update::Registered(..) => false,
+            Update::TopologyAbsent(_) => {
+                w.topologies_served = false;
+                w.errors[Kind::Topologies.index()] = None;
+                w.state.forget_topologies();
+                true
+            }
             Update::Node(_, ev) => match *ev {
                 Event::Apply(n) => {
                     w.state.apply_node(&n);
@@ -131,18 +172,15 @@ impl Hub {
                     true
                 }
                 Event::Init => {
-                    w.relists.nodes = Some(Vec::new());
+                    w.state.begin_node_relist();
                     false
                 }
                 Event::InitApply(n) => {
-                    w.relists.nodes.get_or_insert_with(Vec::new).push(n);
+                    w.state.relist_node(&n);
                     false
                 }
                 Event::InitDone => {
-                    w.state.clear_nodes();
-                    for n in w.relists.nodes.take().unwrap_or_default() {
-                        w.state.apply_node(&n);
-                    }
+                    w.state.end_node_relist();
                     true
                 }
             },
@@ -156,7 +194,6 @@ impl Hub {
                         .delete_pod(p.metadata.uid.as_deref().unwrap_or_default());
                     true
                 }
-                // Pods are kept compact even while a relist is collected.
                 Event::Init => {
                     w.state.begin_pod_relist();
                     false
@@ -184,20 +221,17 @@ impl Hub {
                     true
                 }
                 Event::Init => {
-                    w.relists.topologies = Some(Vec::new());
+                    w.state.begin_topology_relist();
                     false
                 }
                 Event::InitApply(o) => {
-                    w.relists.topologies.get_or_insert_with(Vec::new).push(o);
+                    if let Some(n) = topology_name(&o) {
+                        w.state.relist_topology(&n, &o.data, table);
+                    }
                     false
                 }
                 Event::InitDone => {
-                    w.state.clear_topologies();
-                    for o in w.relists.topologies.take().unwrap_or_default() {
-                        if let Some(n) = topology_name(&o) {
-                            w.state.apply_topology(&n, &o.data, table);
-                        }
-                    }
+                    w.state.end_topology_relist();
                     true
                 }
             },
@@ -207,14 +241,38 @@ impl Hub {
         }
     }
 
-    /// Whether `cluster` has been silent for longer than `stale_after`.
-    pub fn is_stale(&self, cluster: &str, now: SystemTime) -> bool {
-        self.workers
-            .get(cluster)
-            .is_some_and(|w| now.duration_since(w.last_seen).unwrap_or_default() > self.stale_after)
+    /// Why `cluster` is stale at `now` (a watch without an event, bookmark or relist for
+    /// longer than `stale_after`, with its last error), if it is.
+    pub fn staleness(&self, cluster: &str, now: SystemTime) -> Option<String> {
+        let w = self.workers.get(cluster)?;
+        let mut silent = Vec::new();
+        for kind in w.tracked() {
+            let age = now
+                .duration_since(w.fresh_at[kind.index()])
+                .unwrap_or_default();
+            if age > self.stale_after {
+                let mut what = format!("the {} watch", kind.as_str());
+                if let Some(e) = &w.errors[kind.index()] {
+                    what += &format!(" (last error: {e})");
+                }
+                silent.push(what);
+            }
+        }
+        (!silent.is_empty()).then(|| {
+            format!(
+                "worker cluster {cluster} is stale: no event, bookmark or successful relist for over {}s from {}",
+                self.stale_after.as_secs(),
+                silent.join(" and ")
+            )
+        })
     }
 
-    /// Publishes a new snapshot if anything changed (including staleness).
+    /// Whether `cluster` is stale at `now`.
+    pub fn is_stale(&self, cluster: &str, now: SystemTime) -> bool {
+        self.staleness(cluster, now).is_some()
+    }
+
+    /// Publishes a new snapshot if anything changed (including staleness and its reason).
     pub fn publish(&mut self, now: SystemTime) -> bool {
         let flipped: Vec<String> = self
             .workers
@@ -223,8 +281,8 @@ impl Hub {
                 let was = self
                     .published
                     .get(*name)
-                    .is_some_and(|c| c.unavailable.is_some());
-                self.is_stale(name, now) != was
+                    .and_then(|c| c.unavailable.clone());
+                self.staleness(name, now) != was
             })
             .cloned()
             .collect();
@@ -237,12 +295,7 @@ impl Hub {
                 continue;
             };
             let (mut cluster, problems) = w.state.to_cluster(&mut self.table);
-            if self.is_stale(&name, now) {
-                cluster.unavailable = Some(format!(
-                    "worker cluster {name} is stale: no successful watch or resync for over {}s",
-                    self.stale_after.as_secs()
-                ));
-            }
+            cluster.unavailable = self.staleness(&name, now);
             cluster.summarize(self.table.len());
             self.problems.insert(
                 name.clone(),
@@ -285,26 +338,60 @@ pub async fn run(mut hub: Hub, mut rx: tokio::sync::mpsc::Receiver<Update>, debo
 mod tests {
     use super::*;
 
+    fn pod_done() -> Box<Event<Pod>> {
+        Box::new(Event::InitDone)
+    }
+
     #[test]
-    fn relist_attempts_that_never_reach_the_server_let_a_worker_go_stale() {
+    fn only_the_watches_keep_a_worker_fresh_each_kind_on_its_own() {
         let store = Arc::new(InventoryStore::default());
         let mut hub = Hub::new(store.clone(), Duration::from_secs(10));
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |s: u64| t0 + Duration::from_secs(s);
         hub.apply(Update::Registered("w".into(), BTreeMap::new()), t0);
+        hub.apply(Update::Node("w".into(), Box::new(Event::InitDone)), t0);
+        hub.apply(Update::Pod("w".into(), pod_done()), t0);
+        // The node watch keeps getting bookmarks; the pod watch's relists start and fail.
         for s in 1..30 {
-            let at = t0 + Duration::from_secs(s);
-            hub.apply(Update::Pod("w".into(), Box::new(Event::Init)), at);
+            hub.apply(Update::Fresh("w".into(), Kind::Nodes), at(s));
+            hub.apply(Update::Pod("w".into(), Box::new(Event::Init)), at(s));
+            hub.apply(
+                Update::Failed("w".into(), Kind::Pods, "list: pods is forbidden".into()),
+                at(s),
+            );
         }
-        let late = t0 + Duration::from_secs(30);
-        assert!(hub.is_stale("w", late));
-        hub.publish(late);
-        let why = store.snapshot().cluster("w").unwrap().unavailable.clone();
-        assert!(why.unwrap().contains("stale"));
-        // A completed relist is contact.
-        hub.apply(Update::Pod("w".into(), Box::new(Event::InitDone)), late);
-        assert!(!hub.is_stale("w", late + Duration::from_secs(1)));
-        hub.apply(Update::Removed("w".into()), late);
-        hub.publish(late);
+        assert!(!hub.is_stale("w", at(10)));
+        let why = hub.staleness("w", at(30)).unwrap();
+        assert!(
+            why.contains("the pod watch (last error: list: pods is forbidden)"),
+            "{why}"
+        );
+        assert!(!why.contains("node"), "{why}");
+        hub.publish(at(30));
+        let published = store.snapshot().cluster("w").unwrap().unavailable.clone();
+        assert_eq!(published.as_deref(), Some(why.as_str()));
+        // A completed relist is fresh again.
+        hub.apply(Update::Pod("w".into(), pod_done()), at(30));
+        assert!(!hub.is_stale("w", at(31)));
+        hub.publish(at(31));
+        assert!(store.snapshot().cluster("w").unwrap().unavailable.is_none());
+
+        // NodeResourceTopology counts once listed, and stops counting when its CRD goes.
+        hub.apply(
+            Update::Topology("w".into(), Box::new(Event::InitDone)),
+            at(31),
+        );
+        hub.apply(Update::Fresh("w".into(), Kind::Nodes), at(45));
+        hub.apply(Update::Fresh("w".into(), Kind::Pods), at(45));
+        assert!(hub
+            .staleness("w", at(45))
+            .unwrap()
+            .contains("NodeResourceTopology"));
+        hub.apply(Update::TopologyAbsent("w".into()), at(45));
+        assert!(!hub.is_stale("w", at(45)));
+
+        hub.apply(Update::Removed("w".into()), at(45));
+        hub.publish(at(45));
         assert!(store.snapshot().cluster("w").is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! One worker's connection, in its own task: take the latest kubeconfig, check it, build a
 //! rate-limited client, probe it with a timeout, then run the inventory watches and keep
-//! probing. Every failure backs off (5 s doubling to 5 min) unless the kubeconfig changes,
+//! probing. A probe shows the worker reachable (the connection state); whether its inventory
+//! is fresh is the watches' business (see [`hub`](super::hub)). Every failure backs off (5 s doubling to 5 min) unless the kubeconfig changes,
 //! which is tried at once. A worker that hangs or is slow only ever delays its own task.
 
 use super::connection::{Backoff, ConnectionState, Health, Reason};
@@ -8,10 +9,10 @@ use super::hub::Update;
 use super::kubeconfig::{client_for, probe, ClientOptions, KubeconfigError};
 use super::ratelimit::RateLimiter;
 use super::source::Reading;
-use super::watch::{watches, WatchHealth};
+use super::watch::{watches, WatchHealth, WatchTimings};
 use crate::metrics::WorkerMetrics;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 
 /// Timings and limits of every worker's connection.
@@ -23,8 +24,8 @@ pub struct LinkOptions {
     pub probe_timeout: Duration,
     /// The first node and pod lists must complete within this after connecting.
     pub establish_timeout: Duration,
-    /// A watch error this recent means the inventory is not being kept up to date.
-    pub watch_error_window: Duration,
+    /// Timings of the inventory's lists and watches.
+    pub watch: WatchTimings,
     /// The client rate limit: requests per second, and the burst above it.
     pub qps: f64,
     pub burst: u32,
@@ -37,7 +38,7 @@ impl Default for LinkOptions {
             probe_every: Duration::from_secs(10),
             probe_timeout: Duration::from_secs(10),
             establish_timeout: Duration::from_secs(60),
-            watch_error_window: Duration::from_secs(75),
+            watch: WatchTimings::default(),
             qps: 100.0,
             burst: 200,
         }
@@ -182,6 +183,7 @@ impl Link {
             self.hub.clone(),
             health.clone(),
             self.metrics.as_ref().map(|m| m.watch_restarts.clone()),
+            self.options.watch.clone(),
         );
         let mut watches = std::pin::pin!(watches);
         let establish_by = tokio::time::Instant::now() + self.options.establish_timeout;
@@ -202,10 +204,7 @@ impl Link {
                 }
                 _ = &mut establish, if !established => {
                     if !health.listed() {
-                        let why = health
-                            .fresh(Instant::now(), self.options.watch_error_window)
-                            .err()
-                            .unwrap_or_default();
+                        let why = health.why_not_listed();
                         return SessionEnd::Failed(format!(
                             "the node and pod lists did not complete within {}s: {why}",
                             self.options.establish_timeout.as_secs()
@@ -214,18 +213,10 @@ impl Link {
                     established = true;
                 }
                 _ = ticker.tick() => {
+                    // Reachability only: a worker that answers here but whose watches say
+                    // nothing goes stale in the hub, with the reason in its status.
                     if let Err(e) = probe(&client, self.options.probe_timeout).await {
                         return SessionEnd::Failed(format!("GET /version: {e}"));
-                    }
-                    // The inventory is fresh only while the watches keep it so; otherwise the
-                    // hub lets it go stale and the status says why.
-                    match health.fresh(Instant::now(), self.options.watch_error_window) {
-                        Ok(()) => {
-                            if self.hub.send(Update::Alive(self.name.clone())).await.is_err() {
-                                return SessionEnd::Gone;
-                            }
-                        }
-                        Err(why) => tracing::debug!(cluster = %self.name, %why, "inventory not refreshed"),
                     }
                 }
             }

@@ -3,19 +3,22 @@
 //! the inventory's view of the cluster is rebuilt from the records. Pure: no client here.
 
 use crate::inventory::file::{build_topology, TopologySpec};
-use crate::inventory::{Cluster, InventoryError, Node, NumaTopology, ResourceTable, Taint};
+use crate::inventory::{
+    Cluster, InventoryError, Label, Labels, Node, NumaTopology, ResourceTable, Taint,
+};
 use crate::placement::pod::{effective_request, ContainerKind, ContainerRequest};
 use crate::quantity;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// What the inventory needs of a Node, compactly: a hundred workers of a thousand nodes
 /// each are kept in memory at once.
 #[derive(Debug, Clone, PartialEq)]
 struct NodeRecord {
-    /// Shared with every published snapshot of the node.
-    labels: Arc<BTreeMap<String, String>>,
+    /// Shared with every published snapshot of the node; each label shared by the cluster's
+    /// nodes that carry it.
+    labels: Labels,
     taints: Box<[Taint]>,
     /// By the cluster's interned resource ids.
     allocatable: Box<[(u16, i64)]>,
@@ -43,6 +46,27 @@ struct PodRecord {
     shape: u32,
 }
 
+/// A label in the interner's set, found by its `key=value` text without building an `Arc`.
+#[derive(Debug, Clone)]
+struct InternedLabel(Arc<Label>);
+
+impl std::borrow::Borrow<str> for InternedLabel {
+    fn borrow(&self) -> &str {
+        self.0.text()
+    }
+}
+impl std::hash::Hash for InternedLabel {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.text().hash(state)
+    }
+}
+impl PartialEq for InternedLabel {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.text() == other.0.text()
+    }
+}
+impl Eq for InternedLabel {}
+
 /// Interned strings and request shapes for one cluster.
 #[derive(Debug, Clone, Default)]
 struct Interner {
@@ -52,6 +76,12 @@ struct Interner {
     resource_names: Vec<Box<str>>,
     shape_ids: HashMap<Box<[(u16, i64)]>, u32>,
     shapes: Vec<Box<[(u16, i64)]>>,
+    /// Every resource id is taken (and that was logged).
+    resources_full: bool,
+    /// Every distinct label of the cluster's nodes.
+    labels: HashSet<InternedLabel>,
+    /// Node deletions since labels nobody carries any more were last dropped.
+    deleted_since_prune: usize,
 }
 
 impl Interner {
@@ -66,20 +96,59 @@ impl Interner {
         id
     }
 
-    fn resource(&mut self, name: &str) -> u16 {
+    /// The id of a resource name; `None` once every id is taken (a worker that publishes
+    /// tens of thousands of resource names): those resources are left out, and said so once.
+    fn resource(&mut self, name: &str) -> Option<u16> {
         if let Some(id) = self.resource_ids.get(name) {
-            return *id;
+            return Some(*id);
         }
-        let id = self.resource_names.len() as u16;
+        let Ok(id) = u16::try_from(self.resource_names.len()) else {
+            if !self.resources_full {
+                self.resources_full = true;
+                tracing::warn!(
+                    resource = name,
+                    limit = usize::from(u16::MAX) + 1,
+                    "a worker names more resources than can be tracked; the others are ignored"
+                );
+            }
+            return None;
+        };
         self.resource_names.push(name.into());
         self.resource_ids.insert(name.into(), id);
-        id
+        Some(id)
+    }
+
+    fn labels(&mut self, labels: Option<&BTreeMap<String, String>>) -> Labels {
+        let mut text = String::new();
+        let interned = labels
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                text.clear();
+                text.push_str(k);
+                text.push('=');
+                text.push_str(v);
+                if let Some(l) = self.labels.get(text.as_str()) {
+                    return l.0.clone();
+                }
+                let l = Arc::new(Label::new(k, v));
+                self.labels.insert(InternedLabel(l.clone()));
+                l
+            })
+            .collect();
+        Labels::new(interned)
+    }
+
+    /// Forgets labels no node (and no snapshot) carries any more: hostnames of nodes gone.
+    fn prune_labels(&mut self) {
+        self.deleted_since_prune = 0;
+        self.labels.retain(|l| Arc::strong_count(&l.0) > 1);
     }
 
     fn amounts(&mut self, amounts: impl IntoIterator<Item = (String, i64)>) -> Box<[(u16, i64)]> {
         let mut v: Vec<(u16, i64)> = amounts
             .into_iter()
-            .map(|(k, q)| (self.resource(&k), q))
+            .filter_map(|(k, q)| Some((self.resource(&k)?, q)))
             .collect();
         v.sort_unstable();
         v.into()
@@ -97,6 +166,9 @@ impl Interner {
     }
 }
 
+/// A NodeResourceTopology as placement reads it, or why it could not be read.
+type ParsedTopology = Result<Arc<NumaTopology>, String>;
+
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     pub name: String,
@@ -108,12 +180,17 @@ pub struct ClusterState {
     pods: Vec<PodRecord>,
     /// Parsed at arrival (the published JSON is ten times larger), or why it could not be;
     /// by interned node id. Shared with every published snapshot of the node.
-    topologies: HashMap<u32, Result<Arc<NumaTopology>, String>>,
+    topologies: HashMap<u32, ParsedTopology>,
     /// Sum of the pods' requests per interned node, by interned resource, kept as pods come
-    /// and go.
-    requested: Vec<Vec<i64>>,
+    /// and go. Wide, so that adding and taking away remote amounts stays exact however large
+    /// they are; clamped to i64 when published.
+    requested: Vec<Vec<i128>>,
     /// Pods collected during a relist, applied when it completes.
     relist: Option<Vec<PodRecord>>,
+    /// Nodes collected (already compact) during a relist, by interned id.
+    node_relist: Option<Vec<(u32, NodeRecord)>>,
+    /// NodeResourceTopology objects collected (already parsed) during a relist.
+    topology_relist: Option<Vec<(u32, ParsedTopology)>>,
 }
 
 fn parse_amounts(
@@ -161,10 +238,17 @@ pub fn pod_requests(pod: &Pod) -> Vec<(String, i64)> {
     );
     let mut total = effective_request(&containers);
     for (k, v) in parse_amounts(spec.overhead.as_ref()) {
-        *total.entry(k).or_insert(0) += v;
+        let sum = total.entry(k).or_insert(0);
+        *sum = sum.saturating_add(v);
     }
-    *total.entry("pods".into()).or_insert(0) += 1000;
+    let pods = total.entry("pods".into()).or_insert(0);
+    *pods = pods.saturating_add(1000);
     total.into_iter().collect()
+}
+
+/// A wide sum as an amount: beyond i64 it saturates.
+fn clamp(q: i128) -> i64 {
+    i64::try_from(q).unwrap_or(if q > 0 { i64::MAX } else { i64::MIN })
 }
 
 /// A pod holds node resources while it is bound and not finished.
@@ -183,18 +267,10 @@ impl ClusterState {
         }
     }
 
-    fn node_slot(&mut self, name: &str) -> &mut Option<NodeRecord> {
-        let id = self.interner.node(name) as usize;
-        if self.nodes.len() <= id {
-            self.nodes.resize(id + 1, None);
-        }
-        &mut self.nodes[id]
-    }
-
-    pub fn apply_node(&mut self, node: &KubeNode) {
-        let Some(name) = node.metadata.name.as_deref() else {
-            return;
-        };
+    /// What is kept of a Node: its labels (interned), taints and allocatable. Everything
+    /// else (images, conditions, addresses...) is dropped here.
+    fn node_record(&mut self, node: &KubeNode) -> Option<(u32, NodeRecord)> {
+        let name = node.metadata.name.as_deref()?;
         let spec = node.spec.as_ref();
         let mut taints: Vec<Taint> = spec
             .and_then(|s| s.taints.as_ref())
@@ -213,27 +289,68 @@ impl ClusterState {
                 effect: "NoSchedule".into(),
             });
         }
-        let labels = Arc::new(node.metadata.labels.clone().unwrap_or_default());
+        let labels = self.interner.labels(node.metadata.labels.as_ref());
         let allocatable = self.interner.amounts(parse_amounts(
             node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
         ));
-        let record = NodeRecord {
-            labels,
-            taints: taints.into(),
-            allocatable,
-        };
-        *self.node_slot(name) = Some(record);
+        let id = self.interner.node(name);
+        Some((
+            id,
+            NodeRecord {
+                labels,
+                taints: taints.into(),
+                allocatable,
+            },
+        ))
+    }
+
+    fn set_node(&mut self, id: u32, record: Option<NodeRecord>) {
+        let id = id as usize;
+        if self.nodes.len() <= id {
+            self.nodes.resize(id + 1, None);
+        }
+        self.nodes[id] = record;
+    }
+
+    pub fn apply_node(&mut self, node: &KubeNode) {
+        if let Some((id, record)) = self.node_record(node) {
+            self.set_node(id, Some(record));
+        }
     }
 
     pub fn delete_node(&mut self, name: &str) {
-        if let Some(id) = self.interner.node_ids.get(name) {
-            if let Some(slot) = self.nodes.get_mut(*id as usize) {
-                *slot = None;
+        if let Some(id) = self.interner.node_ids.get(name).copied() {
+            self.set_node(id, None);
+            self.interner.deleted_since_prune += 1;
+            if self.interner.deleted_since_prune >= 1024 {
+                self.interner.prune_labels();
             }
         }
     }
 
-    fn add_requests(&mut self, rec: PodRecord, sign: i64) {
+    /// Starts a relist of nodes: what arrives until [`Self::end_node_relist`] replaces the
+    /// set. Each node is compacted as it arrives, so a relist never holds whole Nodes.
+    pub fn begin_node_relist(&mut self) {
+        self.node_relist = Some(Vec::new());
+    }
+
+    pub fn relist_node(&mut self, node: &KubeNode) {
+        if let Some(entry) = self.node_record(node) {
+            self.node_relist.get_or_insert_with(Vec::new).push(entry);
+        }
+    }
+
+    pub fn end_node_relist(&mut self) {
+        let listed = self.node_relist.take().unwrap_or_default();
+        self.clear_nodes();
+        // In arrival order: of duplicates the last wins.
+        for (id, record) in listed {
+            self.set_node(id, Some(record));
+        }
+        self.interner.prune_labels();
+    }
+
+    fn add_requests(&mut self, rec: PodRecord, sign: i128) {
         let Some(shape) = self.interner.shapes.get(rec.shape as usize) else {
             return;
         };
@@ -247,7 +364,7 @@ impl ClusterState {
             if entry.len() <= r {
                 entry.resize(r + 1, 0);
             }
-            entry[r] += sign * v;
+            entry[r] += sign * i128::from(*v);
         }
     }
 
@@ -316,14 +433,14 @@ impl ClusterState {
         self.pods = pods;
     }
 
-    /// A NodeResourceTopology object (its name is the node's name). Resource names are
-    /// interned in `table`, which must be the one later given to [`Self::to_cluster`].
-    pub fn apply_topology(
-        &mut self,
+    /// A NodeResourceTopology object parsed into what placement needs (the JSON is ten times
+    /// larger), or why it could not be.
+    fn topology(
+        &self,
         name: &str,
         object: &serde_json::Value,
         table: &mut ResourceTable,
-    ) {
+    ) -> ParsedTopology {
         let at = format!("cluster {} NodeResourceTopology {name}", self.name);
         let mut spec = serde_json::Map::new();
         for key in ["attributes", "zones"] {
@@ -331,7 +448,7 @@ impl ClusterState {
                 spec.insert(key.into(), v.clone());
             }
         }
-        let parsed = serde_json::from_value::<TopologySpec>(serde_json::Value::Object(spec))
+        serde_json::from_value::<TopologySpec>(serde_json::Value::Object(spec))
             .map_err(|e| format!("{at}: {e}"))
             .and_then(|spec| {
                 if spec.zones.is_empty() {
@@ -341,7 +458,18 @@ impl ClusterState {
                         .map(Arc::new)
                         .map_err(|e| e.to_string())
                 }
-            });
+            })
+    }
+
+    /// A NodeResourceTopology object (its name is the node's name). Resource names are
+    /// interned in `table`, which must be the one later given to [`Self::to_cluster`].
+    pub fn apply_topology(
+        &mut self,
+        name: &str,
+        object: &serde_json::Value,
+        table: &mut ResourceTable,
+    ) {
+        let parsed = self.topology(name, object, table);
         let id = self.interner.node(name);
         self.topologies.insert(id, parsed);
     }
@@ -352,6 +480,37 @@ impl ClusterState {
         }
     }
 
+    /// Starts a relist of NodeResourceTopology objects, each parsed as it arrives.
+    pub fn begin_topology_relist(&mut self) {
+        self.topology_relist = Some(Vec::new());
+    }
+
+    pub fn relist_topology(
+        &mut self,
+        name: &str,
+        object: &serde_json::Value,
+        table: &mut ResourceTable,
+    ) {
+        let parsed = self.topology(name, object, table);
+        let id = self.interner.node(name);
+        self.topology_relist
+            .get_or_insert_with(Vec::new)
+            .push((id, parsed));
+    }
+
+    pub fn end_topology_relist(&mut self) {
+        let listed = self.topology_relist.take().unwrap_or_default();
+        self.topologies.clear();
+        self.topologies.extend(listed);
+    }
+
+    /// Drops a relist of NodeResourceTopology objects under way, and every object (the CRD
+    /// is no longer served).
+    pub fn forget_topologies(&mut self) {
+        self.topology_relist = None;
+        self.topologies.clear();
+    }
+
     /// Forgets every pod (a relist follows).
     pub fn clear_pods(&mut self) {
         self.pods = Vec::new();
@@ -359,9 +518,6 @@ impl ClusterState {
     }
     pub fn clear_nodes(&mut self) {
         self.nodes.iter_mut().for_each(|n| *n = None);
-    }
-    pub fn clear_topologies(&mut self) {
-        self.topologies.clear();
     }
 
     pub fn pod_count(&self) -> usize {
@@ -381,7 +537,7 @@ impl ClusterState {
             .map(|n| table.intern(n))
             .collect();
         let dense = |pairs: &mut dyn Iterator<Item = (usize, i64)>| {
-            let mut v = Vec::new();
+            let mut v: Vec<i64> = Vec::new();
             for (r, q) in pairs {
                 let Some(id) = ids.get(r).copied() else {
                     continue;
@@ -389,7 +545,7 @@ impl ClusterState {
                 if v.len() <= id {
                     v.resize(id + 1, 0);
                 }
-                v[id] += q;
+                v[id] = v[id].saturating_add(q);
             }
             v
         };
@@ -415,7 +571,7 @@ impl ClusterState {
                         .flatten()
                         .enumerate()
                         .filter(|(_, q)| **q != 0)
-                        .map(|(r, q)| (r, *q)),
+                        .map(|(r, q)| (r, clamp(*q))),
                 );
                 // `managed` is read with `get`: resources interned later are simply unmanaged.
                 let numa = match self.topologies.get(&(id as u32)) {

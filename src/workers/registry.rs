@@ -28,7 +28,7 @@ pub struct WorkerView {
     /// connected (and before the first attempt ends).
     pub disconnected_since: Option<SystemTime>,
     /// The `Active` condition's reason: `Connected`, `Connecting`, `BadKubeConfig`,
-    /// `InsecureKubeConfig`, `ClientConnectionFailed` or `Stale`.
+    /// `InsecureKubeConfig`, `ClientConnectionFailed`, `Stale` or `InvalidSpec`.
     pub reason: &'static str,
     pub message: String,
     /// The `Active` condition is True: connected and the inventory is fresh, so work may be

@@ -1,6 +1,9 @@
 //! Where a worker's kubeconfig comes from, kept current: a Secret in Switchyard's namespace
-//! (key `kubeconfig`), watched, or a file in the pod, re-read on a timer and compared by
-//! content (a Secret volume swaps a `..data` symlink, which file-change notifications miss).
+//! (key `kubeconfig`), watched, or a file in the pod, re-read whenever its directory changes
+//! and on a timer, and compared by content. The directory is watched rather than the file: a
+//! Secret volume swaps a `..data` symlink beside it, which a watch on the file itself misses.
+//! The timer stays as a fallback for what notifications do not cover (a file system without
+//! them, a watch that could not be set up, a swap higher up the path).
 //!
 //! Each source publishes its latest [`Reading`]; the worker's connection rebuilds its client
 //! when the text changes, and nothing else.
@@ -117,7 +120,37 @@ async fn secret(
     }
 }
 
+/// Notifies `changed` of every change in the directory holding `path`; `None` (logged) when
+/// the directory cannot be watched, leaving the poll alone.
+fn watch_directory(
+    path: &std::path::Path,
+    changed: tokio::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty())?;
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // One pending wake-up is enough: the file is read whole each time.
+        if event.is_ok() {
+            let _ = changed.try_send(());
+        }
+    })
+    .and_then(|mut w| {
+        w.watch(dir, notify::RecursiveMode::NonRecursive)?;
+        Ok(w)
+    });
+    match watcher {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::info!(dir = %dir.display(), error = %e, "cannot watch a kubeconfig's directory; re-reading it on a timer only");
+            None
+        }
+    }
+}
+
 async fn file(path: PathBuf, poll: Duration, tx: watch::Sender<Option<Reading>>) {
+    let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
+    // Kept for as long as the file is read: dropping it stops the notifications.
+    let _watcher = watch_directory(&path, changed_tx);
     loop {
         let reading = tokio::fs::read_to_string(&path).await.map_err(|e| {
             format!(
@@ -129,6 +162,7 @@ async fn file(path: PathBuf, poll: Duration, tx: watch::Sender<Option<Reading>>)
         tokio::select! {
             _ = tx.closed() => return,
             _ = tokio::time::sleep(poll) => {}
+            Some(()) = changed.recv() => {}
         }
     }
 }

@@ -3,13 +3,13 @@
 //!
 //! `Active` is True only while the worker is connected and its inventory is fresh; otherwise
 //! its reason says why (`Connecting`, `BadKubeConfig`, `InsecureKubeConfig`,
-//! `ClientConnectionFailed`, `Stale`) and its message gives the attempt count and when the
-//! next attempt is due.
+//! `ClientConnectionFailed`, `Stale`, `InvalidSpec`) and its message gives the attempt count
+//! and when the next attempt is due.
 
-use super::connection::{httpdate, Health};
+use super::connection::{httpdate, Health, Reason};
 use crate::api::{
-    cluster_reason, set_condition, ClusterSummary, ConnectionStatus, WorkerClusterStatus,
-    CONDITION_ACTIVE,
+    cluster_reason, find_condition, set_condition, ClusterSummary, ConnectionStatus,
+    WorkerClusterStatus, CONDITION_ACTIVE,
 };
 use crate::inventory::{Cluster, ResourceTable};
 use crate::quantity::{display, Milli};
@@ -188,6 +188,45 @@ pub fn patch(desired: &WorkerClusterStatus) -> Value {
         map.entry("conditions").or_insert_with(|| json!([]));
     }
     json!({ "status": status })
+}
+
+/// The connection state a WorkerCluster's status records, for a controller starting up (a
+/// restart, or another replica taking over): "disconnected since T" must keep its T, or the
+/// dispatcher's workerLostTimeout would start over with every failover. T is
+/// `status.connection.disconnectedSince`, else the time the `Active` condition turned False
+/// for a disconnection reason. Anything else starts as `Connecting`.
+pub fn restored_health(status: Option<&WorkerClusterStatus>, now: SystemTime) -> Health {
+    let Some(status) = status else {
+        return Health::Connecting;
+    };
+    let active = find_condition(&status.conditions, CONDITION_ACTIVE);
+    let reason = active.and_then(|c| Reason::parse(&c.reason));
+    let connection = status.connection.as_ref();
+    let since = connection
+        .and_then(|c| c.disconnected_since.as_ref())
+        .or_else(|| {
+            active
+                .filter(|c| c.status == "False" && reason.is_some_and(Reason::is_disconnection))
+                .map(|c| &c.last_transition_time)
+        })
+        .map(|t| SystemTime::from(t.0));
+    let Some(since) = since else {
+        return Health::Connecting;
+    };
+    Health::Disconnected {
+        since,
+        attempts: connection
+            .map(|c| u32::try_from(c.attempts).unwrap_or(0))
+            .unwrap_or(0),
+        reason: reason
+            .filter(|r| r.is_disconnection())
+            .unwrap_or(Reason::ClientConnectionFailed),
+        message: connection
+            .and_then(|c| c.last_error.clone())
+            .unwrap_or_else(|| "not reachable before this replica started".into()),
+        // The first attempt of this replica is made at once.
+        next_attempt: now,
+    }
 }
 
 /// A one-line description of a worker's state for logs and `/readyz`.

@@ -21,6 +21,9 @@ use tokio::sync::watch;
 pub const CLUSTER_LABEL: &str = "switchyard.dev/cluster";
 pub const VIRTUAL_TAINT: &str = "switchyard.dev/virtual";
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// The label keys Switchyard set on a virtual node, comma-separated: a merge patch only adds
+/// and changes keys, so a key we stop setting must be removed by name, and only ours may be.
+pub const OWNED_LABELS_ANNOTATION: &str = "switchyard.dev/labels";
 /// The kubelet's default; the node lifecycle controller waits 40 s past a renewal.
 pub const LEASE_SECONDS: i32 = 40;
 
@@ -56,9 +59,9 @@ fn common_labels(cluster: &Cluster) -> BTreeMap<String, String> {
     let Some(first) = nodes.next() else {
         return BTreeMap::new();
     };
-    let mut common = (*first.labels).clone();
+    let mut common = first.labels.to_map();
     for n in nodes {
-        common.retain(|k, v| n.labels.get(k) == Some(v));
+        common.retain(|k, v| n.labels.get(k) == Some(v.as_str()));
     }
     // Per-node identity labels would mislead on an aggregate.
     common.remove("kubernetes.io/hostname");
@@ -85,11 +88,17 @@ pub fn desired(
             (sum > 0).then(|| (table.name(r).to_string(), quantity(sum)))
         })
         .collect();
+    let owned = labels
+        .keys()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",");
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": [{"key": VIRTUAL_TAINT, "value": "true", "effect": "NoSchedule"}]},
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {OWNED_LABELS_ANNOTATION: owned}},
+        "spec": {"taints": [virtual_taint()]},
         "status": {
             "capacity": totals,
             "allocatable": totals,
@@ -100,6 +109,108 @@ pub fn desired(
                          "osImage": "", "containerRuntimeVersion": "", "kubeProxyVersion": ""}
         }
     })
+}
+
+fn virtual_taint() -> Value {
+    json!({"key": VIRTUAL_TAINT, "value": "true", "effect": "NoSchedule"})
+}
+
+/// The merge patches that turn the node as it is (`existing`) into `desired`: the object's
+/// (labels and taints; `None` when nothing there changes) and the status's.
+///
+/// - Labels listed in the ownership annotation but no longer wanted are removed (`null`);
+///   labels others put on the node are left alone.
+/// - Taints: ours is added or corrected in place; every other taint (the node lifecycle
+///   controller's `node.kubernetes.io/unreachable`, a user's) is kept. A merge patch replaces
+///   the whole list, so the patch then carries the resourceVersion it was computed from: a
+///   taint added in between makes it fail (409) rather than vanish.
+/// - Capacity and allocatable are replaced exactly: a resource the worker no longer has is
+///   removed.
+pub fn update_patches(existing: &Value, desired: &Value) -> (Option<Value>, Value) {
+    let want = desired["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let have = existing["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let previously_owned: Vec<&str> = existing["metadata"]["annotations"][OWNED_LABELS_ANNOTATION]
+        .as_str()
+        .map(|s| s.split(',').filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default();
+    let mut labels = serde_json::Map::new();
+    for (k, v) in &want {
+        if have.get(k) != Some(v) {
+            labels.insert(k.clone(), v.clone());
+        }
+    }
+    for k in previously_owned {
+        if !want.contains_key(k) && have.contains_key(k) {
+            labels.insert(k.to_string(), Value::Null);
+        }
+    }
+    let owned = &desired["metadata"]["annotations"][OWNED_LABELS_ANNOTATION];
+    let annotation_stale = &existing["metadata"]["annotations"][OWNED_LABELS_ANNOTATION] != owned;
+
+    let ours = virtual_taint();
+    let is_ours = |t: &Value| t["key"] == ours["key"];
+    let current: Vec<Value> = existing["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut taints: Vec<Value> = Vec::with_capacity(current.len() + 1);
+    let mut placed = false;
+    for t in &current {
+        if is_ours(t) {
+            if !placed {
+                taints.push(ours.clone());
+                placed = true;
+            }
+        } else {
+            taints.push(t.clone());
+        }
+    }
+    if !placed {
+        taints.insert(0, ours);
+    }
+    let taints_change = taints != current;
+
+    let mut object = serde_json::Map::new();
+    let mut metadata = serde_json::Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if annotation_stale {
+        metadata.insert(
+            "annotations".into(),
+            json!({ OWNED_LABELS_ANNOTATION: owned }),
+        );
+    }
+    if taints_change {
+        object.insert("spec".into(), json!({ "taints": taints }));
+        if let Some(rv) = existing["metadata"]["resourceVersion"].as_str() {
+            metadata.insert("resourceVersion".into(), json!(rv));
+        }
+    }
+    if !metadata.is_empty() {
+        object.insert("metadata".into(), Value::Object(metadata));
+    }
+    let object = (!object.is_empty()).then_some(Value::Object(object));
+
+    let mut status = desired["status"].clone();
+    for field in ["capacity", "allocatable"] {
+        let Some(old) = existing["status"][field].as_object() else {
+            continue;
+        };
+        let Some(new) = status[field].as_object_mut() else {
+            continue;
+        };
+        for k in old.keys() {
+            new.entry(k.clone()).or_insert(Value::Null);
+        }
+    }
+    (object, json!({ "status": status }))
 }
 
 /// Every condition, every time: a merge patch replaces the whole list.
@@ -126,7 +237,7 @@ pub fn conditions(connected: bool, now: SystemTime) -> Value {
     ])
 }
 
-/// Creates the virtual node, or updates its status when it exists.
+/// Creates the virtual node, or brings an existing one to `node` (see [`update_patches`]).
 pub async fn apply(client: &kube::Client, node: &Value) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let name = node["metadata"]["name"].as_str().unwrap_or_default();
@@ -136,12 +247,13 @@ pub async fn apply(client: &kube::Client, node: &Value) -> Result<(), kube::Erro
                 serde_json::from_value(node.clone()).map_err(kube::Error::SerdeError)?;
             api.create(&PostParams::default(), &obj).await?;
         }
-        Some(_) => {
-            let patch = json!({"metadata": {"labels": node["metadata"]["labels"]},
-                               "spec": node["spec"]});
-            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            let status = json!({"status": node["status"]});
+        Some(existing) => {
+            let existing = serde_json::to_value(&existing).map_err(kube::Error::SerdeError)?;
+            let (object, status) = update_patches(&existing, node);
+            if let Some(patch) = object {
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
             api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
                 .await?;
         }
@@ -454,5 +566,94 @@ mod tests {
         let down = conditions(false, now);
         assert_eq!(down[0]["status"], "False");
         assert_eq!(rfc3339(now, true), "2026-11-18T11:06:40.123456Z");
+    }
+
+    #[test]
+    fn an_update_removes_what_we_no_longer_set_and_keeps_what_others_set() {
+        let inv = parse_yaml(include_str!(
+            "../../tests/data/formats/inventory.example.yaml"
+        ))
+        .unwrap();
+        let eu = inv.cluster("eu-1").unwrap();
+        let now = SystemTime::UNIX_EPOCH;
+        let old_labels = BTreeMap::from([("tier".to_string(), "gold".to_string())]);
+        let mut existing = desired(
+            "switchyard-eu-1",
+            eu,
+            &inv.resources,
+            &old_labels,
+            true,
+            now,
+        );
+        existing["metadata"]["resourceVersion"] = json!("41");
+        existing["metadata"]["labels"]["user.example/keep"] = json!("yes");
+        existing["status"]["capacity"]["example.com/fpga"] = json!("2");
+        existing["status"]["allocatable"]["example.com/fpga"] = json!("2");
+        let unreachable = json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"});
+        existing["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(unreachable.clone());
+
+        let new_labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
+        let want = desired(
+            "switchyard-eu-1",
+            eu,
+            &inv.resources,
+            &new_labels,
+            true,
+            now,
+        );
+        let (object, status) = update_patches(&existing, &want);
+        let object = object.expect("labels changed");
+        assert_eq!(object["metadata"]["labels"]["tier"], Value::Null);
+        assert_eq!(object["metadata"]["labels"]["team"], "ml");
+        assert!(object["metadata"]["labels"]
+            .get("user.example/keep")
+            .is_none());
+        assert!(
+            object["metadata"]["labels"].get(CLUSTER_LABEL).is_none(),
+            "unchanged"
+        );
+        assert!(object["metadata"]["annotations"][OWNED_LABELS_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .contains("team"));
+        // Our taint is in place: the list, and its resourceVersion precondition, stay out.
+        assert!(object.get("spec").is_none());
+        assert!(object["metadata"].get("resourceVersion").is_none());
+        assert_eq!(
+            status["status"]["capacity"]["example.com/fpga"],
+            Value::Null
+        );
+        assert_eq!(
+            status["status"]["allocatable"]["example.com/fpga"],
+            Value::Null
+        );
+        assert_eq!(status["status"]["allocatable"]["cpu"], "80");
+
+        // The patch applied as the API server applies a merge patch.
+        let mut merged = existing.clone();
+        json_patch::merge(&mut merged, &object);
+        json_patch::merge(&mut merged, &status);
+        assert_eq!(merged["metadata"]["labels"]["user.example/keep"], "yes");
+        assert!(merged["metadata"]["labels"].get("tier").is_none());
+        assert!(merged["status"]["allocatable"]
+            .get("example.com/fpga")
+            .is_none());
+        // Nothing left to change.
+        let (again, _) = update_patches(&merged, &want);
+        assert_eq!(again, None);
+
+        // Our taint lost (or changed by someone): put back beside the others, guarded by
+        // the resourceVersion the list was read at.
+        merged["spec"]["taints"] = json!([unreachable]);
+        let (object, _) = update_patches(&merged, &want);
+        let object = object.unwrap();
+        assert_eq!(
+            object["spec"]["taints"],
+            json!([virtual_taint(), unreachable])
+        );
+        assert_eq!(object["metadata"]["resourceVersion"], "41");
     }
 }

@@ -1,11 +1,11 @@
 //! A small kube-apiserver stand-in on loopback, plain HTTP or HTTPS, that answers the way the
 //! real one does (shapes from the kube-api captures of a v1.36 API server): lists with
-//! `metadata.resourceVersion`, watches with one JSON object per chunk, ERROR events carrying
-//! a 410 Status, streams that end at their timeout; GET, POST (409 AlreadyExists), PUT
-//! (409 Conflict on a stale resourceVersion), merge PATCH of an object or its `status`
-//! (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
+//! `metadata.resourceVersion`, watches with one JSON object per chunk, BOOKMARKs when asked
+//! for, ERROR events carrying a 410 Status, streams that end at their timeout; GET, POST (409
+//! AlreadyExists), PUT (409 Conflict on a stale resourceVersion), merge PATCH of an object or
+//! its `status` (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
 //! `metadata.name` field selectors, bearer tokens (401). Knobs break it: fail lists, expire
-//! watches, hang, hide the NodeResourceTopology CRD.
+//! watches, silent watches, hang, hide the NodeResourceTopology CRD.
 
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
@@ -253,6 +253,13 @@ struct State {
     token: Option<String>,
     /// Longest a watch stays open (the real server uses timeoutSeconds; tests want it short).
     max_watch: Duration,
+    /// How often a watch that asked for bookmarks gets one (the real server: about every
+    /// minute, and once more just before it ends the watch).
+    bookmark_every: Duration,
+    /// Watches of these collections are accepted (200) and then sent nothing, ever.
+    hang_watches: std::collections::HashSet<String>,
+    /// Every watch served, in order.
+    watches: Vec<WatchRecord>,
     requests: Vec<Recorded>,
     /// Creates in a namespace that is not stored get 404, as on a real server.
     require_namespaces: bool,
@@ -274,6 +281,16 @@ struct Failure {
     body_contains: Option<String>,
     times: u32,
     refusal: Refusal,
+}
+
+/// One watch as the server served it.
+#[derive(Debug, Clone)]
+pub struct WatchRecord {
+    pub collection: String,
+    /// The `resourceVersion` it was asked to start from.
+    pub from: u64,
+    /// The resourceVersion of the last event or bookmark it sent, if any.
+    pub last_sent: Option<u64>,
 }
 
 /// A request the server refuses, until cleared.
@@ -327,6 +344,9 @@ impl FakeApi {
             nrt_missing: false,
             token: None,
             max_watch: Duration::from_secs(2),
+            bookmark_every: Duration::from_millis(500),
+            hang_watches: Default::default(),
+            watches: Vec::new(),
             requests: Vec::new(),
             require_namespaces: false,
             refusals: Vec::new(),
@@ -519,6 +539,17 @@ impl FakeApi {
     pub fn set_hang(&self, hang: bool) {
         self.state.lock().unwrap().hang = hang;
     }
+    /// New watches of `path` are accepted and then silent (no event, no bookmark, no end),
+    /// as through a proxy that lost its upstream; lists and other requests still answer.
+    pub fn hang_watches(&self, path: &str, hang: bool) {
+        let c = Self::collection_of(path);
+        let mut s = self.state.lock().unwrap();
+        if hang {
+            s.hang_watches.insert(c);
+        } else {
+            s.hang_watches.remove(&c);
+        }
+    }
     pub fn set_hang_collections(&self, hang: bool) {
         self.state.lock().unwrap().hang_collections = hang;
     }
@@ -570,6 +601,17 @@ impl FakeApi {
     pub fn set_write_delay(&self, delay: Duration) {
         self.state.lock().unwrap().write_delay = delay;
     }
+    /// The watches of `path` served so far, in order.
+    pub fn watches(&self, path: &str) -> Vec<WatchRecord> {
+        let c = Self::collection_of(path);
+        let s = self.state.lock().unwrap();
+        s.watches
+            .iter()
+            .filter(|w| w.collection == c)
+            .cloned()
+            .collect()
+    }
+
     /// Requests with this method whose path contains `fragment`.
     pub fn count(&self, method: &str, fragment: &str) -> usize {
         let s = self.state.lock().unwrap();
@@ -981,52 +1023,106 @@ impl FakeApi {
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
         let filter = Self::filter(t, query);
         let mut s = self.state.lock().unwrap();
+        let silent = s.hang_watches.contains(&t.collection);
         let pending = s.expire_watches.get(&t.collection).copied().unwrap_or(0);
-        let expired = pending > 0;
+        let expired = pending > 0 && !silent;
         if expired {
             s.expire_watches.insert(t.collection.clone(), pending - 1);
         }
-        let replay: Vec<String> = s
+        let replay: Vec<(u64, String)> = s
             .collections
             .get(&t.collection)
             .map(|c| {
                 c.log
                     .iter()
                     .filter(|(rv, obj, _)| *rv > from && filter.matches(obj))
-                    .map(|(_, _, l)| l.clone())
+                    .map(|(rv, _, l)| (*rv, l.clone()))
                     .collect()
             })
             .unwrap_or_default();
+        let index = s.watches.len();
+        s.watches.push(WatchRecord {
+            collection: t.collection.clone(),
+            from,
+            last_sent: None,
+        });
         let mut live = s.live.subscribe();
+        // Everything up to here is either replayed or not this watch's: a bookmark may say so.
+        let mut seen = s.rv.max(from);
         let max = s.max_watch;
+        let bookmark_every = s.bookmark_every;
         drop(s);
         let collection = t.collection.clone();
+        let kind = kind_of(&t.plural).unwrap_or("Unknown").to_string();
+        let api_version = t.api_version.clone();
+        let bookmark = move |rv: u64| {
+            json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                   "metadata": {"resourceVersion": rv.to_string()}}})
+            .to_string()
+                + "\n"
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
+        let state = self.state.clone();
+        let held = tx.clone();
+        // Sends one line of the stream and records its resourceVersion; false once the
+        // client is gone.
+        let send = move |line: String, rv: u64| {
+            let tx = tx.clone();
+            let state = state.clone();
+            async move {
+                let sent = tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_ok();
+                if sent {
+                    state.lock().unwrap().watches[index].last_sent = Some(rv);
+                }
+                sent
+            }
+        };
         tokio::spawn(async move {
-            if expired {
-                let line = json!({"type": "ERROR", "object": status(410, "Expired", &format!("too old resource version: {from} ({})", from + 1000))}).to_string() + "\n";
-                let _ = tx.send(Ok(Frame::data(Bytes::from(line)))).await;
+            if silent {
+                // Hold the stream open without a byte until the client gives up.
+                held.closed().await;
                 return;
             }
-            for line in replay {
-                if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+            drop(held);
+            if expired {
+                let line = json!({"type": "ERROR", "object": status(410, "Expired", &format!("too old resource version: {from} ({})", from + 1000))}).to_string() + "\n";
+                send(line, from).await;
+                return;
+            }
+            for (rv, line) in replay {
+                if !send(line, rv).await {
                     return;
                 }
             }
             let deadline = tokio::time::sleep(max);
             tokio::pin!(deadline);
+            let mut ticker = tokio::time::interval(bookmark_every);
+            ticker.tick().await;
             loop {
                 tokio::select! {
-                    _ = &mut deadline => return,
+                    _ = &mut deadline => {
+                        if bookmarks {
+                            send(bookmark(seen), seen).await;
+                        }
+                        return;
+                    }
+                    _ = ticker.tick(), if bookmarks => {
+                        if !send(bookmark(seen), seen).await {
+                            return;
+                        }
+                    }
                     ev = live.recv() => match ev {
-                        Ok((c, rv, obj, line)) if c == collection && rv > from && filter.matches(&obj) => {
-                            if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {
+                        Ok((c, rv, obj, line)) => {
+                            seen = seen.max(rv);
+                            if c == collection && rv > from && filter.matches(&obj)
+                                && !send(line, rv).await
+                            {
                                 return;
                             }
                         }
-                        Ok(_) => {}
                         Err(_) => return,
                     }
                 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use switchyard::inventory::InventoryStore;
 use switchyard::metrics::Metrics;
 use switchyard::workers::controller::{self, ControllerOptions};
+use switchyard::workers::watch::WatchTimings;
 use switchyard::workers::{Backoff, LinkOptions, WorkerView, Workers};
 use tokio::sync::watch;
 
@@ -26,7 +27,7 @@ pub fn options() -> ControllerOptions {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
             establish_timeout: Duration::from_secs(3),
-            watch_error_window: Duration::from_secs(1),
+            watch: fast_watches(),
             qps: 100.0,
             burst: 200,
         },
@@ -36,6 +37,21 @@ pub fn options() -> ControllerOptions {
         hub_debounce: Duration::from_millis(50),
         status_retry: Duration::from_millis(200),
         ..ControllerOptions::new(NS)
+    }
+}
+
+/// List and watch timings for fake API servers whose watches last 2 s with a bookmark every
+/// 500 ms.
+pub fn fast_watches() -> WatchTimings {
+    WatchTimings {
+        watch_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_millis(1500),
+        list_timeout: Duration::from_secs(2),
+        crd_recheck: Duration::from_millis(300),
+        backoff: Backoff {
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(1),
+        },
     }
 }
 

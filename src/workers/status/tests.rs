@@ -234,3 +234,51 @@ fn status_times_are_whole_seconds_so_they_read_back_equal() {
     assert_eq!(read, written);
     assert_eq!(describe(&Health::Connecting), "connecting");
 }
+
+#[test]
+fn a_starting_controller_takes_disconnected_since_from_the_status() {
+    let inv = inventory();
+    let lost = t(100);
+    let mut c = ConnectionState::new(Backoff::default());
+    c.failed(lost, Reason::InsecureKubeConfig, "exec plugin".into());
+    let first = desired_at(None, &c.health, None, &inv, lost);
+    c.failed(t(105), Reason::ClientConnectionFailed, "refused".into());
+    let written = desired_at(Some(&first), &c.health, None, &inv, t(110));
+    // Read back by another replica at t(500).
+    match restored_health(Some(&written), t(500)) {
+        Health::Disconnected {
+            since,
+            attempts,
+            reason,
+            message,
+            next_attempt,
+        } => {
+            assert_eq!(since, lost);
+            assert_eq!(attempts, 2);
+            assert_eq!(reason, Reason::ClientConnectionFailed);
+            assert_eq!(message, "refused");
+            assert_eq!(next_attempt, t(500));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without the connection block, the time Active turned False for a disconnection.
+    let mut only_condition = written.clone();
+    only_condition.connection = None;
+    match restored_health(Some(&only_condition), t(500)) {
+        Health::Disconnected { since, .. } => assert_eq!(since, lost),
+        other => panic!("{other:?}"),
+    }
+    // Connected, stale (connected but behind) or never written: nothing to restore.
+    let mut ok = ConnectionState::new(Backoff::default());
+    ok.connected(t(1));
+    let connected = desired_at(None, &ok.health, None, &inv, t(2));
+    assert_eq!(
+        restored_health(Some(&connected), t(500)),
+        Health::Connecting
+    );
+    let mut stale = connected.clone();
+    stale.conditions[0].status = "False".into();
+    stale.conditions[0].reason = "Stale".into();
+    assert_eq!(restored_health(Some(&stale), t(500)), Health::Connecting);
+    assert_eq!(restored_health(None, t(500)), Health::Connecting);
+}
