@@ -1156,6 +1156,14 @@ async fn a_copy_whose_status_changes_quickly_is_followed_in_order_to_the_end() {
         );
     }
     assert!(j["status"]["active"].as_i64().unwrap_or(0) == 0);
+    // The fake API server records a write's answer just after storing it: the final write
+    // may show in the Job a moment before it shows as answered.
+    eventually(5, "the final status write is recorded as answered", || {
+        status_writes(&fleet, "busy")
+            .iter()
+            .any(|w| w["status"]["succeeded"] == 40)
+    })
+    .await;
     // Every write went forward: counters never went down, ready never above active, and
     // the changes came in the order the worker made them.
     let writes = status_writes(&fleet, "busy");
