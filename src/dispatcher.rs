@@ -148,6 +148,20 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
     for (key, at) in wakes {
         world.wake(&key, at);
     }
+    // Holding and releasing placements changes only this in-memory accounting: done here,
+    // before admission, so this pass already admits into the room a release gives back
+    // (otherwise every release would make the next pass judge its queues' Jobs again).
+    out.actions.retain(|action| match action {
+        Action::Hold(h) => {
+            world.hold(h.clone());
+            false
+        }
+        Action::Release { job_uid } => {
+            world.release(job_uid);
+            false
+        }
+        _ => true,
+    });
     reconcile::collect_garbage(world, &mut out.actions);
     if world.jobs_synced {
         let admission = admit(world, now);
