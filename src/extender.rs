@@ -157,7 +157,10 @@ fn judge_name(
     }
     match nodes.judge(&inflight.node(node, now)) {
         Ok(score) => Verdict::Fits { score },
-        Err(m) => fails(m),
+        Err(m) => Verdict::Fails {
+            unresolvable: m.unresolvable(),
+            reason: m.on_the_node(),
+        },
     }
 }
 
@@ -185,9 +188,13 @@ pub enum ExtenderError {
     BadRequest(String),
 }
 
+/// The top-level keys of an extender request, lower-cased, each value still the request's
+/// own bytes.
+type Fields<'b> = HashMap<String, &'b RawValue>;
+
 /// Reads the top-level keys of an extender request in any casing.
-fn fields(body: &[u8]) -> Result<HashMap<String, Box<RawValue>>, ExtenderError> {
-    let map: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(body).map_err(|e| {
+fn fields(body: &[u8]) -> Result<Fields<'_>, ExtenderError> {
+    let map: BTreeMap<String, &RawValue> = serde_json::from_slice(body).map_err(|e| {
         ExtenderError::BadRequest(format!("body is not a JSON extender request: {e}"))
     })?;
     Ok(map
@@ -196,10 +203,8 @@ fn fields(body: &[u8]) -> Result<HashMap<String, Box<RawValue>>, ExtenderError> 
         .collect())
 }
 
-fn field<'a>(f: &'a HashMap<String, Box<RawValue>>, name: &str) -> Option<&'a RawValue> {
-    f.get(name)
-        .map(Box::as_ref)
-        .filter(|v| v.get().trim() != "null")
+fn field<'a>(f: &Fields<'a>, name: &str) -> Option<&'a RawValue> {
+    f.get(name).copied().filter(|v| v.get().trim() != "null")
 }
 
 #[derive(serde::Deserialize)]
@@ -233,7 +238,7 @@ impl Candidates {
     }
 }
 
-fn candidates(f: &HashMap<String, Box<RawValue>>) -> Result<Candidates, ExtenderError> {
+fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
     if let Some(raw) = field(f, "nodenames") {
         let names: Vec<String> = serde_json::from_str(raw.get()).map_err(|e| {
             ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}"))
@@ -275,9 +280,20 @@ fn candidates(f: &HashMap<String, Box<RawValue>>) -> Result<Candidates, Extender
 struct FilterResult<'a> {
     nodes: Option<NodeListOut<'a>>,
     node_names: Vec<&'a str>,
-    failed_nodes: BTreeMap<&'a str, String>,
-    failed_and_unresolvable_nodes: BTreeMap<&'a str, String>,
+    failed_nodes: NodeReasons<'a>,
+    failed_and_unresolvable_nodes: NodeReasons<'a>,
     error: String,
+}
+
+/// Node name to reason, written as a JSON object in the order of the request's names (a
+/// map would sort thousands of names for nothing: kube-scheduler reads them into a Go map).
+#[derive(Default)]
+struct NodeReasons<'a>(Vec<(&'a str, String)>);
+
+impl Serialize for NodeReasons<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
 }
 
 #[derive(Serialize)]
@@ -322,7 +338,7 @@ impl Extender {
         }
     }
 
-    fn pod(&self, f: &HashMap<String, Box<RawValue>>) -> Result<Arc<Memo>, ExtenderError> {
+    fn pod(&self, f: &Fields<'_>) -> Result<Arc<Memo>, ExtenderError> {
         let raw = field(f, "pod")
             .ok_or_else(|| ExtenderError::BadRequest("request has no Pod".into()))?;
         let view: PodView = serde_json::from_str(raw.get())
@@ -378,12 +394,12 @@ impl Extender {
         let mut result = FilterResult {
             nodes: None,
             node_names: Vec::new(),
-            failed_nodes: BTreeMap::new(),
-            failed_and_unresolvable_nodes: BTreeMap::new(),
+            failed_nodes: NodeReasons::default(),
+            failed_and_unresolvable_nodes: NodeReasons::default(),
             error: String::new(),
         };
         let mut passed = Vec::new();
-        let mut scores = HashMap::new();
+        let mut scores = HashMap::with_capacity(names.len());
         for (i, (name, verdict)) in names.iter().zip(verdicts).enumerate() {
             match verdict {
                 Verdict::Fits { score } => {
@@ -395,10 +411,10 @@ impl Extender {
                     reason,
                     unresolvable: true,
                 } => {
-                    result.failed_and_unresolvable_nodes.insert(name, reason);
+                    result.failed_and_unresolvable_nodes.0.push((name, reason));
                 }
                 Verdict::Fails { reason, .. } => {
-                    result.failed_nodes.insert(name, reason);
+                    result.failed_nodes.0.push((name, reason));
                 }
             }
         }
@@ -555,4 +571,70 @@ async fn post_binding(
         .create_subresource("binding", name, &kube::api::PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::parse_yaml;
+
+    /// Three identical full nodes and one with a taint: the same reason for the same
+    /// shortage, whatever the node is called, so that kube-scheduler's FailedScheduling event
+    /// counts them on one line; the map key is what names the node.
+    #[test]
+    fn nodes_refused_for_the_same_reason_get_the_same_text_without_their_name() {
+        let node = |name: &str, taint: &str| {
+            format!(
+                "      - name: {name}\n        allocatable: {{cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n        requested: {{cpu: \"7\"}}\n{taint}"
+            )
+        };
+        let yaml = format!(
+            "clusters:\n  - name: eu-1\n    nodes:\n{}{}{}{}",
+            node("alpha", ""),
+            node("bravo", ""),
+            node("charlie-with-a-long-name", ""),
+            node(
+                "delta",
+                "        taints: [{key: dedicated, value: infra, effect: NoSchedule}]\n"
+            ),
+        );
+        let inventory = parse_yaml(&yaml).unwrap();
+        let view: PodView = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}
+        }))
+        .unwrap();
+        let shape = PodShape::from_view(&view).unwrap();
+        let names: Vec<String> = ["alpha", "bravo", "charlie-with-a-long-name", "delta"]
+            .map(String::from)
+            .to_vec();
+        let verdicts = judge(
+            &inventory,
+            &InFlight::new(Duration::from_secs(30)),
+            &shape,
+            &names,
+            &ExtenderConfig::default(),
+            Instant::now(),
+        );
+        let reasons: Vec<&str> = verdicts
+            .iter()
+            .map(|v| match v {
+                Verdict::Fails { reason, .. } => reason.as_str(),
+                Verdict::Fits { .. } => panic!("{v:?}"),
+            })
+            .collect();
+        assert_eq!(
+            reasons[0],
+            "needs 2 cpu; the node has 1 free of 8 allocatable"
+        );
+        assert_eq!(reasons[0], reasons[1]);
+        assert_eq!(reasons[0], reasons[2]);
+        assert_eq!(
+            reasons[3],
+            "the node has taint dedicated=infra:NoSchedule that the pod does not tolerate"
+        );
+        for (name, reason) in names.iter().zip(&reasons) {
+            assert!(!reason.contains(name.as_str()), "{reason}");
+        }
+    }
 }

@@ -268,6 +268,10 @@ pub async fn start_with_client(
     .client_request_timeout(Duration::from_secs(5))
     .tls_handshake_timeout(Duration::from_secs(5))
     .keep_alive(Duration::from_secs(90))
+    // Replies go out as soon as they are written: with Nagle's algorithm a reply's last small
+    // TLS record waits for the client's delayed ACK (40 ms on Linux) whenever it follows a
+    // large one, which kube-scheduler and kube-apiserver would see as a slow extender/webhook.
+    .tcp_nodelay(true)
     .listen_rustls_0_23(https_listener, tls_config)?
     .run();
     let https_handle = https.handle();

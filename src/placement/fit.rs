@@ -8,6 +8,7 @@ use crate::inventory::{Cluster, Node, NumaTopology, ResourceTable, Scope, Taint}
 use crate::quantity::{display, Milli};
 use crate::topology::{merge_resources, MergeResult, NumaMask, Policy, TopologyHint};
 use std::fmt;
+use std::fmt::Write as _;
 
 /// Why a pod does not fit. `unresolvable()` tells kube-scheduler whether preemption could help.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +69,65 @@ impl Misfit {
             } => need > allocatable,
             Misfit::Topology { unresolvable, .. } => *unresolvable,
             Misfit::Gang { cause, .. } => cause.unresolvable(),
+        }
+    }
+}
+
+impl Misfit {
+    /// The reason as the extender reports it for a real node: keyed by the node's name
+    /// already, so the text leaves the name out, and nodes refused for the same reason get
+    /// the same text, which kube-scheduler counts as one line of its FailedScheduling event
+    /// ("3475 node(s): ...") instead of one line per node.
+    pub fn on_the_node(&self) -> String {
+        let mut out = Whole::new();
+        let written = match self {
+            Misfit::Insufficient {
+                resource,
+                need,
+                allocatable: 0,
+                scope,
+                ..
+            } if scope.starts_with("node ") => write!(
+                out,
+                "needs {} {resource}; the node has none",
+                Amount(resource, *need)
+            ),
+            Misfit::Insufficient {
+                resource,
+                need,
+                free,
+                allocatable,
+                scope,
+            } if scope.starts_with("node ") => write!(
+                out,
+                "needs {} {resource}; the node has {} free of {} allocatable",
+                Amount(resource, *need),
+                Amount(resource, *free),
+                Amount(resource, *allocatable),
+            ),
+            Misfit::Taint { taint, .. } => write!(
+                out,
+                "the node has taint {taint} that the pod does not tolerate"
+            ),
+            Misfit::Selector { detail, .. } => write!(out, "the node {detail}"),
+            Misfit::NoNumaData { .. } => write!(
+                out,
+                "the node publishes no NUMA data (NodeResourceTopology) and numaUnknown is deny"
+            ),
+            Misfit::Topology {
+                policy,
+                unit,
+                detail,
+                ..
+            } => write!(
+                out,
+                "the node's Topology Manager ({policy}) would reject {unit}: {detail}"
+            ),
+            _ => return self.to_string(),
+        };
+        match written {
+            Ok(()) => out.as_str().to_string(),
+            Err(_) => self.to_string(),
         }
     }
 }
