@@ -196,7 +196,7 @@ impl Node {
 }
 
 /// Per-cluster bounds for O(1) rejection: no pod needing more than these fits anywhere.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterSummary {
     pub nodes: usize,
     pub numa_nodes: usize,
@@ -262,6 +262,71 @@ impl Cluster {
             }
         }
         self.summary = s;
+    }
+}
+
+/// Each node's free amount of every resource, and the most any one of its NUMA zones has
+/// available, in flat rows: a cluster whose nodes change a few at a time (pods bound and
+/// finished) gets the free maxima of its summary from contiguous memory, re-reading only the
+/// nodes that changed instead of walking every node and zone again.
+#[derive(Debug, Clone, Default)]
+pub struct FreeRows {
+    width: usize,
+    node: Vec<i64>,
+    zone: Vec<i64>,
+}
+
+impl FreeRows {
+    /// Rows for every node of `cluster`, `resources` wide.
+    pub fn new(cluster: &Cluster, resources: usize) -> Self {
+        let mut rows = Self {
+            width: resources,
+            node: vec![0; cluster.nodes.len() * resources],
+            zone: vec![0; cluster.nodes.len() * resources],
+        };
+        for i in 0..cluster.nodes.len() {
+            rows.update(cluster, i);
+        }
+        rows
+    }
+
+    /// Re-reads node `i` of `cluster` (the cluster the rows were made for, with the same
+    /// nodes in the same order). An index past the rows is ignored.
+    pub fn update(&mut self, cluster: &Cluster, i: usize) {
+        let (Some(node), Some(free), Some(zone)) = (
+            cluster.nodes.get(i),
+            self.node.chunks_exact_mut(self.width.max(1)).nth(i),
+            self.zone.chunks_exact_mut(self.width.max(1)).nth(i),
+        ) else {
+            return;
+        };
+        for (r, v) in free.iter_mut().enumerate() {
+            *v = node.free(r);
+        }
+        zone.iter_mut().for_each(|v| *v = 0);
+        if let Some(numa) = &node.numa {
+            for z in &numa.zones {
+                for (r, v) in zone.iter_mut().enumerate() {
+                    *v = (*v).max(z.available.get(r).copied().unwrap_or(0));
+                }
+            }
+        }
+    }
+
+    /// Sets the summary's free maxima from the rows; what does not depend on free amounts
+    /// (totals, allocatable maxima, NUMA counts) is left as it is.
+    pub fn apply(&self, summary: &mut ClusterSummary) {
+        let max = |rows: &[i64], out: &mut Vec<i64>| {
+            out.clear();
+            out.resize(self.width, 0);
+            for row in rows.chunks_exact(self.width.max(1)) {
+                for (m, v) in out.iter_mut().zip(row) {
+                    *m = (*m).max(*v);
+                }
+            }
+        };
+        max(&self.node, &mut summary.max_free_on_node);
+        max(&self.zone, &mut summary.max_free_in_zone);
     }
 }
 

@@ -128,8 +128,11 @@ pub struct Simulation {
     events: BinaryHeap<Reverse<(SystemTime, u64, Event)>>,
     seq: u64,
     wake_at: Option<SystemTime>,
-    /// Clusters whose nodes changed since their summaries were computed.
-    changed: std::collections::BTreeSet<usize>,
+    /// Clusters whose nodes changed since their summaries were computed, with the nodes.
+    changed: BTreeMap<usize, Vec<usize>>,
+    /// Per inventory cluster, its nodes' free amounts, made on its first change: a summary
+    /// is brought up to date by re-reading only the nodes that changed.
+    free_rows: Vec<Option<crate::inventory::FreeRows>>,
     /// The tick already scheduled to plan after changes.
     ticks_at: Option<SystemTime>,
     next_copy: u64,
@@ -203,6 +206,7 @@ impl Simulation {
             wake_at: None,
             ticks_at: None,
             changed: Default::default(),
+            free_rows: Vec::new(),
             next_copy: 0,
             records: vec![Record::default(); scenario.jobs.len()],
             waiting: BTreeMap::new(),
@@ -342,7 +346,7 @@ impl Simulation {
     ) -> R {
         let inv = Arc::make_mut(&mut self.world.inventory);
         let index = self.workers[w].index;
-        self.changed.insert(index);
+        self.changed.entry(index).or_default();
         let table = &inv.resources;
         let cluster = Arc::make_mut(&mut inv.clusters[index]);
         f(&mut self.workers[w], cluster, table)
@@ -353,6 +357,8 @@ impl Simulation {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
         }
         self.topology_errors += fx.topology_errors;
+        let touched = self.changed.entry(self.workers[w].index).or_default();
+        touched.extend(fx.freed.iter().chain(&fx.taken));
         if !fx.freed.is_empty() {
             let name = self.workers[w].name.clone();
             for n in &fx.freed {
@@ -434,9 +440,35 @@ impl Simulation {
         }
         let inv = Arc::make_mut(&mut self.world.inventory);
         let n = inv.resources.len();
-        for i in std::mem::take(&mut self.changed) {
-            if let Some(c) = inv.clusters.get_mut(i) {
-                Arc::make_mut(c).summarize(n);
+        self.free_rows.resize(inv.clusters.len(), None);
+        for (i, mut nodes) in std::mem::take(&mut self.changed) {
+            let (Some(c), Some(rows)) = (inv.clusters.get_mut(i), self.free_rows.get_mut(i)) else {
+                continue;
+            };
+            let c = Arc::make_mut(c);
+            // The simulated workers only bind and release pods: what a summary holds besides
+            // the free maxima stays as the inventory's first summary made it.
+            match rows {
+                None => *rows = Some(crate::inventory::FreeRows::new(c, n)),
+                Some(rows) => {
+                    nodes.sort_unstable();
+                    nodes.dedup();
+                    for node in nodes {
+                        rows.update(c, node);
+                    }
+                }
+            }
+            if let Some(rows) = rows {
+                rows.apply(&mut c.summary);
+            }
+            #[cfg(debug_assertions)]
+            {
+                let mut full = c.clone();
+                full.summarize(n);
+                debug_assert_eq!(
+                    full.summary, c.summary,
+                    "a simulated worker changed a node it did not report in its effects"
+                );
             }
         }
     }

@@ -341,3 +341,42 @@ fn gang_size_annotation_is_validated() {
         .insert(GANG_SIZE_ANNOTATION.into(), "zero".into());
     assert!(pod.gang_size().unwrap_err().contains("gang-size"));
 }
+
+#[test]
+fn free_rows_keep_a_summary_exact_as_nodes_gain_and_lose_room() {
+    use crate::inventory::FreeRows;
+    let inv = parse_yaml(EXAMPLE).unwrap();
+    let width = inv.resources.len();
+    let gpu = inv.resources.id("nvidia.com/gpu").unwrap();
+    let cpu = inv.resources.id("cpu").unwrap();
+    let mut cluster = inv.cluster("eu-1").unwrap().clone();
+    let mut rows = FreeRows::new(&cluster, width);
+    let i = cluster
+        .nodes
+        .iter()
+        .position(|n| n.name == "eu-1-gpu-a")
+        .unwrap();
+    let before = cluster.summary.clone();
+    // The node holding the most free GPUs in one zone loses them all, and a CPU: both maxima
+    // must come down to what the other nodes have, not stay where they were.
+    {
+        let node = std::sync::Arc::make_mut(&mut cluster.nodes[i]);
+        node.requested[gpu] = node.allocatable[gpu];
+        node.requested[cpu] += 1000;
+        let numa = std::sync::Arc::make_mut(node.numa.as_mut().unwrap());
+        for z in &mut numa.zones {
+            z.available[gpu] = 0;
+        }
+    }
+    rows.update(&cluster, i);
+    rows.apply(&mut cluster.summary);
+    let incremental = cluster.summary.clone();
+    cluster.summarize(width);
+    assert_eq!(incremental, cluster.summary);
+    assert!(cluster.summary.max_free_in_zone[gpu] < before.max_free_in_zone[gpu]);
+    // And the room comes back.
+    let mut restored = inv.cluster("eu-1").unwrap().clone();
+    rows.update(&restored, i);
+    rows.apply(&mut restored.summary);
+    assert_eq!(restored.summary, before);
+}

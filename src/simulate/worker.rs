@@ -86,6 +86,8 @@ pub struct Effects {
     pub usage_delta: Vec<i64>,
     /// Nodes (by index) that got room back.
     pub freed: Vec<usize>,
+    /// Nodes (by index) that a bound pod took room on.
+    pub taken: Vec<usize>,
 }
 
 pub struct SimWorker {
@@ -272,6 +274,7 @@ impl SimWorker {
             if fit.count == 1 {
                 let take = Take::between(node, &NodeState::of(node), &fit.state).at(n);
                 take.apply_to(Arc::make_mut(node));
+                fx.taken.push(n);
                 usage(&mut fx.usage_delta, table, &take, 1);
                 changed_nodes = true;
                 let id = job.next_pod;
@@ -422,12 +425,22 @@ fn pick_node(
     pod: &BoundPod,
 ) -> Option<usize> {
     let pods = table.id("pods");
+    let scored = [table.id("cpu"), table.id("memory")].map(|r| {
+        r.map(|r| {
+            let want = pod
+                .node_request
+                .iter()
+                .find(|(id, _, _)| *id == Some(r))
+                .map_or(0, |(_, _, q)| *q);
+            (r, want)
+        })
+    });
     let mut best: Option<(i64, usize)> = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         if !fits_node_level(node, pod, pods) || node_accepts(shape, node).is_err() {
             continue;
         }
-        let score = least_allocated(node, table, pod);
+        let score = least_allocated(node, &scored);
         if best.is_none_or(|(s, _)| score > s) {
             best = Some((score, i));
         }
@@ -449,20 +462,15 @@ fn fits_node_level(node: &Node, pod: &BoundPod, pods: Option<usize>) -> bool {
 
 /// The default scheduler's LeastAllocated score (0–100) over cpu and memory after placing
 /// the pod.
-fn least_allocated(node: &Node, table: &ResourceTable, pod: &BoundPod) -> i64 {
+/// `scored`: the ids of cpu and memory with the pod's request of each.
+fn least_allocated(node: &Node, scored: &[Option<(usize, i64)>; 2]) -> i64 {
     let mut sum = 0;
     let mut n = 0;
-    for name in ["cpu", "memory"] {
-        let Some(r) = table.id(name) else { continue };
+    for &(r, want) in scored.iter().flatten() {
         let alloc = node.allocatable.get(r).copied().unwrap_or(0);
         if alloc <= 0 {
             continue;
         }
-        let want = pod
-            .node_request
-            .iter()
-            .find(|(id, _, _)| *id == Some(r))
-            .map_or(0, |(_, _, q)| *q);
         let used = node.requested.get(r).copied().unwrap_or(0) + want;
         sum += ((alloc - used).max(0) * 100) / alloc;
         n += 1;
