@@ -84,7 +84,7 @@ impl Admission {
 struct QueueState {
     usage: BTreeMap<String, i64>,
     /// The quota in force, computed once per pass.
-    quota: Option<BTreeMap<String, i64>>,
+    quota: Option<Arc<BTreeMap<String, i64>>>,
     /// Quota held for starving Jobs earlier in the order.
     held: BTreeMap<String, i64>,
     /// Set when an admitted Job of a `blockAdmission` queue is not Ready: (the Job, its worker).
@@ -105,7 +105,8 @@ struct Working<'a> {
     /// The fits (and misfits) of a class in a cluster found in this pass, with the cluster's
     /// version then: the Jobs of a class are tried one after another, and only the cluster
     /// the last one went to changed for the next.
-    fits: HashMap<(ClassKey, String), (u64, Arc<ClusterFit>)>,
+    /// By class, then cluster: looked up without building a key.
+    fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
 }
 
 impl<'a> Working<'a> {
@@ -131,7 +132,7 @@ impl<'a> Working<'a> {
     /// The fit of `class` in `cluster` found earlier in this pass, if the cluster has not
     /// changed since.
     fn known_fit(&self, class: &ClassKey, cluster: &str) -> Option<Arc<ClusterFit>> {
-        let (version, fit) = self.fits.get(&(class.clone(), cluster.to_string()))?;
+        let (version, fit) = self.fits.get(class)?.get(cluster)?;
         (*version == self.version(cluster)).then(|| fit.clone())
     }
 
@@ -143,8 +144,11 @@ impl<'a> Working<'a> {
     ) -> Arc<ClusterFit> {
         let fit = Arc::new(fit);
         let version = self.version(cluster);
-        self.fits
-            .insert((class.clone(), cluster.to_string()), (version, fit.clone()));
+        let by_cluster = match self.fits.get_mut(class) {
+            Some(m) => m,
+            None => self.fits.entry(class.clone()).or_default(),
+        };
+        by_cluster.insert(cluster.to_string(), (version, fit.clone()));
         fit
     }
 
@@ -505,48 +509,60 @@ fn judge(
     pass: &mut Admission,
 ) -> Attempt {
     let shape = match &job.pod {
-        Ok(s) => s.clone(),
+        Ok(s) => s,
         Err(e) => return Attempt::Wait(reason::INVALID_JOB, e.clone()),
     };
     // Quota.
     let need = job.total_request();
     let quota = state
         .quota
-        .get_or_insert_with(|| effective_quota(world, settings, now))
+        .get_or_insert_with(|| Arc::new(effective_quota(world, settings, now)))
         .clone();
+    // The texts are only written when the world asks for messages; the flags decide.
+    let describing = world.config.describe;
+    let (mut is_short, mut is_never) = (false, false);
     let mut short = String::new();
     let mut never = String::new();
     for (r, &n) in &need {
         let Some(&limit) = quota.get(r) else {
             if settings.quota.is_none() && n > 0 {
-                let _ = write!(never, "{}{} {r}", sep(&never), show(r, n));
+                is_never = true;
+                if describing {
+                    let _ = write!(never, "{}{} {r}", sep(&never), show(r, n));
+                }
             }
             continue;
         };
         if n > limit {
-            let _ = write!(
-                never,
-                "{}{} {r} (quota {})",
-                sep(&never),
-                show(r, n),
-                show(r, limit)
-            );
+            is_never = true;
+            let _ = describing
+                && write!(
+                    never,
+                    "{}{} {r} (quota {})",
+                    sep(&never),
+                    show(r, n),
+                    show(r, limit)
+                )
+                .is_ok();
             continue;
         }
         let used =
             state.usage.get(r).copied().unwrap_or(0) + state.held.get(r).copied().unwrap_or(0);
         if used + n > limit {
-            let _ = write!(
-                short,
-                "{}{} {r} ({} of {} free)",
-                sep(&short),
-                show(r, n),
-                show(r, (limit - used).max(0)),
-                show(r, limit)
-            );
+            is_short = true;
+            let _ = describing
+                && write!(
+                    short,
+                    "{}{} {r} ({} of {} free)",
+                    sep(&short),
+                    show(r, n),
+                    show(r, (limit - used).max(0)),
+                    show(r, limit)
+                )
+                .is_ok();
         }
     }
-    if !never.is_empty() {
+    if is_never {
         return Attempt::Wait(
             reason::NEVER_FITS,
             say!(
@@ -557,8 +573,9 @@ fn judge(
             ),
         );
     }
-    if !short.is_empty() {
-        let mut message = format!(
+    if is_short {
+        let mut message = say!(
+            world,
             "waiting for quota in queue {:?}: the gang of {} pods needs {short}",
             job.queue,
             job.gang()
@@ -567,17 +584,21 @@ fn judge(
             for (r, v) in &need {
                 *state.held.entry(r.clone()).or_insert(0) += v;
             }
-            message.push_str("; its quota is held for it from now on");
+            if describing {
+                message.push_str("; its quota is held for it from now on");
+            }
         }
         return Attempt::Wait(reason::QUOTA_EXCEEDED, message);
     }
 
     // Placement.
-    let bound_pod = shape.bind(&world.inventory.resources);
+    // Bound to the resource table only when some node has to be looked at.
+    let bound_cell = std::cell::OnceCell::new();
+    let bound_pod = || bound_cell.get_or_init(|| shape.bind(&world.inventory.resources));
     let strategy = shape.strategy(settings.strategy);
     let gang = job.gang() as usize;
-    let mut fits: Vec<(bool, i64, usize, String)> = Vec::new();
-    let mut reasons: Vec<(String, String, bool)> = Vec::new();
+    let mut fits: Vec<(bool, i64, usize, &str)> = Vec::new();
+    let mut reasons: Vec<(&str, String, bool)> = Vec::new();
     let mut candidates = Vec::new();
     // Counts room on the nodes that changed since a misfit was found, reusing its buffers.
     let mut counter: Option<NodeJudge<'_>> = None;
@@ -587,7 +608,7 @@ fn judge(
     let mut unseen = false;
     for (order, name) in settings.clusters.iter().enumerate() {
         if let Some(why) = unusable(world, name, reserved) {
-            reasons.push((name.clone(), why, false));
+            reasons.push((name.as_str(), why, false));
             unseen = true;
             continue;
         }
@@ -596,20 +617,20 @@ fn judge(
                 pass.wake(t);
             }
             own = Some(own.map_or(kind, |k| if k == reason::WORKER_REFUSED { k } else { kind }));
-            reasons.push((name.clone(), why, false));
+            reasons.push((name.as_str(), why, false));
             continue;
         }
         candidates.push(name);
         let preferred = job.avoid.as_deref() != Some(name.as_str());
         match world.config.placement {
-            Placement::Everywhere => fits.push((true, 0, order, name.clone())),
+            Placement::Everywhere => fits.push((true, 0, order, name.as_str())),
             Placement::SumOfFree => match working.sum_fit(name, &need) {
-                Ok(score) => fits.push((preferred, score, order, name.clone())),
-                Err(why) => reasons.push((name.clone(), why, false)),
+                Ok(score) => fits.push((preferred, score, order, name.as_str())),
+                Err(why) => reasons.push((name.as_str(), why, false)),
             },
             Placement::Exact => {
                 if world.inventory.cluster(name).is_none() {
-                    reasons.push((name.clone(), "not in the inventory yet".into(), false));
+                    reasons.push((name.as_str(), "not in the inventory yet".into(), false));
                     continue;
                 }
                 let known = world
@@ -619,9 +640,9 @@ fn judge(
                     .flatten();
                 if let Some(fit) = known {
                     match &fit.misfit {
-                        None => fits.push((preferred, fit.score, order, name.clone())),
+                        None => fits.push((preferred, fit.score, order, name.as_str())),
                         Some(m) => {
-                            reasons.push((name.clone(), describe(world, m), m.unresolvable()))
+                            reasons.push((name.as_str(), describe(world, m), m.unresolvable()))
                         }
                     }
                     continue;
@@ -649,7 +670,7 @@ fn judge(
                                             NodeJudge::new(
                                                 &world.inventory.resources,
                                                 &shape,
-                                                &bound_pod,
+                                                bound_pod(),
                                                 &world.config.engine,
                                                 strategy,
                                             )
@@ -672,7 +693,7 @@ fn judge(
                                 },
                             ));
                         }
-                        reasons.push((name.clone(), known.reason.clone(), known.never));
+                        reasons.push((name.as_str(), known.reason.clone(), known.never));
                         continue;
                     }
                 }
@@ -683,14 +704,14 @@ fn judge(
                     cluster,
                     &world.inventory.resources,
                     &shape,
-                    &bound_pod,
+                    bound_pod(),
                     gang,
                     &world.config.engine,
                     strategy,
                 );
                 let fit = working.remember_fit(class, name, fit);
                 match &fit.misfit {
-                    None => fits.push((preferred, fit.score, order, name.clone())),
+                    None => fits.push((preferred, fit.score, order, name.as_str())),
                     Some(m) => {
                         let reason = describe(world, m);
                         let never = m.unresolvable();
@@ -705,7 +726,7 @@ fn judge(
                                 fitted: fit.fitted,
                             },
                         ));
-                        reasons.push((name.clone(), reason, never));
+                        reasons.push((name.as_str(), reason, never));
                     }
                 }
             }
@@ -719,7 +740,11 @@ fn judge(
     };
     if fits.len() > 1 && fanout > 1 {
         return Attempt::Offer {
-            clusters: fits.into_iter().take(fanout).map(|f| f.3).collect(),
+            clusters: fits
+                .into_iter()
+                .take(fanout)
+                .map(|f| f.3.to_string())
+                .collect(),
         };
     }
     if let Some((_, _, _, name)) = fits.into_iter().next() {
@@ -736,7 +761,7 @@ fn judge(
                     cluster,
                     &world.inventory.resources,
                     &shape,
-                    &bound_pod,
+                    bound_pod(),
                     &fit,
                     world,
                 )
@@ -748,7 +773,7 @@ fn judge(
             Placement::Everywhere => Vec::new(),
         };
         return Attempt::Dispatch {
-            cluster: name,
+            cluster: name.to_string(),
             takes,
         };
     }
@@ -788,7 +813,7 @@ fn judge(
                         &empty,
                         &world.inventory.resources,
                         &shape,
-                        &bound_pod,
+                        bound_pod(),
                         gang,
                         &world.config.engine,
                         strategy,
@@ -954,7 +979,8 @@ pub fn effective_quota(
         return q.iter().map(|(k, v)| (k.clone(), v.0)).collect();
     }
     let table = &world.inventory.resources;
-    let mut out = BTreeMap::new();
+    // Summed by resource id, named once at the end.
+    let mut sums: Vec<Option<i64>> = vec![None; table.len()];
     for name in &settings.clusters {
         let Some(c) = world.inventory.cluster(name) else {
             continue;
@@ -966,14 +992,16 @@ pub fn effective_quota(
         if !counted {
             continue;
         }
-        for (r, v) in c.summary.allocatable.iter().enumerate() {
+        for (sum, v) in sums.iter_mut().zip(&c.summary.allocatable) {
             if *v > 0 {
-                let sum = out.entry(table.name(r).to_string()).or_insert(0i64);
-                *sum = sum.saturating_add(*v);
+                *sum = Some(sum.unwrap_or(0).saturating_add(*v));
             }
         }
     }
-    out
+    sums.into_iter()
+        .enumerate()
+        .filter_map(|(r, sum)| Some((table.name(r).to_string(), sum?)))
+        .collect()
 }
 
 /// The takes of a gang placement, node by node, for holding it.
@@ -1041,7 +1069,7 @@ fn sep(s: &str) -> &'static str {
     }
 }
 
-fn join(reasons: &[(String, String, bool)]) -> String {
+fn join(reasons: &[(&str, String, bool)]) -> String {
     reasons
         .iter()
         .map(|(c, m, _)| format!("{c}: {m}"))
