@@ -11,6 +11,11 @@
 //! keeps the clusters about 80 % busy.
 
 use std::time::{Duration, Instant};
+
+// The allocator the `switchyard` binary uses, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use switchyard::simulate::{self, synthetic::scenario_yaml, Strategy};
 
 fn main() {

@@ -6,6 +6,12 @@ use std::io::Read;
 use switchyard::cli::{Cli, Command, LogFormat, NumaUnknownArg, TopologyCommand};
 use switchyard::config::{FileConfig, ServeSettings};
 
+// mimalloc: the dispatcher and `simulate` allocate and free many small maps and strings per
+// pass; glibc's allocator fragments under that (a third of `simulate`'s time went to it on
+// 100,000 Jobs), mimalloc does not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     switchyard::install_crypto_provider();

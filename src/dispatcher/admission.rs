@@ -107,6 +107,8 @@ struct Working<'a> {
     /// the last one went to changed for the next.
     /// By class, then cluster: looked up without building a key.
     fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
+    /// Per cluster, why no Job may go there in this pass (reservations aside), found once.
+    unusable: HashMap<&'a str, Option<String>>,
 }
 
 impl<'a> Working<'a> {
@@ -122,7 +124,22 @@ impl<'a> Working<'a> {
             sums_taken: BTreeMap::new(),
             versions: HashMap::new(),
             fits: HashMap::new(),
+            unusable: HashMap::new(),
         }
+    }
+
+    /// Why no Job may go to `name` now, if none may.
+    fn unusable(&mut self, name: &'a str, reserved: &BTreeMap<String, JobKey>) -> Option<String> {
+        let world = self.world;
+        let base = self
+            .unusable
+            .entry(name)
+            .or_insert_with(|| unusable(world, name));
+        if base.is_some() {
+            return base.clone();
+        }
+        let other = reserved.get(name)?;
+        Some(format!("kept for {other}, which has waited longest"))
     }
 
     fn version(&self, cluster: &str) -> u64 {
@@ -378,12 +395,12 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attempt(
-    world: &World,
+fn attempt<'w>(
+    world: &'w World,
     job: &Job,
     class: &ClassKey,
     state: &mut QueueState,
-    working: &mut Working<'_>,
+    working: &mut Working<'w>,
     reserved: &mut BTreeMap<String, JobKey>,
     now: SystemTime,
     pass: &mut Admission,
@@ -496,13 +513,13 @@ fn attempt(
 
 /// Quota and placement for a Job whose queue, namespace, template and gate allow it.
 #[allow(clippy::too_many_arguments)]
-fn judge(
-    world: &World,
+fn judge<'w>(
+    world: &'w World,
     job: &Job,
     class: &ClassKey,
-    settings: &crate::api::QueueSettings,
+    settings: &'w crate::api::QueueSettings,
     state: &mut QueueState,
-    working: &mut Working<'_>,
+    working: &mut Working<'w>,
     reserved: &mut BTreeMap<String, JobKey>,
     starving: bool,
     now: SystemTime,
@@ -606,13 +623,20 @@ fn judge(
     let mut own: Option<&'static str> = None;
     // Some worker could not be looked at now (unreachable, kept for another Job, ...).
     let mut unseen = false;
+    let misfits = world.misfits_of(class);
+    // Only a Job refused somewhere, or whose name a copy of another Job holds, is kept from
+    // some worker for a reason of its own.
+    let may_be_kept = !job.refusals.is_empty() || world.has_foreign_copy(&job.key, &job.uid);
     for (order, name) in settings.clusters.iter().enumerate() {
-        if let Some(why) = unusable(world, name, reserved) {
+        if let Some(why) = working.unusable(name, reserved) {
             reasons.push((name.as_str(), why, false));
             unseen = true;
             continue;
         }
-        if let Some((kind, why, until)) = own_blocker(world, job, name, now) {
+        if let Some((kind, why, until)) = may_be_kept
+            .then(|| own_blocker(world, job, name, now))
+            .flatten()
+        {
             if let Some(t) = until {
                 pass.wake(t);
             }
@@ -650,7 +674,7 @@ fn judge(
                 // Still a misfit if the nodes that gained room since it was found cannot make
                 // up the difference (or none did).
                 let epoch = world.capacity_epoch(name);
-                if let Some(known) = world.misfit(class, name) {
+                if let Some(known) = misfits.get(name) {
                     let bound = if known.epoch == epoch {
                         Some(known.fitted)
                     } else {
@@ -669,7 +693,7 @@ fn judge(
                                         .get_or_insert_with(|| {
                                             NodeJudge::new(
                                                 &world.inventory.resources,
-                                                &shape,
+                                                shape,
                                                 bound_pod(),
                                                 &world.config.engine,
                                                 strategy,
@@ -703,7 +727,7 @@ fn judge(
                 let fit = fit_cluster(
                     cluster,
                     &world.inventory.resources,
-                    &shape,
+                    shape,
                     bound_pod(),
                     gang,
                     &world.config.engine,
@@ -751,23 +775,23 @@ fn judge(
         let takes = match world.config.placement {
             Placement::Exact => {
                 // Found above, in this pass, on the cluster as it still is.
-                let Some(fit) = working.known_fit(class, &name) else {
+                let Some(fit) = working.known_fit(class, name) else {
                     return Attempt::Wait(reason::NO_WORKER_FITS, "the inventory changed".into());
                 };
-                let Some(cluster) = working.cluster(&name) else {
+                let Some(cluster) = working.cluster(name) else {
                     return Attempt::Wait(reason::NO_WORKER_FITS, "the inventory changed".into());
                 };
                 takes_of(
                     cluster,
                     &world.inventory.resources,
-                    &shape,
+                    shape,
                     bound_pod(),
                     &fit,
                     world,
                 )
             }
             Placement::SumOfFree => {
-                working.sum_take(&name, &need);
+                working.sum_take(name, &need);
                 Vec::new()
             }
             Placement::Everywhere => Vec::new(),
@@ -812,7 +836,7 @@ fn judge(
                     let fit = fit_cluster(
                         &empty,
                         &world.inventory.resources,
-                        &shape,
+                        shape,
                         bound_pod(),
                         gang,
                         &world.config.engine,
@@ -893,7 +917,8 @@ fn blocks_admission(world: &World, job: &Job) -> bool {
 }
 
 /// Why a cluster of the queue cannot be tried for any Job now, if it cannot.
-fn unusable(world: &World, name: &str, reserved: &BTreeMap<String, JobKey>) -> Option<String> {
+/// (Reservations for starving Jobs are [`Working::unusable`]'s: they change within a pass.)
+fn unusable(world: &World, name: &str) -> Option<String> {
     let Some(worker) = world.workers.get(name) else {
         return Some("no such WorkerCluster".into());
     };
@@ -911,9 +936,6 @@ fn unusable(world: &World, name: &str, reserved: &BTreeMap<String, JobKey>) -> O
         if let Some(why) = &c.unavailable {
             return Some(why.clone());
         }
-    }
-    if let Some(other) = reserved.get(name) {
-        return Some(format!("kept for {other}, which has waited longest"));
     }
     if world.has_stale_copies(name) {
         return Some("copies of Jobs taken back from it are still being removed".into());
@@ -962,6 +984,9 @@ fn own_blocker(
 
 /// Whether some worker of the queue is kept from this Job alone (see [`own_blocker`]).
 fn has_own_blocker(world: &World, job: &Job, clusters: &[String], now: SystemTime) -> bool {
+    if job.refusals.is_empty() && !world.has_foreign_copy(&job.key, &job.uid) {
+        return false;
+    }
     clusters.iter().any(|c| {
         job.refused_by(c, now).is_some() || world.foreign_copy(&job.key, &job.uid, c).is_some()
     })

@@ -423,6 +423,21 @@ impl DispatchConfig {
     }
 }
 
+/// A class's remembered misfits (see [`World::misfit`]).
+pub struct MisfitsOf<'w> {
+    world: &'w World,
+    by_cluster: Option<&'w HashMap<String, KnownMisfit>>,
+}
+
+impl<'w> MisfitsOf<'w> {
+    pub fn get(&self, cluster: &str) -> Option<&'w KnownMisfit> {
+        let w = self.world;
+        self.by_cluster?.get(cluster).filter(|m| {
+            m.queues == w.queues_generation && (!w.config.describe || !m.reason.is_empty())
+        })
+    }
+}
+
 /// Pending Jobs that are interchangeable for admission: same queue, namespace, pod shape and
 /// gang size. When the first of a class cannot be admitted, none of the others can.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -533,8 +548,9 @@ pub struct World {
     stale: BTreeMap<String, BTreeSet<String>>,
     /// Origin uids of copies whose Job is unknown.
     orphan_uids: BTreeSet<String>,
-    /// Per worker, namespace/name to the origin uid of the copy holding that name there.
-    names: HashMap<String, HashMap<JobKey, String>>,
+    /// Per namespace/name, the workers holding a copy by that name, with the copy's origin
+    /// uid (keyed by name first: admission asks "is this name taken anywhere" per Job).
+    names: HashMap<JobKey, HashMap<String, String>>,
 }
 
 /// What one Job contributes to its queue's totals.
@@ -626,9 +642,9 @@ impl World {
         let uid = copy.origin_uid.clone();
         let cluster = copy.cluster.clone();
         self.names
-            .entry(cluster.clone())
+            .entry(copy.key.clone())
             .or_default()
-            .insert(copy.key.clone(), uid.clone());
+            .insert(cluster.clone(), uid.clone());
         self.copies
             .entry(uid.clone())
             .or_default()
@@ -639,9 +655,12 @@ impl World {
     pub fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
         if let Some(m) = self.copies.get_mut(origin_uid) {
             if let Some(c) = m.remove(cluster) {
-                if let Some(names) = self.names.get_mut(cluster) {
-                    if names.get(&c.key).map(String::as_str) == Some(origin_uid) {
-                        names.remove(&c.key);
+                if let Some(names) = self.names.get_mut(&c.key) {
+                    if names.get(cluster).map(String::as_str) == Some(origin_uid) {
+                        names.remove(cluster);
+                    }
+                    if names.is_empty() {
+                        self.names.remove(&c.key);
                     }
                 }
             }
@@ -752,11 +771,20 @@ impl World {
     /// The copy of a Job with another uid holding `key`'s name in `cluster` (an earlier Job
     /// of the same name, not yet removed there).
     pub fn foreign_copy(&self, key: &JobKey, uid: &str, cluster: &str) -> Option<&Copy> {
-        let origin = self.names.get(cluster)?.get(key)?;
+        let origin = self.names.get(key)?.get(cluster)?;
         if origin == uid {
             return None;
         }
         self.copy_in(origin, cluster)
+    }
+
+    /// Whether some worker holds a copy named `key` of another Job than `uid` (see
+    /// [`World::foreign_copy`]).
+    pub fn has_foreign_copy(&self, key: &JobKey, uid: &str) -> bool {
+        self.names.get(key).is_some_and(|m| {
+            m.iter()
+                .any(|(cluster, origin)| origin != uid && self.copy_in(origin, cluster).is_some())
+        })
     }
 
     /// Copies whose origin Job is unknown.
@@ -957,12 +985,19 @@ impl World {
     /// A remembered misfit of `class` in `cluster`, found at any epoch of the current queues
     /// generation (and described, when the world asks for descriptions).
     pub fn misfit(&self, class: &ClassKey, cluster: &str) -> Option<&KnownMisfit> {
-        if !self.config.remember {
-            return None;
+        self.misfits_of(class).get(cluster)
+    }
+
+    /// The remembered misfits of `class`, looked up once for all of its workers.
+    pub fn misfits_of(&self, class: &ClassKey) -> MisfitsOf<'_> {
+        MisfitsOf {
+            world: self,
+            by_cluster: self
+                .config
+                .remember
+                .then(|| self.misfits.get(class))
+                .flatten(),
         }
-        self.misfits.get(class)?.get(cluster).filter(|m| {
-            m.queues == self.queues_generation && (!self.config.describe || !m.reason.is_empty())
-        })
     }
 
     /// Whether `class` would fit in `cluster` drained, if known for nodes with this
