@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;
 use switchyard::inventory::{parse_yaml, Cluster, Inventory, Node, NumaTopology, NumaZone, Scope};
-use switchyard::placement::{fit_cluster, EngineConfig, PodShape, PodView, Strategy};
+use switchyard::placement::{fit_cluster, fit_clusters, EngineConfig, PodShape, PodView, Strategy};
 use switchyard::topology::{NumaInfo, Policy, PolicyOptions};
 
 const CLUSTERS: usize = 100;
@@ -235,23 +235,26 @@ fn gang_pod() -> PodShape {
     shape
 }
 
-/// What the dispatcher does: bind the pod to the inventory, judge every cluster, keep the
-/// best-scoring one that fits. Returns (feasible clusters, best cluster index).
+/// What the dispatcher does for a Job's first look at its workers: bind the pod to the
+/// inventory, judge every cluster (`fit_clusters`: across the cores, as there are enough
+/// nodes), keep the best-scoring one that fits. Returns (feasible clusters, best cluster
+/// index).
 fn pick(inv: &Inventory, shape: &PodShape, config: &EngineConfig) -> (usize, Option<usize>) {
     let bound = shape.bind(&inv.resources);
     let strategy = shape.strategy(config.strategy);
     let mut feasible = 0;
     let mut best: Option<(i64, usize)> = None;
-    for (i, cluster) in inv.clusters.iter().enumerate() {
-        let fit = fit_cluster(
-            cluster,
-            &inv.resources,
-            shape,
-            &bound,
-            GANG,
-            config,
-            strategy,
-        );
+    let clusters: Vec<&Cluster> = inv.clusters.iter().map(|c| c.as_ref()).collect();
+    let fits = fit_clusters(
+        &clusters,
+        &inv.resources,
+        shape,
+        &bound,
+        GANG,
+        config,
+        strategy,
+    );
+    for (i, fit) in fits.into_iter().enumerate() {
         if fit.fits() {
             feasible += 1;
             if best.is_none_or(|(s, _)| fit.score > s) {

@@ -4,14 +4,15 @@
 
 pub mod fit;
 pub mod inflight;
+pub mod parallel;
 pub mod pod;
 pub mod score;
 #[cfg(test)]
 mod tests;
 
 pub use fit::{
-    fit_cluster, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge, NodeState,
-    UnitTrace,
+    fit_cluster, fit_clusters, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge,
+    NodeState, UnitTrace,
 };
 pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
 pub use score::Strategy;

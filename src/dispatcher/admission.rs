@@ -169,6 +169,11 @@ impl<'a> Working<'a> {
         fit
     }
 
+    /// The cluster as this pass has it, if already looked at.
+    fn peek(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.get(name).map(|c| c.as_ref())
+    }
+
     fn cluster(&mut self, name: &str) -> Option<&Cluster> {
         if !self.clusters.contains_key(name) {
             let base = self.world.inventory.cluster(name)?;
@@ -627,6 +632,62 @@ fn judge<'w>(
     // Only a Job refused somewhere, or whose name a copy of another Job holds, is kept from
     // some worker for a reason of its own.
     let may_be_kept = !job.refusals.is_empty() || world.has_foreign_copy(&job.key, &job.uid);
+    if world.config.placement == Placement::Exact && world.config.remember {
+        // The workers nothing is known about yet are judged all at once, across the cores
+        // when they have enough nodes between them; the loop below then finds their fits
+        // as found in this pass.
+        let mut todo: Vec<&'w str> = Vec::new();
+        let mut nodes = 0;
+        for name in &settings.clusters {
+            let Some(c) = world.inventory.cluster(name) else {
+                continue;
+            };
+            if working.unusable(name, reserved).is_some()
+                || (may_be_kept && own_blocker(world, job, name, now).is_some())
+                || working.known_fit(class, name).is_some()
+                || misfits.get(name).is_some()
+            {
+                continue;
+            }
+            nodes += c.nodes.len();
+            todo.push(name);
+        }
+        if todo.len() > 1 && nodes >= 2 * crate::placement::fit::PARALLEL_NODES {
+            for name in &todo {
+                working.cluster(name);
+            }
+            let clusters: Vec<&Cluster> = todo.iter().filter_map(|n| working.peek(n)).collect();
+            let found = if clusters.len() == todo.len() {
+                crate::placement::fit_clusters(
+                    &clusters,
+                    &world.inventory.resources,
+                    shape,
+                    bound_pod(),
+                    gang,
+                    &world.config.engine,
+                    strategy,
+                )
+            } else {
+                Vec::new()
+            };
+            for (name, fit) in todo.iter().zip(found) {
+                if let Some(m) = &fit.misfit {
+                    pass.misfits.push((
+                        class.clone(),
+                        name.to_string(),
+                        KnownMisfit {
+                            reason: describe(world, m),
+                            never: m.unresolvable(),
+                            epoch: world.capacity_epoch(name),
+                            queues: world.queues_generation(),
+                            fitted: fit.fitted,
+                        },
+                    ));
+                }
+                working.remember_fit(class, name, fit);
+            }
+        }
+    }
     for (order, name) in settings.clusters.iter().enumerate() {
         if let Some(why) = working.unusable(name, reserved) {
             reasons.push((name.as_str(), why, false));

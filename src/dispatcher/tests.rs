@@ -2144,3 +2144,77 @@ fn a_short_disconnect_keeps_the_workers_share_of_the_automatic_quota() {
     let acts = env.settle();
     assert_eq!(dispatches(&acts), [("wide".into(), "a".into())]);
 }
+
+#[test]
+fn workers_judged_across_the_cores_get_the_same_placements_as_one_by_one() {
+    // Four workers of 3,000 nodes each: enough nodes for a Job's first look at them to be
+    // spread over the cores. Without memory the same workers are judged one after another.
+    let mut b = InventoryBuilder::default();
+    for (c, cpus) in [("a", 4), ("b", 16), ("c", 8), ("d", 32)] {
+        b = b.cluster(c).node(&format!("{c}-0"), cpus, 0);
+    }
+    let mut inv = b.build();
+    for c in &mut inv.clusters {
+        let c = Arc::make_mut(c);
+        let proto = (*c.nodes[0]).clone();
+        let name = c.name.clone();
+        c.nodes = (0..3000)
+            .map(|i| {
+                let mut n = proto.clone();
+                n.name = format!("{name}-{i}");
+                Arc::new(n)
+            })
+            .collect();
+    }
+    let inv = inv.finish();
+    let placements = |remember: bool| {
+        let mut env = Env::new(
+            inv.clone(),
+            vec![queue("q", "clusters: [a, b, c, d]\nplacement: {fanout: 1}")],
+        );
+        env.world.config.remember = remember;
+        // 12 CPUs a pod: only b and d; 24 CPUs a pod: only d; 2 CPUs: anywhere.
+        env.submit(job("wide").pods(8).each(12, 0).created(t0()).build());
+        env.submit(
+            job("big")
+                .pods(3)
+                .each(24, 0)
+                .created(t0() + secs(1))
+                .build(),
+        );
+        env.submit(
+            job("small")
+                .pods(5)
+                .each(2, 0)
+                .created(t0() + secs(2))
+                .build(),
+        );
+        env.submit(
+            job("huge")
+                .pods(1)
+                .each(64, 0)
+                .created(t0() + secs(3))
+                .build(),
+        );
+        let p = env.plan();
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Dispatch { job, cluster, hold } => {
+                    Some((job.name.clone(), cluster.clone(), hold.takes.len()))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let parallel = placements(true);
+    assert_eq!(parallel, placements(false));
+    let workers: Vec<(&str, &str)> = parallel
+        .iter()
+        .map(|(j, c, _)| (j.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(workers.len(), 3, "huge fits nowhere: {parallel:?}");
+    assert!(matches!(workers[0], ("wide", "b" | "d")), "{parallel:?}");
+    assert_eq!(workers[1], ("big", "d"));
+    assert_eq!(workers[2].0, "small");
+}
