@@ -14,6 +14,7 @@ use crate::placement::{
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,10 +43,86 @@ impl Default for ExtenderConfig {
 }
 
 /// A node's verdict, as the extender reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict<'a> {
     Fits { score: i64 },
-    Fails { reason: String, unresolvable: bool },
+    Fails { reason: &'a str, unresolvable: bool },
+}
+
+/// One node's verdict in [`Judged`]: a refusal names its reason in the table.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Fits(i64),
+    Fails(u32),
+}
+
+/// Reason texts, each kept once: most refused nodes share theirs (texts leave the node's
+/// name out), so a filter of thousands of nodes has a few dozen distinct ones.
+#[derive(Default)]
+struct Reasons {
+    texts: Vec<(String, bool)>,
+    /// Text to its place in `texts`, by `unresolvable`.
+    index: [HashMap<String, u32>; 2],
+}
+
+impl Reasons {
+    fn id(&mut self, text: String, unresolvable: bool) -> u32 {
+        let index = &mut self.index[usize::from(unresolvable)];
+        if let Some(id) = index.get(text.as_str()) {
+            return *id;
+        }
+        let id = self.texts.len() as u32;
+        index.insert(text.clone(), id);
+        self.texts.push((text, unresolvable));
+        id
+    }
+}
+
+/// The verdicts of one filter, in the order of its names.
+pub struct Judged {
+    slots: Vec<Slot>,
+    reasons: Reasons,
+}
+
+impl Judged {
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn verdicts(&self) -> impl ExactSizeIterator<Item = Verdict<'_>> + '_ {
+        self.slots.iter().map(|s| self.verdict(*s))
+    }
+
+    fn verdict(&self, slot: Slot) -> Verdict<'_> {
+        match slot {
+            Slot::Fits(score) => Verdict::Fits { score },
+            Slot::Fails(id) => {
+                let (text, unresolvable) = &self.reasons.texts[id as usize];
+                Verdict::Fails {
+                    reason: text,
+                    unresolvable: *unresolvable,
+                }
+            }
+        }
+    }
+
+    /// Appends `other`'s verdicts, its reasons merged into this table.
+    fn append(&mut self, other: Judged) {
+        let ids: Vec<u32> = other
+            .reasons
+            .texts
+            .into_iter()
+            .map(|(text, unresolvable)| self.reasons.id(text, unresolvable))
+            .collect();
+        self.slots.extend(other.slots.into_iter().map(|s| match s {
+            Slot::Fails(id) => Slot::Fails(ids[id as usize]),
+            fits => fits,
+        }));
+    }
 }
 
 /// Below this many candidates a filter runs on the calling thread: a thread costs more than
@@ -55,18 +132,18 @@ const PARALLEL_MIN: usize = 512;
 /// The pure filter: every candidate name judged against one inventory snapshot. Long lists
 /// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
 /// the verdicts come back in the order of `names`.
-pub fn judge(
+pub fn judge<S: AsRef<str> + Sync>(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
-    names: &[String],
+    names: &[S],
     config: &ExtenderConfig,
     now: Instant,
-) -> Vec<Verdict> {
+) -> Judged {
     let bound = shape.bind(&inventory.resources);
     let strategy = shape.strategy(config.engine.strategy);
     let gang = shape.gang_size();
-    let chunk = |names: &[String]| -> Vec<Verdict> {
+    let chunk = |names: &[S]| -> Judged {
         let mut nodes = NodeJudge::new(
             &inventory.resources,
             shape,
@@ -74,14 +151,27 @@ pub fn judge(
             &config.engine,
             strategy,
         );
-        names
+        let mut reasons = Reasons::default();
+        let slots = names
             .iter()
             .map(|name| {
-                judge_name(
-                    inventory, inflight, shape, &bound, &gang, &mut nodes, name, config, now,
-                )
+                match judge_name(
+                    inventory,
+                    inflight,
+                    shape,
+                    &bound,
+                    &gang,
+                    &mut nodes,
+                    name.as_ref(),
+                    config,
+                    now,
+                ) {
+                    Ok(score) => Slot::Fits(score),
+                    Err((reason, unresolvable)) => Slot::Fails(reasons.id(reason, unresolvable)),
+                }
             })
-            .collect()
+            .collect();
+        Judged { slots, reasons }
     };
     let threads = parallelism().min(names.len() / PARALLEL_MIN).max(1);
     if threads == 1 {
@@ -95,7 +185,7 @@ pub fn judge(
         let mut out = chunk(first);
         for handle in rest {
             match handle.join() {
-                Ok(v) => out.extend(v),
+                Ok(v) => out.append(v),
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
@@ -121,11 +211,8 @@ fn judge_name(
     name: &str,
     config: &ExtenderConfig,
     now: Instant,
-) -> Verdict {
-    let fails = |m: Misfit| Verdict::Fails {
-        unresolvable: m.unresolvable(),
-        reason: m.to_string(),
-    };
+) -> Result<i64, (String, bool)> {
+    let fails = |m: Misfit| Err((m.to_string(), m.unresolvable()));
     let cluster = name
         .strip_prefix(config.virtual_node_prefix.as_str())
         .and_then(|c| inventory.cluster(c));
@@ -145,7 +232,7 @@ fn judge_name(
             shape.strategy(config.engine.strategy),
         );
         return match fit.misfit {
-            None => Verdict::Fits { score: fit.score },
+            None => Ok(fit.score),
             Some(m) => fails(m),
         };
     }
@@ -155,13 +242,9 @@ fn judge_name(
     if let Some(why) = &cluster.unavailable {
         return fails(Misfit::Unavailable(why.clone()));
     }
-    match nodes.judge(&inflight.node(node, now)) {
-        Ok(score) => Verdict::Fits { score },
-        Err(m) => Verdict::Fails {
-            unresolvable: m.unresolvable(),
-            reason: m.on_the_node(),
-        },
-    }
+    nodes
+        .judge(&inflight.node(node, now))
+        .map_err(|m| (m.on_the_node(), m.unresolvable()))
 }
 
 /// The extender's state, shared by its handlers.
@@ -179,7 +262,27 @@ pub struct Extender {
 
 struct Memo {
     shape: Arc<PodShape>,
-    scores: Mutex<HashMap<String, i64>>,
+    scores: Mutex<Arc<Scores>>,
+}
+
+/// The nodes a filter passed and their scores: the names in one string, each entry
+/// (end of its name in `names`, score), so that a filter of thousands of nodes keeps them
+/// with two allocations.
+#[derive(Default)]
+struct Scores {
+    names: String,
+    passed: Vec<(usize, i64)>,
+}
+
+impl Scores {
+    fn iter(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        let mut start = 0;
+        self.passed.iter().map(move |(end, score)| {
+            let name = self.names.get(start..*end).unwrap_or_default();
+            start = *end;
+            (name, *score)
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,36 +322,62 @@ struct NodeItemMeta {
     name: String,
 }
 
+/// A candidate's name, borrowed from the request unless it was written with escapes.
+#[derive(serde::Deserialize)]
+struct Name<'b>(#[serde(borrow)] Cow<'b, str>);
+
+impl AsRef<str> for Name<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Name<'_> {
+    /// The name as a JSON string. A borrowed name had no escapes in the request, so it has
+    /// no quote, backslash or control character and goes out as it came.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        match &self.0 {
+            Cow::Borrowed(name) => {
+                out.push(b'"');
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
+                Ok(())
+            }
+            Cow::Owned(name) => serde_json::to_writer(out, name),
+        }
+    }
+}
+
 /// The candidate nodes of a request, in whichever form they came.
-enum Candidates {
-    Names(Vec<String>),
+enum Candidates<'b> {
+    Names(Vec<Name<'b>>),
     /// Full Node objects, kept verbatim to be answered verbatim.
     Nodes {
-        names: Vec<String>,
-        items: Vec<Box<RawValue>>,
-        list_meta: Option<Box<RawValue>>,
+        names: Vec<Name<'b>>,
+        items: Vec<&'b RawValue>,
+        list_meta: Option<&'b RawValue>,
     },
 }
 
-impl Candidates {
-    fn names(&self) -> &[String] {
+impl<'b> Candidates<'b> {
+    fn names(&self) -> &[Name<'b>] {
         match self {
             Candidates::Names(n) | Candidates::Nodes { names: n, .. } => n,
         }
     }
 }
 
-fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
+fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
     if let Some(raw) = field(f, "nodenames") {
-        let names: Vec<String> = serde_json::from_str(raw.get()).map_err(|e| {
+        let names: Vec<Name<'b>> = serde_json::from_str(raw.get()).map_err(|e| {
             ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}"))
         })?;
         return Ok(Candidates::Names(names));
     }
     if let Some(raw) = field(f, "nodes") {
-        let list: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw.get())
+        let list: BTreeMap<String, &'b RawValue> = serde_json::from_str(raw.get())
             .map_err(|e| ExtenderError::BadRequest(format!("Nodes is not a NodeList: {e}")))?;
-        let items: Vec<Box<RawValue>> = match list.get("items") {
+        let items: Vec<&'b RawValue> = match list.get("items") {
             Some(v) if v.get().trim() != "null" => serde_json::from_str(v.get()).map_err(|e| {
                 ExtenderError::BadRequest(format!("Nodes.items is not a list: {e}"))
             })?,
@@ -258,7 +387,7 @@ fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
             .iter()
             .map(|i| {
                 serde_json::from_str::<NodeItemName>(i.get())
-                    .map(|n| n.metadata.name)
+                    .map(|n| Name(Cow::Owned(n.metadata.name)))
                     .map_err(|e| {
                         ExtenderError::BadRequest(format!(
                             "a node in Nodes.items is not a Node: {e}"
@@ -269,31 +398,76 @@ fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
         return Ok(Candidates::Nodes {
             names,
             items,
-            list_meta: list.get("metadata").cloned(),
+            list_meta: list.get("metadata").copied(),
         });
     }
     Ok(Candidates::Names(Vec::new()))
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct FilterResult<'a> {
-    nodes: Option<NodeListOut<'a>>,
-    node_names: Vec<&'a str>,
-    failed_nodes: NodeReasons<'a>,
-    failed_and_unresolvable_nodes: NodeReasons<'a>,
-    error: String,
-}
-
-/// Node name to reason, written as a JSON object in the order of the request's names (a
-/// map would sort thousands of names for nothing: kube-scheduler reads them into a Go map).
-#[derive(Default)]
-struct NodeReasons<'a>(Vec<(&'a str, String)>);
-
-impl Serialize for NodeReasons<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+/// The filter reply (ExtenderFilterResult): `Nodes`, `NodeNames`, `FailedNodes`,
+/// `FailedAndUnresolvableNodes` (node name to reason, in the order of the request's names)
+/// and `Error`, written straight into one buffer: each distinct reason is escaped once and
+/// copied for every node refused for it.
+fn write_filter(
+    names: &[Name<'_>],
+    judged: &Judged,
+    nodes: Option<&NodeListOut<'_>>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let escaped = judged
+        .reasons
+        .texts
+        .iter()
+        .map(|(text, _)| serde_json::to_vec(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let size: usize = names
+        .iter()
+        .zip(&judged.slots)
+        .map(|(name, slot)| {
+            name.0.len()
+                + 4
+                + match slot {
+                    Slot::Fits(_) => 0,
+                    Slot::Fails(id) => escaped[*id as usize].len(),
+                }
+        })
+        .sum();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(b"{\"Nodes\":");
+    match nodes {
+        Some(nodes) => serde_json::to_writer(&mut out, nodes)?,
+        None => out.extend_from_slice(b"null"),
     }
+    out.extend_from_slice(b",\"NodeNames\":[");
+    let mut first = true;
+    for (name, slot) in names.iter().zip(&judged.slots) {
+        if let Slot::Fits(_) = slot {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            name.write_json(&mut out)?;
+        }
+    }
+    for (key, unresolvable) in [
+        (&b"],\"FailedNodes\":{"[..], false),
+        (b"},\"FailedAndUnresolvableNodes\":{", true),
+    ] {
+        out.extend_from_slice(key);
+        let mut first = true;
+        for (name, slot) in names.iter().zip(&judged.slots) {
+            let Slot::Fails(id) = slot else { continue };
+            if judged.reasons.texts[*id as usize].1 != unresolvable {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            name.write_json(&mut out)?;
+            out.push(b':');
+            out.extend_from_slice(&escaped[*id as usize]);
+        }
+    }
+    out.extend_from_slice(b"},\"Error\":\"\"}");
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -356,7 +530,7 @@ impl Extender {
         );
         let memo = Arc::new(Memo {
             shape: shape.clone(),
-            scores: Mutex::new(HashMap::new()),
+            scores: Mutex::new(Arc::default()),
         });
         if let Some(k) = key {
             self.by_uid.insert(k.0.clone(), shape);
@@ -365,7 +539,12 @@ impl Extender {
         Ok(memo)
     }
 
-    fn verdicts(&self, shape: &PodShape, names: &[String], now: Instant) -> Vec<Verdict> {
+    fn verdicts<S: AsRef<str> + Sync>(
+        &self,
+        shape: &PodShape,
+        names: &[S],
+        now: Instant,
+    ) -> Judged {
         let inventory = self.store.snapshot();
         let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         judge(&inventory, &inflight, shape, names, &self.config, now)
@@ -376,64 +555,43 @@ impl Extender {
         let f = fields(body)?;
         let candidates = candidates(&f)?;
         let names = candidates.names();
-        let (verdicts, memo) = match self.pod(&f) {
+        let (judged, memo) = match self.pod(&f) {
             Ok(memo) => (self.verdicts(&memo.shape, names, now), Some(memo)),
             // A pod whose requests cannot be read fits nowhere; say why on every node.
-            Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => (
-                names
-                    .iter()
-                    .map(|_| Verdict::Fails {
-                        reason: reason.clone(),
-                        unresolvable: true,
-                    })
-                    .collect(),
-                None,
-            ),
+            Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => {
+                let mut reasons = Reasons::default();
+                let id = reasons.id(reason, true);
+                let slots = vec![Slot::Fails(id); names.len()];
+                (Judged { slots, reasons }, None)
+            }
             Err(e) => return Err(e),
         };
-        let mut result = FilterResult {
-            nodes: None,
-            node_names: Vec::new(),
-            failed_nodes: NodeReasons::default(),
-            failed_and_unresolvable_nodes: NodeReasons::default(),
-            error: String::new(),
-        };
-        let mut passed = Vec::new();
-        let mut scores = HashMap::with_capacity(names.len());
-        for (i, (name, verdict)) in names.iter().zip(verdicts).enumerate() {
-            match verdict {
-                Verdict::Fits { score } => {
-                    result.node_names.push(name);
-                    passed.push(i);
-                    scores.insert(name.clone(), score);
-                }
-                Verdict::Fails {
-                    reason,
-                    unresolvable: true,
-                } => {
-                    result.failed_and_unresolvable_nodes.0.push((name, reason));
-                }
-                Verdict::Fails { reason, .. } => {
-                    result.failed_nodes.0.push((name, reason));
+        if let Some(memo) = memo {
+            let mut scores = Scores::default();
+            for (name, slot) in names.iter().zip(&judged.slots) {
+                if let Slot::Fits(score) = slot {
+                    scores.names.push_str(name.as_ref());
+                    scores.passed.push((scores.names.len(), *score));
                 }
             }
+            *memo.scores.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(scores);
         }
-        if let Some(memo) = memo {
-            *memo.scores.lock().unwrap_or_else(|p| p.into_inner()) = scores;
-        }
-        if let Candidates::Nodes {
-            items, list_meta, ..
-        } = &candidates
-        {
-            result.nodes = Some(NodeListOut {
-                metadata: list_meta.as_deref(),
-                items: passed
+        let nodes = match &candidates {
+            Candidates::Nodes {
+                items, list_meta, ..
+            } => Some(NodeListOut {
+                metadata: *list_meta,
+                items: items
                     .iter()
-                    .filter_map(|i| items.get(*i).map(Box::as_ref))
+                    .zip(&judged.slots)
+                    .filter(|(_, slot)| matches!(slot, Slot::Fits(_)))
+                    .map(|(item, _)| *item)
                     .collect(),
-            });
-        }
-        serde_json::to_vec(&result).map_err(|e| ExtenderError::BadRequest(e.to_string()))
+            }),
+            Candidates::Names(_) => None,
+        };
+        write_filter(names, &judged, nodes.as_ref())
+            .map_err(|e| ExtenderError::BadRequest(e.to_string()))
     }
 
     /// `POST /scheduler/prioritize`: a score 0–10 for every candidate, reusing filter's
@@ -443,24 +601,23 @@ impl Extender {
         let candidates = candidates(&f)?;
         let names = candidates.names();
         let memo = self.pod(&f)?;
-        let known = memo
+        let scores = memo
             .scores
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let missing: Vec<String> = names
+        let known: HashMap<&str, i64> = scores.iter().collect();
+        let missing: Vec<&str> = names
             .iter()
-            .filter(|n| !known.contains_key(*n))
-            .cloned()
+            .map(AsRef::as_ref)
+            .filter(|n| !known.contains_key(n))
             .collect();
         let mut computed = HashMap::new();
         if !missing.is_empty() {
-            for (name, v) in missing
-                .iter()
-                .zip(self.verdicts(&memo.shape, &missing, now))
-            {
+            let judged = self.verdicts(&memo.shape, &missing, now);
+            for (name, v) in missing.iter().zip(judged.verdicts()) {
                 computed.insert(
-                    name.clone(),
+                    *name,
                     match v {
                         Verdict::Fits { score } => score,
                         Verdict::Fails { .. } => 0,
@@ -470,13 +627,16 @@ impl Extender {
         }
         let list: Vec<HostPriority> = names
             .iter()
-            .map(|n| HostPriority {
-                host: n,
-                score: known
-                    .get(n)
-                    .or_else(|| computed.get(n))
-                    .copied()
-                    .unwrap_or(0),
+            .map(|n| {
+                let host = n.as_ref();
+                HostPriority {
+                    host,
+                    score: known
+                        .get(host)
+                        .or_else(|| computed.get(host))
+                        .copied()
+                        .unwrap_or(0),
+                }
             })
             .collect();
         serde_json::to_vec(&list).map_err(|e| ExtenderError::BadRequest(e.to_string()))
@@ -617,9 +777,9 @@ mod tests {
             Instant::now(),
         );
         let reasons: Vec<&str> = verdicts
-            .iter()
+            .verdicts()
             .map(|v| match v {
-                Verdict::Fails { reason, .. } => reason.as_str(),
+                Verdict::Fails { reason, .. } => reason,
                 Verdict::Fits { .. } => panic!("{v:?}"),
             })
             .collect();
@@ -636,5 +796,97 @@ mod tests {
         for (name, reason) in names.iter().zip(&reasons) {
             assert!(!reason.contains(name.as_str()), "{reason}");
         }
+    }
+
+    /// The reply written by hand is byte for byte what serde writes for the Go struct, names
+    /// and reasons escaped where they must be, maps in the order of the request's names.
+    #[test]
+    fn the_filter_reply_is_what_serde_would_write() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct FilterResult<'a> {
+            nodes: Option<&'a NodeListOut<'a>>,
+            node_names: Vec<&'a str>,
+            failed_nodes: Pairs<'a>,
+            failed_and_unresolvable_nodes: Pairs<'a>,
+            error: String,
+        }
+        #[derive(Default)]
+        struct Pairs<'a>(Vec<(&'a str, &'a str)>);
+        impl Serialize for Pairs<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_map(self.0.iter().copied())
+            }
+        }
+
+        let body = r#"["zeta", "a\"quoted\"", "caf\u00e9", "b", "zeta", "c/d", "e"]"#;
+        let names: Vec<Name<'_>> = serde_json::from_str(body).unwrap();
+        assert!(matches!(names[1].0, Cow::Owned(_)));
+        assert!(matches!(names[0].0, Cow::Borrowed(_)));
+        let mut reasons = Reasons::default();
+        let plain = reasons.id("needs 2 cpu; the node has 1 free".into(), false);
+        let quoted = reasons.id("quantity \"four\" is not a number\n\ttab".into(), true);
+        assert_eq!(
+            reasons.id("needs 2 cpu; the node has 1 free".into(), false),
+            plain
+        );
+        let judged = Judged {
+            slots: vec![
+                Slot::Fails(plain),
+                Slot::Fits(3),
+                Slot::Fails(quoted),
+                Slot::Fails(plain),
+                Slot::Fits(0),
+                Slot::Fails(quoted),
+                Slot::Fits(10),
+            ],
+            reasons,
+        };
+        let meta = RawValue::from_string(r#"{"resourceVersion":"7"}"#.into()).unwrap();
+        let item = RawValue::from_string(r#"{"metadata":{"name":"b"}}"#.into()).unwrap();
+        let list = NodeListOut {
+            metadata: Some(&meta),
+            items: vec![&item],
+        };
+        for nodes in [None, Some(&list)] {
+            let mut want = FilterResult {
+                nodes,
+                node_names: Vec::new(),
+                failed_nodes: Pairs::default(),
+                failed_and_unresolvable_nodes: Pairs::default(),
+                error: String::new(),
+            };
+            for (name, v) in names.iter().zip(judged.verdicts()) {
+                match v {
+                    Verdict::Fits { .. } => want.node_names.push(name.as_ref()),
+                    Verdict::Fails {
+                        reason,
+                        unresolvable: false,
+                    } => want.failed_nodes.0.push((name.as_ref(), reason)),
+                    Verdict::Fails { reason, .. } => want
+                        .failed_and_unresolvable_nodes
+                        .0
+                        .push((name.as_ref(), reason)),
+                }
+            }
+            let got = write_filter(&names, &judged, nodes).unwrap();
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                serde_json::to_string(&want).unwrap()
+            );
+        }
+        let none = write_filter(
+            &[],
+            &Judged {
+                slots: Vec::new(),
+                reasons: Reasons::default(),
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(none).unwrap(),
+            r#"{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        );
     }
 }
