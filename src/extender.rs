@@ -7,7 +7,7 @@
 
 pub mod http;
 
-use crate::inventory::{Inventory, InventoryStore};
+use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::{
     fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,25 +110,14 @@ impl Judged {
             }
         }
     }
-
-    /// Appends `other`'s verdicts, its reasons merged into this table.
-    fn append(&mut self, other: Judged) {
-        let ids: Vec<u32> = other
-            .reasons
-            .texts
-            .into_iter()
-            .map(|(text, unresolvable)| self.reasons.id(text, unresolvable))
-            .collect();
-        self.slots.extend(other.slots.into_iter().map(|s| match s {
-            Slot::Fails(id) => Slot::Fails(ids[id as usize]),
-            fits => fits,
-        }));
-    }
 }
 
 /// Below this many candidates a filter runs on the calling thread: a thread costs more than
 /// judging a few hundred nodes.
 const PARALLEL_MIN: usize = 512;
+
+/// The names a thread takes at a time when a filter is split.
+const BLOCK: usize = 256;
 
 /// The pure filter: every candidate name judged against one inventory snapshot. Long lists
 /// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
@@ -140,10 +130,29 @@ pub fn judge<S: AsRef<str> + Sync>(
     config: &ExtenderConfig,
     now: Instant,
 ) -> Judged {
+    judge_resolved(inventory, inflight, shape, names, None, config, now)
+}
+
+/// [`judge`], with what each name stands for already looked up when `targets` is given
+/// (one per name, resolved in this very snapshot).
+fn judge_resolved<S: AsRef<str> + Sync>(
+    inventory: &Inventory,
+    inflight: &InFlight,
+    shape: &PodShape,
+    names: &[S],
+    targets: Option<&[Target]>,
+    config: &ExtenderConfig,
+    now: Instant,
+) -> Judged {
     let bound = shape.bind(&inventory.resources);
     let strategy = shape.strategy(config.engine.strategy);
     let gang = shape.gang_size();
-    let chunk = |names: &[S]| -> Judged {
+    // The names are judged in blocks that each thread takes in turn, so that a thread that
+    // gets no core (the machine's other work, or the caller's) leaves its share to the
+    // others instead of holding the reply back.
+    let next = AtomicUsize::new(0);
+    let blocks = names.len().div_ceil(BLOCK);
+    let work = || -> (Reasons, Vec<(usize, Vec<Slot>)>) {
         let mut nodes = NodeJudge::new(
             &inventory.resources,
             shape,
@@ -152,45 +161,168 @@ pub fn judge<S: AsRef<str> + Sync>(
             strategy,
         );
         let mut reasons = Reasons::default();
-        let slots = names
-            .iter()
-            .map(|name| {
-                match judge_name(
-                    inventory,
-                    inflight,
-                    shape,
-                    &bound,
-                    &gang,
-                    &mut nodes,
-                    name.as_ref(),
-                    config,
-                    now,
-                ) {
-                    Ok(score) => Slot::Fits(score),
-                    Err((reason, unresolvable)) => Slot::Fails(reasons.id(reason, unresolvable)),
-                }
-            })
-            .collect();
-        Judged { slots, reasons }
+        let mut done = Vec::new();
+        loop {
+            let block = next.fetch_add(1, Ordering::Relaxed);
+            if block >= blocks {
+                break;
+            }
+            let start = block * BLOCK;
+            let end = (start + BLOCK).min(names.len());
+            let slots = (start..end)
+                .map(|i| {
+                    let name = names[i].as_ref();
+                    let candidate = match targets.and_then(|t| t.get(i)) {
+                        Some(target) => target.get(inventory),
+                        None => Candidate::of(inventory, name, config),
+                    };
+                    match judge_candidate(
+                        inventory, inflight, shape, &bound, &gang, &mut nodes, name, candidate,
+                        config, now,
+                    ) {
+                        Ok(score) => Slot::Fits(score),
+                        Err((reason, unresolvable)) => {
+                            Slot::Fails(reasons.id(reason, unresolvable))
+                        }
+                    }
+                })
+                .collect();
+            done.push((block, slots));
+        }
+        (reasons, done)
     };
     let threads = parallelism().min(names.len() / PARALLEL_MIN).max(1);
-    if threads == 1 {
-        return chunk(names);
-    }
-    let per = names.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut parts = names.chunks(per);
-        let first = parts.next().unwrap_or_default();
-        let rest: Vec<_> = parts.map(|p| scope.spawn(move || chunk(p))).collect();
-        let mut out = chunk(first);
-        for handle in rest {
-            match handle.join() {
-                Ok(v) => out.append(v),
-                Err(panic) => std::panic::resume_unwind(panic),
+    let (reasons, mut parts) = if threads == 1 {
+        work()
+    } else {
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let (mut reasons, mut parts) = work();
+            for helper in helpers {
+                let (theirs, done) = match helper.join() {
+                    Ok(v) => v,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                let ids: Vec<u32> = theirs
+                    .texts
+                    .into_iter()
+                    .map(|(text, unresolvable)| reasons.id(text, unresolvable))
+                    .collect();
+                parts.extend(done.into_iter().map(|(block, slots)| {
+                    let slots = slots
+                        .into_iter()
+                        .map(|s| match s {
+                            Slot::Fails(id) => Slot::Fails(ids[id as usize]),
+                            fits => fits,
+                        })
+                        .collect();
+                    (block, slots)
+                }));
             }
+            (reasons, parts)
+        })
+    };
+    parts.sort_unstable_by_key(|(block, _)| *block);
+    let mut slots = Vec::with_capacity(names.len());
+    for (_, part) in parts {
+        slots.extend(part);
+    }
+    Judged { slots, reasons }
+}
+
+/// What a candidate name stands for in an inventory snapshot.
+enum Candidate<'i> {
+    /// A virtual node: the whole cluster.
+    Cluster(&'i Cluster),
+    Node(&'i Cluster, &'i Node),
+    Unknown,
+}
+
+impl<'i> Candidate<'i> {
+    fn of(inventory: &'i Inventory, name: &str, config: &ExtenderConfig) -> Self {
+        let cluster = name
+            .strip_prefix(config.virtual_node_prefix.as_str())
+            .and_then(|c| inventory.cluster(c));
+        if let Some(cluster) = cluster {
+            return Candidate::Cluster(cluster);
         }
-        out
-    })
+        match inventory.node(name) {
+            Some((cluster, node)) => Candidate::Node(cluster, node),
+            None => Candidate::Unknown,
+        }
+    }
+}
+
+/// A [`Candidate`] by position in its snapshot, to be kept across calls.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Cluster(usize),
+    Node(usize, usize),
+    Unknown,
+}
+
+impl Target {
+    fn get<'i>(&self, inventory: &'i Inventory) -> Candidate<'i> {
+        let cluster = |c: usize| inventory.clusters.get(c).map(|c| &**c);
+        match *self {
+            Target::Cluster(c) => cluster(c).map_or(Candidate::Unknown, Candidate::Cluster),
+            Target::Node(c, n) => cluster(c)
+                .and_then(|c| Some(Candidate::Node(c, c.nodes.get(n)?)))
+                .unwrap_or(Candidate::Unknown),
+            Target::Unknown => Candidate::Unknown,
+        }
+    }
+}
+
+/// The targets of every name of a NodeNames list, in `inventory`.
+fn resolve<S: AsRef<str>>(
+    inventory: &Inventory,
+    names: &[S],
+    config: &ExtenderConfig,
+) -> Vec<Target> {
+    let at = |cluster: &Cluster| {
+        inventory
+            .clusters
+            .iter()
+            .position(|c| std::ptr::eq(&**c, cluster))
+    };
+    // Node address to index, per cluster, built for the clusters the names are in.
+    let mut index: HashMap<usize, HashMap<usize, usize>> = HashMap::new();
+    names
+        .iter()
+        .map(
+            |name| match Candidate::of(inventory, name.as_ref(), config) {
+                Candidate::Cluster(c) => at(c).map_or(Target::Unknown, Target::Cluster),
+                Candidate::Node(c, node) => {
+                    let Some(ci) = at(c) else {
+                        return Target::Unknown;
+                    };
+                    index
+                        .entry(ci)
+                        .or_insert_with(|| {
+                            c.nodes
+                                .iter()
+                                .enumerate()
+                                .map(|(i, n)| (Arc::as_ptr(n) as usize, i))
+                                .collect()
+                        })
+                        .get(&(node as *const Node as usize))
+                        .map_or(Target::Unknown, |ni| Target::Node(ci, *ni))
+                }
+                Candidate::Unknown => Target::Unknown,
+            },
+        )
+        .collect()
+}
+
+/// The last NodeNames list the filter resolved, as its raw JSON text: kube-scheduler sends
+/// the same candidates for pod after pod, and looking up thousands of names in the
+/// inventory's index costs a cache miss or more each.
+struct Resolved {
+    /// The snapshot the targets point into (held weakly: compared by address only).
+    inventory: std::sync::Weak<Inventory>,
+    raw: Box<str>,
+    targets: Arc<[Target]>,
 }
 
 /// The cores this process may use, read once.
@@ -201,7 +333,7 @@ fn parallelism() -> usize {
 
 /// One candidate: a virtual node judged as its whole cluster, else a real node.
 #[allow(clippy::too_many_arguments)]
-fn judge_name(
+fn judge_candidate(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
@@ -209,35 +341,34 @@ fn judge_name(
     gang: &Result<usize, String>,
     nodes: &mut NodeJudge<'_>,
     name: &str,
+    candidate: Candidate<'_>,
     config: &ExtenderConfig,
     now: Instant,
 ) -> Result<i64, (String, bool)> {
     let fails = |m: Misfit| Err((m.to_string(), m.unresolvable()));
-    let cluster = name
-        .strip_prefix(config.virtual_node_prefix.as_str())
-        .and_then(|c| inventory.cluster(c));
-    if let Some(cluster) = cluster {
-        let n = match gang {
-            Ok(n) => *n,
-            Err(e) => return fails(Misfit::BadPod(e.clone())),
-        };
-        let cluster = inflight.cluster(cluster, &inventory.resources, now);
-        let fit = fit_cluster(
-            &cluster,
-            &inventory.resources,
-            shape,
-            bound,
-            n,
-            &config.engine,
-            shape.strategy(config.engine.strategy),
-        );
-        return match fit.misfit {
-            None => Ok(fit.score),
-            Some(m) => fails(m),
-        };
-    }
-    let Some((cluster, node)) = inventory.node(name) else {
-        return fails(Misfit::UnknownNode(name.to_string()));
+    let (cluster, node) = match candidate {
+        Candidate::Cluster(cluster) => {
+            let n = match gang {
+                Ok(n) => *n,
+                Err(e) => return fails(Misfit::BadPod(e.clone())),
+            };
+            let cluster = inflight.cluster(cluster, &inventory.resources, now);
+            let fit = fit_cluster(
+                &cluster,
+                &inventory.resources,
+                shape,
+                bound,
+                n,
+                &config.engine,
+                shape.strategy(config.engine.strategy),
+            );
+            return match fit.misfit {
+                None => Ok(fit.score),
+                Some(m) => fails(m),
+            };
+        }
+        Candidate::Node(cluster, node) => (cluster, node),
+        Candidate::Unknown => return fails(Misfit::UnknownNode(name.to_string())),
     };
     if let Some(why) = &cluster.unavailable {
         return fails(Misfit::Unavailable(why.clone()));
@@ -257,6 +388,7 @@ pub struct Extender {
     memo: moka::sync::Cache<(String, String), Arc<Memo>>,
     /// The last analysis of each pod by uid, for bind (which carries no resourceVersion).
     by_uid: moka::sync::Cache<String, Arc<PodShape>>,
+    resolved: Mutex<Option<Arc<Resolved>>>,
     client: Option<kube::Client>,
 }
 
@@ -508,6 +640,7 @@ impl Extender {
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(300))
                 .build(),
+            resolved: Mutex::new(None),
             client,
         }
     }
@@ -550,13 +683,54 @@ impl Extender {
         judge(&inventory, &inflight, shape, names, &self.config, now)
     }
 
+    /// What each name of a NodeNames list stands for in `inventory`: the last list's answer
+    /// when the list is the same, byte for byte, in the same snapshot.
+    fn targets(&self, inventory: &Arc<Inventory>, raw: &str, names: &[Name<'_>]) -> Arc<[Target]> {
+        let last = self
+            .resolved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(last) = last {
+            if std::ptr::eq(last.inventory.as_ptr(), Arc::as_ptr(inventory)) && *last.raw == *raw {
+                return last.targets.clone();
+            }
+        }
+        let targets: Arc<[Target]> = resolve(inventory, names, &self.config).into();
+        *self.resolved.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Resolved {
+            inventory: Arc::downgrade(inventory),
+            raw: raw.into(),
+            targets: targets.clone(),
+        }));
+        targets
+    }
+
     /// `POST /scheduler/filter`: the reply body.
     pub fn filter(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
         let f = fields(body)?;
         let candidates = candidates(&f)?;
         let names = candidates.names();
         let (judged, memo) = match self.pod(&f) {
-            Ok(memo) => (self.verdicts(&memo.shape, names, now), Some(memo)),
+            Ok(memo) => {
+                let inventory = self.store.snapshot();
+                let targets = match (&candidates, field(&f, "nodenames")) {
+                    (Candidates::Names(_), Some(raw)) => {
+                        Some(self.targets(&inventory, raw.get(), names))
+                    }
+                    _ => None,
+                };
+                let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                let judged = judge_resolved(
+                    &inventory,
+                    &inflight,
+                    &memo.shape,
+                    names,
+                    targets.as_deref(),
+                    &self.config,
+                    now,
+                );
+                (judged, Some(memo))
+            }
             // A pod whose requests cannot be read fits nowhere; say why on every node.
             Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => {
                 let mut reasons = Reasons::default();
@@ -888,5 +1062,97 @@ mod tests {
             String::from_utf8(none).unwrap(),
             r#"{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
         );
+    }
+
+    /// The same NodeNames list again answers from the new inventory once it changed, even
+    /// where the change moved the nodes around, and a different list is looked up afresh.
+    #[test]
+    fn a_repeated_name_list_follows_inventory_changes() {
+        let yaml = |nodes: &[(&str, &str)]| {
+            let mut y = String::from("clusters:\n  - name: eu-1\n    nodes:\n");
+            for (name, cpu) in nodes {
+                y.push_str(&format!(
+                    "      - name: {name}\n        allocatable: {{cpu: \"{cpu}\", memory: 32Gi, pods: \"110\"}}\n"
+                ));
+            }
+            y
+        };
+        let store = Arc::new(InventoryStore::new(
+            parse_yaml(&yaml(&[("a", "1"), ("b", "8"), ("c", "8")])).unwrap(),
+        ));
+        let extender = Extender::new(store.clone(), ExtenderConfig::default(), None);
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}
+        });
+        let filter = |names: &[&str], rv: u32| -> serde_json::Value {
+            let mut pod = pod.clone();
+            pod["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+            let body = serde_json::json!({"Pod": pod, "NodeNames": names});
+            let reply = extender
+                .filter(&serde_json::to_vec(&body).unwrap(), Instant::now())
+                .unwrap();
+            serde_json::from_slice(&reply).unwrap()
+        };
+        let passed = |v: &serde_json::Value| v["NodeNames"].clone();
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 1)),
+            serde_json::json!(["b", "c"])
+        );
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 2)),
+            serde_json::json!(["b", "c"])
+        );
+        // Node a grows, b shrinks, c goes, x arrives, all in a new order.
+        store.replace(parse_yaml(&yaml(&[("x", "8"), ("b", "1"), ("a", "8")])).unwrap());
+        let reply = filter(&["a", "b", "c", "x"], 3);
+        assert_eq!(passed(&reply), serde_json::json!(["a", "x"]));
+        assert!(
+            reply["FailedAndUnresolvableNodes"]["c"].is_string(),
+            "{reply}"
+        );
+        assert!(
+            reply["FailedAndUnresolvableNodes"]["b"].is_string(),
+            "{reply}"
+        );
+        assert_eq!(passed(&filter(&["x", "b"], 4)), serde_json::json!(["x"]));
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 5)),
+            serde_json::json!(["a", "x"])
+        );
+    }
+
+    /// A list long enough to be split over threads gets the verdicts and reasons each name
+    /// gets alone, in the order of the names.
+    #[test]
+    fn a_split_filter_answers_as_one_name_at_a_time() {
+        let mut yaml = String::from("clusters:\n  - name: eu-1\n    nodes:\n");
+        for i in 0..1500 {
+            yaml.push_str(&format!(
+                "      - name: n{i}\n        allocatable: {{cpu: \"{}\", memory: 32Gi, pods: \"110\"}}\n        requested: {{cpu: \"{}\"}}\n",
+                1 + i % 9,
+                i % 4
+            ));
+        }
+        let inventory = parse_yaml(&yaml).unwrap();
+        let view: PodView = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]}
+        }))
+        .unwrap();
+        let shape = PodShape::from_view(&view).unwrap();
+        let names: Vec<String> = (0..1600).rev().map(|i| format!("n{i}")).collect();
+        let inflight = InFlight::new(Duration::from_secs(30));
+        let config = ExtenderConfig::default();
+        let now = Instant::now();
+        let all = judge(&inventory, &inflight, &shape, &names, &config, now);
+        assert_eq!(all.len(), names.len());
+        let mut passed = 0;
+        for (name, v) in names.iter().zip(all.verdicts()) {
+            let alone = judge(&inventory, &inflight, &shape, &[name], &config, now);
+            assert_eq!(Some(v), alone.verdicts().next(), "{name}");
+            passed += usize::from(matches!(v, Verdict::Fits { .. }));
+        }
+        assert!(passed > 100 && passed < 1500, "{passed}");
     }
 }
