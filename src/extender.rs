@@ -7,14 +7,16 @@
 
 pub mod http;
 
-use crate::inventory::{Inventory, InventoryStore};
+use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::{
     fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,31 +44,115 @@ impl Default for ExtenderConfig {
 }
 
 /// A node's verdict, as the extender reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict<'a> {
     Fits { score: i64 },
-    Fails { reason: String, unresolvable: bool },
+    Fails { reason: &'a str, unresolvable: bool },
+}
+
+/// One node's verdict in [`Judged`]: a refusal names its reason in the table.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Fits(i64),
+    Fails(u32),
+}
+
+/// Reason texts, each kept once: most refused nodes share theirs (texts leave the node's
+/// name out), so a filter of thousands of nodes has a few dozen distinct ones.
+#[derive(Default)]
+struct Reasons {
+    texts: Vec<(String, bool)>,
+    /// Text to its place in `texts`, by `unresolvable`.
+    index: [HashMap<String, u32>; 2],
+}
+
+impl Reasons {
+    fn id(&mut self, text: String, unresolvable: bool) -> u32 {
+        let index = &mut self.index[usize::from(unresolvable)];
+        if let Some(id) = index.get(text.as_str()) {
+            return *id;
+        }
+        let id = self.texts.len() as u32;
+        index.insert(text.clone(), id);
+        self.texts.push((text, unresolvable));
+        id
+    }
+}
+
+/// The verdicts of one filter, in the order of its names.
+pub struct Judged {
+    slots: Vec<Slot>,
+    reasons: Reasons,
+}
+
+impl Judged {
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn verdicts(&self) -> impl ExactSizeIterator<Item = Verdict<'_>> + '_ {
+        self.slots.iter().map(|s| self.verdict(*s))
+    }
+
+    fn verdict(&self, slot: Slot) -> Verdict<'_> {
+        match slot {
+            Slot::Fits(score) => Verdict::Fits { score },
+            Slot::Fails(id) => {
+                let (text, unresolvable) = &self.reasons.texts[id as usize];
+                Verdict::Fails {
+                    reason: text,
+                    unresolvable: *unresolvable,
+                }
+            }
+        }
+    }
 }
 
 /// Below this many candidates a filter runs on the calling thread: a thread costs more than
 /// judging a few hundred nodes.
 const PARALLEL_MIN: usize = 512;
 
+/// The names a thread takes at a time when a filter is split.
+const BLOCK: usize = 256;
+
 /// The pure filter: every candidate name judged against one inventory snapshot. Long lists
 /// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
 /// the verdicts come back in the order of `names`.
-pub fn judge(
+pub fn judge<S: AsRef<str> + Sync>(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
-    names: &[String],
+    names: &[S],
     config: &ExtenderConfig,
     now: Instant,
-) -> Vec<Verdict> {
+) -> Judged {
+    judge_resolved(inventory, inflight, shape, names, None, config, now)
+}
+
+/// [`judge`], with what each name stands for already looked up when `targets` is given
+/// (one per name, resolved in this very snapshot).
+fn judge_resolved<S: AsRef<str> + Sync>(
+    inventory: &Inventory,
+    inflight: &InFlight,
+    shape: &PodShape,
+    names: &[S],
+    targets: Option<&[Target]>,
+    config: &ExtenderConfig,
+    now: Instant,
+) -> Judged {
     let bound = shape.bind(&inventory.resources);
     let strategy = shape.strategy(config.engine.strategy);
     let gang = shape.gang_size();
-    let chunk = |names: &[String]| -> Vec<Verdict> {
+    // The names are judged in blocks that each thread takes in turn, so that a thread that
+    // gets no core (the machine's other work, or the caller's) leaves its share to the
+    // others instead of holding the reply back.
+    let next = AtomicUsize::new(0);
+    let blocks = names.len().div_ceil(BLOCK);
+    let work = || -> (Reasons, Vec<(usize, Vec<Slot>)>) {
         let mut nodes = NodeJudge::new(
             &inventory.resources,
             shape,
@@ -74,33 +160,169 @@ pub fn judge(
             &config.engine,
             strategy,
         );
-        names
-            .iter()
-            .map(|name| {
-                judge_name(
-                    inventory, inflight, shape, &bound, &gang, &mut nodes, name, config, now,
-                )
-            })
-            .collect()
+        let mut reasons = Reasons::default();
+        let mut done = Vec::new();
+        loop {
+            let block = next.fetch_add(1, Ordering::Relaxed);
+            if block >= blocks {
+                break;
+            }
+            let start = block * BLOCK;
+            let end = (start + BLOCK).min(names.len());
+            let slots = (start..end)
+                .map(|i| {
+                    let name = names[i].as_ref();
+                    let candidate = match targets.and_then(|t| t.get(i)) {
+                        Some(target) => target.get(inventory),
+                        None => Candidate::of(inventory, name, config),
+                    };
+                    match judge_candidate(
+                        inventory, inflight, shape, &bound, &gang, &mut nodes, name, candidate,
+                        config, now,
+                    ) {
+                        Ok(score) => Slot::Fits(score),
+                        Err((reason, unresolvable)) => {
+                            Slot::Fails(reasons.id(reason, unresolvable))
+                        }
+                    }
+                })
+                .collect();
+            done.push((block, slots));
+        }
+        (reasons, done)
     };
     let threads = parallelism().min(names.len() / PARALLEL_MIN).max(1);
-    if threads == 1 {
-        return chunk(names);
-    }
-    let per = names.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut parts = names.chunks(per);
-        let first = parts.next().unwrap_or_default();
-        let rest: Vec<_> = parts.map(|p| scope.spawn(move || chunk(p))).collect();
-        let mut out = chunk(first);
-        for handle in rest {
-            match handle.join() {
-                Ok(v) => out.extend(v),
-                Err(panic) => std::panic::resume_unwind(panic),
+    let (reasons, mut parts) = if threads == 1 {
+        work()
+    } else {
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let (mut reasons, mut parts) = work();
+            for helper in helpers {
+                let (theirs, done) = match helper.join() {
+                    Ok(v) => v,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                let ids: Vec<u32> = theirs
+                    .texts
+                    .into_iter()
+                    .map(|(text, unresolvable)| reasons.id(text, unresolvable))
+                    .collect();
+                parts.extend(done.into_iter().map(|(block, slots)| {
+                    let slots = slots
+                        .into_iter()
+                        .map(|s| match s {
+                            Slot::Fails(id) => Slot::Fails(ids[id as usize]),
+                            fits => fits,
+                        })
+                        .collect();
+                    (block, slots)
+                }));
             }
+            (reasons, parts)
+        })
+    };
+    parts.sort_unstable_by_key(|(block, _)| *block);
+    let mut slots = Vec::with_capacity(names.len());
+    for (_, part) in parts {
+        slots.extend(part);
+    }
+    Judged { slots, reasons }
+}
+
+/// What a candidate name stands for in an inventory snapshot.
+enum Candidate<'i> {
+    /// A virtual node: the whole cluster.
+    Cluster(&'i Cluster),
+    Node(&'i Cluster, &'i Node),
+    Unknown,
+}
+
+impl<'i> Candidate<'i> {
+    fn of(inventory: &'i Inventory, name: &str, config: &ExtenderConfig) -> Self {
+        let cluster = name
+            .strip_prefix(config.virtual_node_prefix.as_str())
+            .and_then(|c| inventory.cluster(c));
+        if let Some(cluster) = cluster {
+            return Candidate::Cluster(cluster);
         }
-        out
-    })
+        match inventory.node(name) {
+            Some((cluster, node)) => Candidate::Node(cluster, node),
+            None => Candidate::Unknown,
+        }
+    }
+}
+
+/// A [`Candidate`] by position in its snapshot, to be kept across calls.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Cluster(usize),
+    Node(usize, usize),
+    Unknown,
+}
+
+impl Target {
+    fn get<'i>(&self, inventory: &'i Inventory) -> Candidate<'i> {
+        let cluster = |c: usize| inventory.clusters.get(c).map(|c| &**c);
+        match *self {
+            Target::Cluster(c) => cluster(c).map_or(Candidate::Unknown, Candidate::Cluster),
+            Target::Node(c, n) => cluster(c)
+                .and_then(|c| Some(Candidate::Node(c, c.nodes.get(n)?)))
+                .unwrap_or(Candidate::Unknown),
+            Target::Unknown => Candidate::Unknown,
+        }
+    }
+}
+
+/// The targets of every name of a NodeNames list, in `inventory`.
+fn resolve<S: AsRef<str>>(
+    inventory: &Inventory,
+    names: &[S],
+    config: &ExtenderConfig,
+) -> Vec<Target> {
+    let at = |cluster: &Cluster| {
+        inventory
+            .clusters
+            .iter()
+            .position(|c| std::ptr::eq(&**c, cluster))
+    };
+    // Node address to index, per cluster, built for the clusters the names are in.
+    let mut index: HashMap<usize, HashMap<usize, usize>> = HashMap::new();
+    names
+        .iter()
+        .map(
+            |name| match Candidate::of(inventory, name.as_ref(), config) {
+                Candidate::Cluster(c) => at(c).map_or(Target::Unknown, Target::Cluster),
+                Candidate::Node(c, node) => {
+                    let Some(ci) = at(c) else {
+                        return Target::Unknown;
+                    };
+                    index
+                        .entry(ci)
+                        .or_insert_with(|| {
+                            c.nodes
+                                .iter()
+                                .enumerate()
+                                .map(|(i, n)| (Arc::as_ptr(n) as usize, i))
+                                .collect()
+                        })
+                        .get(&(node as *const Node as usize))
+                        .map_or(Target::Unknown, |ni| Target::Node(ci, *ni))
+                }
+                Candidate::Unknown => Target::Unknown,
+            },
+        )
+        .collect()
+}
+
+/// The last NodeNames list the filter resolved, as its raw JSON text: kube-scheduler sends
+/// the same candidates for pod after pod, and looking up thousands of names in the
+/// inventory's index costs a cache miss or more each.
+struct Resolved {
+    /// The snapshot the targets point into (held weakly: compared by address only).
+    inventory: std::sync::Weak<Inventory>,
+    raw: Box<str>,
+    targets: Arc<[Target]>,
 }
 
 /// The cores this process may use, read once.
@@ -111,7 +333,7 @@ fn parallelism() -> usize {
 
 /// One candidate: a virtual node judged as its whole cluster, else a real node.
 #[allow(clippy::too_many_arguments)]
-fn judge_name(
+fn judge_candidate(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
@@ -119,49 +341,41 @@ fn judge_name(
     gang: &Result<usize, String>,
     nodes: &mut NodeJudge<'_>,
     name: &str,
+    candidate: Candidate<'_>,
     config: &ExtenderConfig,
     now: Instant,
-) -> Verdict {
-    let fails = |m: Misfit| Verdict::Fails {
-        unresolvable: m.unresolvable(),
-        reason: m.to_string(),
-    };
-    let cluster = name
-        .strip_prefix(config.virtual_node_prefix.as_str())
-        .and_then(|c| inventory.cluster(c));
-    if let Some(cluster) = cluster {
-        let n = match gang {
-            Ok(n) => *n,
-            Err(e) => return fails(Misfit::BadPod(e.clone())),
-        };
-        let cluster = inflight.cluster(cluster, &inventory.resources, now);
-        let fit = fit_cluster(
-            &cluster,
-            &inventory.resources,
-            shape,
-            bound,
-            n,
-            &config.engine,
-            shape.strategy(config.engine.strategy),
-        );
-        return match fit.misfit {
-            None => Verdict::Fits { score: fit.score },
-            Some(m) => fails(m),
-        };
-    }
-    let Some((cluster, node)) = inventory.node(name) else {
-        return fails(Misfit::UnknownNode(name.to_string()));
+) -> Result<i64, (String, bool)> {
+    let fails = |m: Misfit| Err((m.to_string(), m.unresolvable()));
+    let (cluster, node) = match candidate {
+        Candidate::Cluster(cluster) => {
+            let n = match gang {
+                Ok(n) => *n,
+                Err(e) => return fails(Misfit::BadPod(e.clone())),
+            };
+            let cluster = inflight.cluster(cluster, &inventory.resources, now);
+            let fit = fit_cluster(
+                &cluster,
+                &inventory.resources,
+                shape,
+                bound,
+                n,
+                &config.engine,
+                shape.strategy(config.engine.strategy),
+            );
+            return match fit.misfit {
+                None => Ok(fit.score),
+                Some(m) => fails(m),
+            };
+        }
+        Candidate::Node(cluster, node) => (cluster, node),
+        Candidate::Unknown => return fails(Misfit::UnknownNode(name.to_string())),
     };
     if let Some(why) = &cluster.unavailable {
         return fails(Misfit::Unavailable(why.clone()));
     }
-    match nodes.judge(&inflight.node(node, now)) {
-        Ok(score) => Verdict::Fits { score },
-        Err(m) => Verdict::Fails {
-            unresolvable: m.unresolvable(),
-            reason: m.on_the_node(),
-        },
-    }
+    nodes
+        .judge(&inflight.node(node, now))
+        .map_err(|m| (m.on_the_node(), m.unresolvable()))
 }
 
 /// The extender's state, shared by its handlers.
@@ -174,12 +388,33 @@ pub struct Extender {
     memo: moka::sync::Cache<(String, String), Arc<Memo>>,
     /// The last analysis of each pod by uid, for bind (which carries no resourceVersion).
     by_uid: moka::sync::Cache<String, Arc<PodShape>>,
+    resolved: Mutex<Option<Arc<Resolved>>>,
     client: Option<kube::Client>,
 }
 
 struct Memo {
     shape: Arc<PodShape>,
-    scores: Mutex<HashMap<String, i64>>,
+    scores: Mutex<Arc<Scores>>,
+}
+
+/// The nodes a filter passed and their scores: the names in one string, each entry
+/// (end of its name in `names`, score), so that a filter of thousands of nodes keeps them
+/// with two allocations.
+#[derive(Default)]
+struct Scores {
+    names: String,
+    passed: Vec<(usize, i64)>,
+}
+
+impl Scores {
+    fn iter(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        let mut start = 0;
+        self.passed.iter().map(move |(end, score)| {
+            let name = self.names.get(start..*end).unwrap_or_default();
+            start = *end;
+            (name, *score)
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,36 +454,62 @@ struct NodeItemMeta {
     name: String,
 }
 
+/// A candidate's name, borrowed from the request unless it was written with escapes.
+#[derive(serde::Deserialize)]
+struct Name<'b>(#[serde(borrow)] Cow<'b, str>);
+
+impl AsRef<str> for Name<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Name<'_> {
+    /// The name as a JSON string. A borrowed name had no escapes in the request, so it has
+    /// no quote, backslash or control character and goes out as it came.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        match &self.0 {
+            Cow::Borrowed(name) => {
+                out.push(b'"');
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
+                Ok(())
+            }
+            Cow::Owned(name) => serde_json::to_writer(out, name),
+        }
+    }
+}
+
 /// The candidate nodes of a request, in whichever form they came.
-enum Candidates {
-    Names(Vec<String>),
+enum Candidates<'b> {
+    Names(Vec<Name<'b>>),
     /// Full Node objects, kept verbatim to be answered verbatim.
     Nodes {
-        names: Vec<String>,
-        items: Vec<Box<RawValue>>,
-        list_meta: Option<Box<RawValue>>,
+        names: Vec<Name<'b>>,
+        items: Vec<&'b RawValue>,
+        list_meta: Option<&'b RawValue>,
     },
 }
 
-impl Candidates {
-    fn names(&self) -> &[String] {
+impl<'b> Candidates<'b> {
+    fn names(&self) -> &[Name<'b>] {
         match self {
             Candidates::Names(n) | Candidates::Nodes { names: n, .. } => n,
         }
     }
 }
 
-fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
+fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
     if let Some(raw) = field(f, "nodenames") {
-        let names: Vec<String> = serde_json::from_str(raw.get()).map_err(|e| {
+        let names: Vec<Name<'b>> = serde_json::from_str(raw.get()).map_err(|e| {
             ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}"))
         })?;
         return Ok(Candidates::Names(names));
     }
     if let Some(raw) = field(f, "nodes") {
-        let list: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw.get())
+        let list: BTreeMap<String, &'b RawValue> = serde_json::from_str(raw.get())
             .map_err(|e| ExtenderError::BadRequest(format!("Nodes is not a NodeList: {e}")))?;
-        let items: Vec<Box<RawValue>> = match list.get("items") {
+        let items: Vec<&'b RawValue> = match list.get("items") {
             Some(v) if v.get().trim() != "null" => serde_json::from_str(v.get()).map_err(|e| {
                 ExtenderError::BadRequest(format!("Nodes.items is not a list: {e}"))
             })?,
@@ -258,7 +519,7 @@ fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
             .iter()
             .map(|i| {
                 serde_json::from_str::<NodeItemName>(i.get())
-                    .map(|n| n.metadata.name)
+                    .map(|n| Name(Cow::Owned(n.metadata.name)))
                     .map_err(|e| {
                         ExtenderError::BadRequest(format!(
                             "a node in Nodes.items is not a Node: {e}"
@@ -269,31 +530,76 @@ fn candidates(f: &Fields<'_>) -> Result<Candidates, ExtenderError> {
         return Ok(Candidates::Nodes {
             names,
             items,
-            list_meta: list.get("metadata").cloned(),
+            list_meta: list.get("metadata").copied(),
         });
     }
     Ok(Candidates::Names(Vec::new()))
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct FilterResult<'a> {
-    nodes: Option<NodeListOut<'a>>,
-    node_names: Vec<&'a str>,
-    failed_nodes: NodeReasons<'a>,
-    failed_and_unresolvable_nodes: NodeReasons<'a>,
-    error: String,
-}
-
-/// Node name to reason, written as a JSON object in the order of the request's names (a
-/// map would sort thousands of names for nothing: kube-scheduler reads them into a Go map).
-#[derive(Default)]
-struct NodeReasons<'a>(Vec<(&'a str, String)>);
-
-impl Serialize for NodeReasons<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+/// The filter reply (ExtenderFilterResult): `Nodes`, `NodeNames`, `FailedNodes`,
+/// `FailedAndUnresolvableNodes` (node name to reason, in the order of the request's names)
+/// and `Error`, written straight into one buffer: each distinct reason is escaped once and
+/// copied for every node refused for it.
+fn write_filter(
+    names: &[Name<'_>],
+    judged: &Judged,
+    nodes: Option<&NodeListOut<'_>>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let escaped = judged
+        .reasons
+        .texts
+        .iter()
+        .map(|(text, _)| serde_json::to_vec(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let size: usize = names
+        .iter()
+        .zip(&judged.slots)
+        .map(|(name, slot)| {
+            name.0.len()
+                + 4
+                + match slot {
+                    Slot::Fits(_) => 0,
+                    Slot::Fails(id) => escaped[*id as usize].len(),
+                }
+        })
+        .sum();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(b"{\"Nodes\":");
+    match nodes {
+        Some(nodes) => serde_json::to_writer(&mut out, nodes)?,
+        None => out.extend_from_slice(b"null"),
     }
+    out.extend_from_slice(b",\"NodeNames\":[");
+    let mut first = true;
+    for (name, slot) in names.iter().zip(&judged.slots) {
+        if let Slot::Fits(_) = slot {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            name.write_json(&mut out)?;
+        }
+    }
+    for (key, unresolvable) in [
+        (&b"],\"FailedNodes\":{"[..], false),
+        (b"},\"FailedAndUnresolvableNodes\":{", true),
+    ] {
+        out.extend_from_slice(key);
+        let mut first = true;
+        for (name, slot) in names.iter().zip(&judged.slots) {
+            let Slot::Fails(id) = slot else { continue };
+            if judged.reasons.texts[*id as usize].1 != unresolvable {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            name.write_json(&mut out)?;
+            out.push(b':');
+            out.extend_from_slice(&escaped[*id as usize]);
+        }
+    }
+    out.extend_from_slice(b"},\"Error\":\"\"}");
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -334,6 +640,7 @@ impl Extender {
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(300))
                 .build(),
+            resolved: Mutex::new(None),
             client,
         }
     }
@@ -356,7 +663,7 @@ impl Extender {
         );
         let memo = Arc::new(Memo {
             shape: shape.clone(),
-            scores: Mutex::new(HashMap::new()),
+            scores: Mutex::new(Arc::default()),
         });
         if let Some(k) = key {
             self.by_uid.insert(k.0.clone(), shape);
@@ -365,10 +672,37 @@ impl Extender {
         Ok(memo)
     }
 
-    fn verdicts(&self, shape: &PodShape, names: &[String], now: Instant) -> Vec<Verdict> {
+    fn verdicts<S: AsRef<str> + Sync>(
+        &self,
+        shape: &PodShape,
+        names: &[S],
+        now: Instant,
+    ) -> Judged {
         let inventory = self.store.snapshot();
         let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         judge(&inventory, &inflight, shape, names, &self.config, now)
+    }
+
+    /// What each name of a NodeNames list stands for in `inventory`: the last list's answer
+    /// when the list is the same, byte for byte, in the same snapshot.
+    fn targets(&self, inventory: &Arc<Inventory>, raw: &str, names: &[Name<'_>]) -> Arc<[Target]> {
+        let last = self
+            .resolved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(last) = last {
+            if std::ptr::eq(last.inventory.as_ptr(), Arc::as_ptr(inventory)) && *last.raw == *raw {
+                return last.targets.clone();
+            }
+        }
+        let targets: Arc<[Target]> = resolve(inventory, names, &self.config).into();
+        *self.resolved.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Resolved {
+            inventory: Arc::downgrade(inventory),
+            raw: raw.into(),
+            targets: targets.clone(),
+        }));
+        targets
     }
 
     /// `POST /scheduler/filter`: the reply body.
@@ -376,64 +710,62 @@ impl Extender {
         let f = fields(body)?;
         let candidates = candidates(&f)?;
         let names = candidates.names();
-        let (verdicts, memo) = match self.pod(&f) {
-            Ok(memo) => (self.verdicts(&memo.shape, names, now), Some(memo)),
+        let (judged, memo) = match self.pod(&f) {
+            Ok(memo) => {
+                let inventory = self.store.snapshot();
+                let targets = match (&candidates, field(&f, "nodenames")) {
+                    (Candidates::Names(_), Some(raw)) => {
+                        Some(self.targets(&inventory, raw.get(), names))
+                    }
+                    _ => None,
+                };
+                let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                let judged = judge_resolved(
+                    &inventory,
+                    &inflight,
+                    &memo.shape,
+                    names,
+                    targets.as_deref(),
+                    &self.config,
+                    now,
+                );
+                (judged, Some(memo))
+            }
             // A pod whose requests cannot be read fits nowhere; say why on every node.
-            Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => (
-                names
-                    .iter()
-                    .map(|_| Verdict::Fails {
-                        reason: reason.clone(),
-                        unresolvable: true,
-                    })
-                    .collect(),
-                None,
-            ),
+            Err(ExtenderError::BadRequest(reason)) if field(&f, "pod").is_some() => {
+                let mut reasons = Reasons::default();
+                let id = reasons.id(reason, true);
+                let slots = vec![Slot::Fails(id); names.len()];
+                (Judged { slots, reasons }, None)
+            }
             Err(e) => return Err(e),
         };
-        let mut result = FilterResult {
-            nodes: None,
-            node_names: Vec::new(),
-            failed_nodes: NodeReasons::default(),
-            failed_and_unresolvable_nodes: NodeReasons::default(),
-            error: String::new(),
-        };
-        let mut passed = Vec::new();
-        let mut scores = HashMap::with_capacity(names.len());
-        for (i, (name, verdict)) in names.iter().zip(verdicts).enumerate() {
-            match verdict {
-                Verdict::Fits { score } => {
-                    result.node_names.push(name);
-                    passed.push(i);
-                    scores.insert(name.clone(), score);
-                }
-                Verdict::Fails {
-                    reason,
-                    unresolvable: true,
-                } => {
-                    result.failed_and_unresolvable_nodes.0.push((name, reason));
-                }
-                Verdict::Fails { reason, .. } => {
-                    result.failed_nodes.0.push((name, reason));
+        if let Some(memo) = memo {
+            let mut scores = Scores::default();
+            for (name, slot) in names.iter().zip(&judged.slots) {
+                if let Slot::Fits(score) = slot {
+                    scores.names.push_str(name.as_ref());
+                    scores.passed.push((scores.names.len(), *score));
                 }
             }
+            *memo.scores.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(scores);
         }
-        if let Some(memo) = memo {
-            *memo.scores.lock().unwrap_or_else(|p| p.into_inner()) = scores;
-        }
-        if let Candidates::Nodes {
-            items, list_meta, ..
-        } = &candidates
-        {
-            result.nodes = Some(NodeListOut {
-                metadata: list_meta.as_deref(),
-                items: passed
+        let nodes = match &candidates {
+            Candidates::Nodes {
+                items, list_meta, ..
+            } => Some(NodeListOut {
+                metadata: *list_meta,
+                items: items
                     .iter()
-                    .filter_map(|i| items.get(*i).map(Box::as_ref))
+                    .zip(&judged.slots)
+                    .filter(|(_, slot)| matches!(slot, Slot::Fits(_)))
+                    .map(|(item, _)| *item)
                     .collect(),
-            });
-        }
-        serde_json::to_vec(&result).map_err(|e| ExtenderError::BadRequest(e.to_string()))
+            }),
+            Candidates::Names(_) => None,
+        };
+        write_filter(names, &judged, nodes.as_ref())
+            .map_err(|e| ExtenderError::BadRequest(e.to_string()))
     }
 
     /// `POST /scheduler/prioritize`: a score 0–10 for every candidate, reusing filter's
@@ -443,24 +775,23 @@ impl Extender {
         let candidates = candidates(&f)?;
         let names = candidates.names();
         let memo = self.pod(&f)?;
-        let known = memo
+        let scores = memo
             .scores
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let missing: Vec<String> = names
+        let known: HashMap<&str, i64> = scores.iter().collect();
+        let missing: Vec<&str> = names
             .iter()
-            .filter(|n| !known.contains_key(*n))
-            .cloned()
+            .map(AsRef::as_ref)
+            .filter(|n| !known.contains_key(n))
             .collect();
         let mut computed = HashMap::new();
         if !missing.is_empty() {
-            for (name, v) in missing
-                .iter()
-                .zip(self.verdicts(&memo.shape, &missing, now))
-            {
+            let judged = self.verdicts(&memo.shape, &missing, now);
+            for (name, v) in missing.iter().zip(judged.verdicts()) {
                 computed.insert(
-                    name.clone(),
+                    *name,
                     match v {
                         Verdict::Fits { score } => score,
                         Verdict::Fails { .. } => 0,
@@ -470,13 +801,16 @@ impl Extender {
         }
         let list: Vec<HostPriority> = names
             .iter()
-            .map(|n| HostPriority {
-                host: n,
-                score: known
-                    .get(n)
-                    .or_else(|| computed.get(n))
-                    .copied()
-                    .unwrap_or(0),
+            .map(|n| {
+                let host = n.as_ref();
+                HostPriority {
+                    host,
+                    score: known
+                        .get(host)
+                        .or_else(|| computed.get(host))
+                        .copied()
+                        .unwrap_or(0),
+                }
             })
             .collect();
         serde_json::to_vec(&list).map_err(|e| ExtenderError::BadRequest(e.to_string()))
@@ -617,9 +951,9 @@ mod tests {
             Instant::now(),
         );
         let reasons: Vec<&str> = verdicts
-            .iter()
+            .verdicts()
             .map(|v| match v {
-                Verdict::Fails { reason, .. } => reason.as_str(),
+                Verdict::Fails { reason, .. } => reason,
                 Verdict::Fits { .. } => panic!("{v:?}"),
             })
             .collect();
@@ -636,5 +970,189 @@ mod tests {
         for (name, reason) in names.iter().zip(&reasons) {
             assert!(!reason.contains(name.as_str()), "{reason}");
         }
+    }
+
+    /// The reply written by hand is byte for byte what serde writes for the Go struct, names
+    /// and reasons escaped where they must be, maps in the order of the request's names.
+    #[test]
+    fn the_filter_reply_is_what_serde_would_write() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct FilterResult<'a> {
+            nodes: Option<&'a NodeListOut<'a>>,
+            node_names: Vec<&'a str>,
+            failed_nodes: Pairs<'a>,
+            failed_and_unresolvable_nodes: Pairs<'a>,
+            error: String,
+        }
+        #[derive(Default)]
+        struct Pairs<'a>(Vec<(&'a str, &'a str)>);
+        impl Serialize for Pairs<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_map(self.0.iter().copied())
+            }
+        }
+
+        let body = r#"["zeta", "a\"quoted\"", "caf\u00e9", "b", "zeta", "c/d", "e"]"#;
+        let names: Vec<Name<'_>> = serde_json::from_str(body).unwrap();
+        assert!(matches!(names[1].0, Cow::Owned(_)));
+        assert!(matches!(names[0].0, Cow::Borrowed(_)));
+        let mut reasons = Reasons::default();
+        let plain = reasons.id("needs 2 cpu; the node has 1 free".into(), false);
+        let quoted = reasons.id("quantity \"four\" is not a number\n\ttab".into(), true);
+        assert_eq!(
+            reasons.id("needs 2 cpu; the node has 1 free".into(), false),
+            plain
+        );
+        let judged = Judged {
+            slots: vec![
+                Slot::Fails(plain),
+                Slot::Fits(3),
+                Slot::Fails(quoted),
+                Slot::Fails(plain),
+                Slot::Fits(0),
+                Slot::Fails(quoted),
+                Slot::Fits(10),
+            ],
+            reasons,
+        };
+        let meta = RawValue::from_string(r#"{"resourceVersion":"7"}"#.into()).unwrap();
+        let item = RawValue::from_string(r#"{"metadata":{"name":"b"}}"#.into()).unwrap();
+        let list = NodeListOut {
+            metadata: Some(&meta),
+            items: vec![&item],
+        };
+        for nodes in [None, Some(&list)] {
+            let mut want = FilterResult {
+                nodes,
+                node_names: Vec::new(),
+                failed_nodes: Pairs::default(),
+                failed_and_unresolvable_nodes: Pairs::default(),
+                error: String::new(),
+            };
+            for (name, v) in names.iter().zip(judged.verdicts()) {
+                match v {
+                    Verdict::Fits { .. } => want.node_names.push(name.as_ref()),
+                    Verdict::Fails {
+                        reason,
+                        unresolvable: false,
+                    } => want.failed_nodes.0.push((name.as_ref(), reason)),
+                    Verdict::Fails { reason, .. } => want
+                        .failed_and_unresolvable_nodes
+                        .0
+                        .push((name.as_ref(), reason)),
+                }
+            }
+            let got = write_filter(&names, &judged, nodes).unwrap();
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                serde_json::to_string(&want).unwrap()
+            );
+        }
+        let none = write_filter(
+            &[],
+            &Judged {
+                slots: Vec::new(),
+                reasons: Reasons::default(),
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(none).unwrap(),
+            r#"{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        );
+    }
+
+    /// The same NodeNames list again answers from the new inventory once it changed, even
+    /// where the change moved the nodes around, and a different list is looked up afresh.
+    #[test]
+    fn a_repeated_name_list_follows_inventory_changes() {
+        let yaml = |nodes: &[(&str, &str)]| {
+            let mut y = String::from("clusters:\n  - name: eu-1\n    nodes:\n");
+            for (name, cpu) in nodes {
+                y.push_str(&format!(
+                    "      - name: {name}\n        allocatable: {{cpu: \"{cpu}\", memory: 32Gi, pods: \"110\"}}\n"
+                ));
+            }
+            y
+        };
+        let store = Arc::new(InventoryStore::new(
+            parse_yaml(&yaml(&[("a", "1"), ("b", "8"), ("c", "8")])).unwrap(),
+        ));
+        let extender = Extender::new(store.clone(), ExtenderConfig::default(), None);
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}
+        });
+        let filter = |names: &[&str], rv: u32| -> serde_json::Value {
+            let mut pod = pod.clone();
+            pod["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+            let body = serde_json::json!({"Pod": pod, "NodeNames": names});
+            let reply = extender
+                .filter(&serde_json::to_vec(&body).unwrap(), Instant::now())
+                .unwrap();
+            serde_json::from_slice(&reply).unwrap()
+        };
+        let passed = |v: &serde_json::Value| v["NodeNames"].clone();
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 1)),
+            serde_json::json!(["b", "c"])
+        );
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 2)),
+            serde_json::json!(["b", "c"])
+        );
+        // Node a grows, b shrinks, c goes, x arrives, all in a new order.
+        store.replace(parse_yaml(&yaml(&[("x", "8"), ("b", "1"), ("a", "8")])).unwrap());
+        let reply = filter(&["a", "b", "c", "x"], 3);
+        assert_eq!(passed(&reply), serde_json::json!(["a", "x"]));
+        assert!(
+            reply["FailedAndUnresolvableNodes"]["c"].is_string(),
+            "{reply}"
+        );
+        assert!(
+            reply["FailedAndUnresolvableNodes"]["b"].is_string(),
+            "{reply}"
+        );
+        assert_eq!(passed(&filter(&["x", "b"], 4)), serde_json::json!(["x"]));
+        assert_eq!(
+            passed(&filter(&["a", "b", "c", "x"], 5)),
+            serde_json::json!(["a", "x"])
+        );
+    }
+
+    /// A list long enough to be split over threads gets the verdicts and reasons each name
+    /// gets alone, in the order of the names.
+    #[test]
+    fn a_split_filter_answers_as_one_name_at_a_time() {
+        let mut yaml = String::from("clusters:\n  - name: eu-1\n    nodes:\n");
+        for i in 0..1500 {
+            yaml.push_str(&format!(
+                "      - name: n{i}\n        allocatable: {{cpu: \"{}\", memory: 32Gi, pods: \"110\"}}\n        requested: {{cpu: \"{}\"}}\n",
+                1 + i % 9,
+                i % 4
+            ));
+        }
+        let inventory = parse_yaml(&yaml).unwrap();
+        let view: PodView = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]}
+        }))
+        .unwrap();
+        let shape = PodShape::from_view(&view).unwrap();
+        let names: Vec<String> = (0..1600).rev().map(|i| format!("n{i}")).collect();
+        let inflight = InFlight::new(Duration::from_secs(30));
+        let config = ExtenderConfig::default();
+        let now = Instant::now();
+        let all = judge(&inventory, &inflight, &shape, &names, &config, now);
+        assert_eq!(all.len(), names.len());
+        let mut passed = 0;
+        for (name, v) in names.iter().zip(all.verdicts()) {
+            let alone = judge(&inventory, &inflight, &shape, &[name], &config, now);
+            assert_eq!(Some(v), alone.verdicts().next(), "{name}");
+            passed += usize::from(matches!(v, Verdict::Fits { .. }));
+        }
+        assert!(passed > 100 && passed < 1500, "{passed}");
     }
 }
