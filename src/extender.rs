@@ -191,7 +191,7 @@ fn judge_resolved<S: AsRef<str> + Sync>(
         }
         (reasons, done)
     };
-    let threads = parallelism().min(names.len() / PARALLEL_MIN).max(1);
+    let threads = crate::placement::parallel::cores().min(names.len() / PARALLEL_MIN).max(1);
     let (reasons, mut parts) = if threads == 1 {
         work()
     } else {
@@ -323,12 +323,6 @@ struct Resolved {
     inventory: std::sync::Weak<Inventory>,
     raw: Box<str>,
     targets: Arc<[Target]>,
-}
-
-/// The cores this process may use, read once.
-fn parallelism() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// One candidate: a virtual node judged as its whole cluster, else a real node.
