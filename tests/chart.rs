@@ -1332,6 +1332,19 @@ fn bad_values_are_refused_at_install_with_a_message_naming_them() {
             "/config/inflightTtl",
         ),
         (json!({"config": {"defaultQeue": "x"}}), "defaultQeue"),
+        // switchyard refuses zero for these at start-up: refused at install instead.
+        (
+            json!({"config": {"shutdownTimeout": "0s"}}),
+            "/config/shutdownTimeout",
+        ),
+        (
+            json!({"config": {"namespaceCacheTtl": "0"}}),
+            "/config/namespaceCacheTtl",
+        ),
+        (
+            json!({"config": {"tlsReloadInterval": "0ms"}}),
+            "/config/tlsReloadInterval",
+        ),
         (
             json!({"config": {"defaultQueue": "Not_A_Label"}}),
             "/config/defaultQueue",
