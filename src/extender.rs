@@ -191,7 +191,9 @@ fn judge_resolved<S: AsRef<str> + Sync>(
         }
         (reasons, done)
     };
-    let threads = crate::placement::parallel::cores().min(names.len() / PARALLEL_MIN).max(1);
+    let threads = crate::placement::parallel::cores()
+        .min(names.len() / PARALLEL_MIN)
+        .max(1);
     let (reasons, mut parts) = if threads == 1 {
         work()
     } else {

@@ -672,17 +672,8 @@ fn judge<'w>(
             };
             for (name, fit) in todo.iter().zip(found) {
                 if let Some(m) = &fit.misfit {
-                    pass.misfits.push((
-                        class.clone(),
-                        name.to_string(),
-                        KnownMisfit {
-                            reason: describe(world, m),
-                            never: m.unresolvable(),
-                            epoch: world.capacity_epoch(name),
-                            queues: world.queues_generation(),
-                            fitted: fit.fitted,
-                        },
-                    ));
+                    let known = found_misfit(world, m, fit.fitted, world.capacity_epoch(name));
+                    pass.misfits.push((class.clone(), name.to_string(), known));
                 }
                 working.remember_fit(class, name, fit);
             }
@@ -798,20 +789,9 @@ fn judge<'w>(
                 match &fit.misfit {
                     None => fits.push((preferred, fit.score, order, name.as_str())),
                     Some(m) => {
-                        let reason = describe(world, m);
-                        let never = m.unresolvable();
-                        pass.misfits.push((
-                            class.clone(),
-                            name.clone(),
-                            KnownMisfit {
-                                reason: reason.clone(),
-                                never,
-                                epoch,
-                                queues: world.queues_generation(),
-                                fitted: fit.fitted,
-                            },
-                        ));
-                        reasons.push((name.as_str(), reason, never));
+                        let known = found_misfit(world, m, fit.fitted, epoch);
+                        reasons.push((name.as_str(), known.reason.clone(), known.never));
+                        pass.misfits.push((class.clone(), name.clone(), known));
                     }
                 }
             }
@@ -1132,6 +1112,22 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
     }
     c.summarize(resources);
     c
+}
+
+/// A misfit found now, to remember: `fitted` pods fitted, at the worker's capacity `epoch`.
+fn found_misfit(
+    world: &World,
+    m: &crate::placement::Misfit,
+    fitted: usize,
+    epoch: u64,
+) -> KnownMisfit {
+    KnownMisfit {
+        reason: describe(world, m),
+        never: m.unresolvable(),
+        epoch,
+        queues: world.queues_generation(),
+        fitted,
+    }
 }
 
 /// A misfit's text, when the world asks for messages.
