@@ -51,6 +51,7 @@ use switchyard::extender::{judge, Extender, ExtenderConfig, FILTER_PATH, PRIORIT
 use switchyard::inventory::InventoryStore;
 use switchyard::placement::inflight::InFlight;
 use switchyard::placement::{PodShape, PodView};
+use switchyard::rng::Rng;
 use tokio_rustls::TlsConnector;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,36 +74,17 @@ fn env(name: &str, default: usize) -> anyhow::Result<usize> {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
 fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
 /// The inventory file: one cluster of `nodes` nodes.
 fn inventory_yaml(nodes: usize) -> String {
-    let mut rng = Rng(0x5EED_0001);
+    let mut rng = Rng::new(0x5EED_0001);
     let mut y = String::from("clusters:\n  - name: bench\n    nodes:\n");
     for i in 0..nodes {
         let name = node_name(i);
-        let gpu_node = rng.chance(60);
+        let gpu_node = rng.percent(60);
         let zones = 2 + rng.below(7); // 2..=8
         let zone_cpu = [16u64, 24, 32][rng.below(3) as usize];
         let zone_mem_gi = [64u64, 128][rng.below(2) as usize];
@@ -110,8 +92,8 @@ fn inventory_yaml(nodes: usize) -> String {
         let (mut cpu_used, mut mem_used, mut gpu_used) = (0u64, 0u64, 0u64);
         let mut zone_text = String::new();
         let policy = ["single-numa-node", "restricted", "best-effort"][rng.below(3) as usize];
-        let scope = if rng.chance(50) { "container" } else { "pod" };
-        let closest = policy != "single-numa-node" && rng.chance(20);
+        let scope = if rng.percent(50) { "container" } else { "pod" };
+        let closest = policy != "single-numa-node" && rng.percent(20);
         for z in 0..zones {
             let cu = rng.below(zone_cpu + 1);
             let mu = rng.below(zone_mem_gi + 1);
@@ -170,7 +152,7 @@ fn inventory_yaml(nodes: usize) -> String {
             y,
             "      - name: {name}\n        labels: {{kubernetes.io/hostname: {name}}}"
         );
-        if rng.chance(5) {
+        if rng.percent(5) {
             let _ = writeln!(
                 y,
                 "        taints: [{{key: dedicated, value: infra, effect: NoSchedule}}]"
@@ -186,7 +168,7 @@ fn inventory_yaml(nodes: usize) -> String {
             y,
             "        requested: {{cpu: \"{cpu_used}\", memory: {mem_used}Gi, pods: \"{pods}\"{gpu_req}}}"
         );
-        if rng.chance(10) {
+        if rng.percent(10) {
             continue; // no NUMA data published
         }
         let _ = writeln!(y, "        topology:\n          attributes:");

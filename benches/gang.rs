@@ -25,6 +25,7 @@ use std::hint::black_box;
 use std::time::Duration;
 use switchyard::inventory::{parse_yaml, Cluster, Inventory, Node, NumaTopology, NumaZone, Scope};
 use switchyard::placement::{fit_cluster, fit_clusters, EngineConfig, PodShape, PodView, Strategy};
+use switchyard::rng::Rng;
 use switchyard::topology::{NumaInfo, Policy, PolicyOptions};
 
 const CLUSTERS: usize = 100;
@@ -32,25 +33,6 @@ const NODES: usize = 500;
 const GANG: usize = 64;
 const GI: i64 = 1024 * 1024 * 1024 * 1000; // milli-bytes
 const CORE: i64 = 1000;
-
-/// splitmix64: small, deterministic, good enough to spread loads.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -190,7 +172,7 @@ fn inventory(seed: u64, kinds: impl Fn(usize) -> Kind) -> Inventory {
         pods: inv.resources.intern("pods"),
         gpu: inv.resources.intern("nvidia.com/gpu"),
     };
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let t = Templates::new();
     inv.clusters = (0..CLUSTERS)
         .map(|c| {

@@ -21,6 +21,7 @@ pub mod namespaces;
 pub mod placement;
 pub mod quantity;
 pub mod rbac;
+pub mod rng;
 pub mod selector;
 pub mod server;
 pub mod simulate;

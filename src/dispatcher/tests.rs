@@ -7,6 +7,7 @@ use super::*;
 use crate::api::DispatchQueueSpec;
 use crate::inventory::{parse_yaml, Inventory};
 use crate::placement::{PodShape, PodView};
+use crate::rng::Rng;
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::{BTreeMap, BTreeSet};
@@ -1439,36 +1440,6 @@ fn a_job_the_user_suspends_is_taken_back_uncounted() {
 // ---------------------------------------------------------------------------------------------
 // 8. Random runs.
 
-/// xorshift64*: deterministic, seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() {
-            None
-        } else {
-            Some(&items[self.below(items.len() as u64) as usize])
-        }
-    }
-}
-
 /// What must hold after every step of a random run.
 fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>, step: &str) {
     assert!(
@@ -1661,8 +1632,8 @@ fn random_run(seed: u64, steps: usize) -> Env {
         let label = format!("seed {seed} step {step}");
         match what {
             0..=19 => {
-                let q = if rng.chance(70) { "q" } else { "wide" };
-                let gpus = if q == "q" && rng.chance(40) {
+                let q = if rng.percent(70) { "q" } else { "wide" };
+                let gpus = if q == "q" && rng.percent(40) {
                     1 + rng.below(2) as u32
                 } else {
                     0
@@ -1703,7 +1674,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                         continue;
                     };
                     let gang = env.job(&name).gang() as i32;
-                    let ready = if rng.chance(70) {
+                    let ready = if rng.percent(70) {
                         gang
                     } else {
                         rng.below(gang as u64) as i32
@@ -1727,8 +1698,8 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     };
                     let (name, gang) = (j.key.name.clone(), j.gang() as i32);
                     let at = Time(mirror::to_timestamp(env.now));
-                    let ok = rng.chance(75);
-                    let new_style = rng.chance(70) || old_workers.contains(&c);
+                    let ok = rng.percent(75);
+                    let new_style = rng.percent(70) || old_workers.contains(&c);
                     if !new_style {
                         old_workers.insert(c.clone());
                     }
@@ -1776,7 +1747,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     .collect();
                 if let Some(name) = rng.pick(&names).cloned() {
                     let key = JobKey::new("team", &name);
-                    if rng.chance(50) {
+                    if rng.percent(50) {
                         env.world.remove_job(&key);
                     } else {
                         let mut j = env.job(&name).clone();
@@ -1807,7 +1778,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                 break;
             }
             for a in &p.actions {
-                let ok = !rng.chance(8);
+                let ok = !rng.percent(8);
                 env.execute(a, ok);
                 check_invariants(&env, &quotas, &format!("{label} round {round} after {a:?}"));
             }

@@ -1439,26 +1439,19 @@ mod equivalence {
     use super::*;
     use crate::inventory::{parse_yaml, Inventory};
     use crate::placement::PodView;
+    use crate::rng::Rng;
     use crate::topology::{merge, NumaInfo, ProviderHints};
-    use std::collections::BTreeMap;
 
-    struct Rng(u64);
+    trait PickOne {
+        fn pick_one<T: Copy>(&mut self, items: &[T]) -> T;
+    }
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-            items[self.below(items.len() as u64) as usize]
+    impl PickOne for Rng {
+        fn pick_one<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.index(items.len())]
         }
     }
+    use std::collections::BTreeMap;
 
     fn template() -> NumaTopology {
         let inv = parse_yaml(
@@ -1481,7 +1474,7 @@ mod equivalence {
             _ => {}
         }
         let mut numa = template.clone();
-        numa.policy = rng.pick(&[
+        numa.policy = rng.pick_one(&[
             Policy::None,
             Policy::BestEffort,
             Policy::Restricted,
@@ -1582,7 +1575,7 @@ mod equivalence {
     fn the_direct_merge_agrees_with_hints_and_merge() {
         let template = template();
         let names = ["cpu", "memory", "nvidia.com/gpu", "example.com/nic"];
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         let (mut admitted, mut rejected) = (0, 0);
         for _ in 0..50_000 {
             let resources = 1 + rng.below(4) as usize;
@@ -1631,13 +1624,17 @@ mod equivalence {
         let mut y = String::from("clusters:\n  - name: c\n    nodes:\n");
         for i in 0..1 + rng.below(12) {
             let zones = 1 + rng.below(4);
-            let (cpu, mem, gpu) = (rng.pick(&[4, 8]), rng.pick(&[8, 16]), rng.pick(&[0, 1, 2]));
+            let (cpu, mem, gpu) = (
+                rng.pick_one(&[4, 8]),
+                rng.pick_one(&[8, 16]),
+                rng.pick_one(&[0, 1, 2]),
+            );
             y += &format!(
                 "      - name: n{i}\n        allocatable: {{cpu: \"{}\", memory: {}Gi, nvidia.com/gpu: \"{}\", pods: \"{}\"}}\n        requested: {{cpu: \"{}\", memory: {}Gi}}\n",
                 cpu * zones,
                 mem * zones,
                 gpu * zones,
-                rng.pick(&[2, 110]),
+                rng.pick_one(&[2, 110]),
                 rng.below(cpu * zones / 2 + 1),
                 rng.below(mem * zones / 2 + 1),
             );
@@ -1649,8 +1646,8 @@ mod equivalence {
             }
             y += &format!(
                 "        topology:\n          attributes:\n            - {{name: topologyManagerPolicy, value: {}}}\n            - {{name: topologyManagerScope, value: {}}}\n          zones:\n",
-                rng.pick(&["none", "best-effort", "restricted", "single-numa-node"]),
-                rng.pick(&["container", "pod"]),
+                rng.pick_one(&["none", "best-effort", "restricted", "single-numa-node"]),
+                rng.pick_one(&["container", "pod"]),
             );
             for z in 0..zones {
                 y += &format!(
@@ -1673,9 +1670,9 @@ mod equivalence {
         let guaranteed = rng.below(3) != 0;
         let container = |rng: &mut Rng, name: &str, restart: Option<&str>| {
             let r = serde_json::json!({
-                "cpu": rng.pick(&["1", "2", "3", "500m"]),
-                "memory": rng.pick(&["1Gi", "4Gi", "9Gi"]),
-                "nvidia.com/gpu": rng.pick(&["0", "1", "2", "3"]),
+                "cpu": rng.pick_one(&["1", "2", "3", "500m"]),
+                "memory": rng.pick_one(&["1Gi", "4Gi", "9Gi"]),
+                "nvidia.com/gpu": rng.pick_one(&["0", "1", "2", "3"]),
             });
             let limits = if guaranteed {
                 r.clone()
@@ -1750,7 +1747,7 @@ mod equivalence {
 
     #[test]
     fn amounts_and_misfits_read_as_before() {
-        let mut rng = Rng(3);
+        let mut rng = Rng::new(3);
         let names = [
             "cpu",
             "memory",
@@ -1759,11 +1756,11 @@ mod equivalence {
             "nvidia.com/gpu",
         ];
         for _ in 0..20_000 {
-            let name = rng.pick(&names);
+            let name = rng.pick_one(&names);
             let v = match rng.below(4) {
                 0 => rng.below(5000) as i64 - 1000,
                 1 => (1000 * rng.below(64) as i64) << (10 * rng.below(5)),
-                2 => (rng.next() >> rng.below(64)) as i64,
+                2 => (rng.next_u64() >> rng.below(64)) as i64,
                 _ => -((1000 * rng.below(8) as i64) << 30),
             };
             assert_eq!(Amount(name, v).to_string(), display(name, Milli(v)));
@@ -1831,7 +1828,7 @@ mod equivalence {
 
     #[test]
     fn scores_are_computed_as_before() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let inv = parse_yaml(&cluster_yaml(&mut rng)).unwrap();
         let node = &inv.clusters[0].nodes[0];
         for _ in 0..20_000 {
@@ -1866,7 +1863,7 @@ mod equivalence {
 
     #[test]
     fn shortcuts_change_no_verdict() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let config = EngineConfig::default();
         let mut placed = 0;
         for _ in 0..300 {
@@ -1909,7 +1906,7 @@ mod equivalence {
                         assert_eq!(fit.zones_used, exact.zones_used);
                     }
                 }
-                let strategy = rng.pick(&[
+                let strategy = rng.pick_one(&[
                     Strategy::MostAllocated,
                     Strategy::LeastAllocated,
                     Strategy::LeastNumaNodes,
@@ -1949,7 +1946,7 @@ mod equivalence {
     /// `fit_node` gives, one reused judge across nodes of all kinds.
     #[test]
     fn the_node_judge_agrees_with_fit_node_and_node_score() {
-        let mut rng = Rng(23);
+        let mut rng = Rng::new(23);
         let config = EngineConfig::default();
         let (mut fits, mut misfits) = (0, 0);
         for _ in 0..200 {
@@ -1958,7 +1955,7 @@ mod equivalence {
             for _ in 0..4 {
                 let shape = random_pod(&mut rng);
                 let pod = shape.bind(&inv.resources);
-                let strategy = rng.pick(&[
+                let strategy = rng.pick_one(&[
                     Strategy::MostAllocated,
                     Strategy::LeastAllocated,
                     Strategy::BalancedAllocation,

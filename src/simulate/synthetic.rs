@@ -5,28 +5,11 @@
 //! clusters, and a mix of CPU gangs and GPU gangs arriving so that the clusters are about
 //! 80 % busy. The same arguments always give the same text.
 
-/// splitmix64: small, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::rng::Rng;
 
 /// The scenario as YAML, so the run also covers the parser users go through.
 pub fn scenario_yaml(jobs: usize, clusters: usize, nodes: usize, seed: u64) -> String {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut y = String::with_capacity(jobs * 300 + clusters * nodes * 600);
     y.push_str("clusters:\n");
     for c in 0..clusters {

@@ -1,3 +1,4 @@
+use crate::rng::Rng;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -560,27 +561,6 @@ fn cross_product(
     MergeResult { hint, admit }
 }
 
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn index(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).unwrap_or(0)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
 /// Upper bounds (exclusive) on providers, resources per provider and hints
 /// per resource of random cases.
 #[derive(Clone, Copy)]
@@ -629,18 +609,18 @@ fn random_case(
                 _ => Some(
                     (0..=rng.below(shape.hints - 1))
                         .map(|_| {
-                            let affinity = if rng.chance(10) {
+                            let affinity = if rng.percent(10) {
                                 None
                             } else {
                                 Some(NumaMask(
                                     bits.iter()
-                                        .filter(|_| rng.chance(35))
+                                        .filter(|_| rng.percent(35))
                                         .fold(0, |a, &b| a | 1 << b),
                                 ))
                             };
                             TopologyHint {
                                 affinity,
-                                preferred: rng.chance(60),
+                                preferred: rng.percent(60),
                             }
                         })
                         .collect(),
@@ -659,7 +639,7 @@ fn agree_with_cross_product(
     machines: &[(Vec<u32>, Vec<u32>)],
     shape: Shape,
 ) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let policies = [
         Policy::None,
         Policy::BestEffort,

@@ -1,20 +1,7 @@
 use super::*;
+use crate::rng::Rng;
 use serde_json::json;
 use std::collections::BTreeSet;
-
-/// A tiny deterministic generator, so a failure replays.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn node(name: &str, cpu: u64, gpus: u64, tainted: bool) -> KubeNode {
     serde_json::from_value(json!({
@@ -119,7 +106,7 @@ fn finished_and_unbound_pods_hold_nothing() {
 #[test]
 fn the_inventory_after_a_stream_of_events_equals_one_built_from_the_final_state() {
     for seed in 1..=20u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut live = ClusterState::new("c", Default::default());
         let mut live_table = ResourceTable::default();
         let mut nodes: BTreeMap<String, KubeNode> = BTreeMap::new();
@@ -370,7 +357,7 @@ fn the_hub_after_events_and_relists_of_every_kind_equals_the_inventory_built_fro
     let pod_update = |e: Event<Pod>| Update::Pod("c".into(), Box::new(e));
     let nrt_update = |e: Event<DynamicObject>| Update::Topology("c".into(), Box::new(e));
     for seed in 1..=12u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let mut rng = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
         let store = std::sync::Arc::new(InventoryStore::default());
         let mut hub = Hub::new(store.clone(), Duration::from_secs(3600));
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
