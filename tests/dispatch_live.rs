@@ -506,33 +506,7 @@ async fn a_job_whose_pods_never_get_ready_is_requeued_and_given_up_at_the_limit(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_lost_longer_than_its_timeout_loses_its_job_to_another() {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 8,
-        },
-    ];
-    let mut fleet = Fleet::start(
-        &workers,
-        queue(
-            "research",
-            &["east", "west"],
-            json!({"workerLostTimeout": "1s"}),
-        ),
-    )
-    .await;
-    let _d = fleet.dispatcher(true);
-    fleet.submit(job("train", "research", 1, 4));
-    eventually(10, "dispatched to east", || {
-        dispatched_to(&fleet, "train").as_deref() == Some("east")
-    })
-    .await;
+    let (mut fleet, _d) = train_in_east("1s").await;
     fleet.disconnect("east");
     eventually(10, "requeued and running in west", || {
         let j = fleet.job("train");
@@ -981,33 +955,7 @@ async fn a_claim_the_manager_refuses_is_reported_once_and_retried_when_the_job_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 8,
-        },
-    ];
-    let mut fleet = Fleet::start(
-        &workers,
-        queue(
-            "research",
-            &["east", "west"],
-            json!({"workerLostTimeout": "30s"}),
-        ),
-    )
-    .await;
-    let _d = fleet.dispatcher(true);
-    fleet.submit(job("train", "research", 1, 4));
-    eventually(10, "dispatched to east", || {
-        dispatched_to(&fleet, "train").as_deref() == Some("east")
-    })
-    .await;
+    let (mut fleet, _d) = train_in_east("30s").await;
     let uid = fleet.copies("train")[0].1["metadata"]["uid"].clone();
     fleet.disconnect("east");
     // A Job that only east can hold arrives while it is away: the queue's automatic quota
@@ -1243,6 +1191,39 @@ fn ago(secs: u64) -> String {
 
 fn from_now(secs: u64) -> String {
     switchyard::dispatcher::rfc3339(std::time::SystemTime::now() + Duration::from_secs(secs))
+}
+
+/// `train` (one pod, 4 CPUs) dispatched to `east` (16 CPUs), the other worker of queue
+/// `research` being `west` (8 CPUs); workers are lost after `lost_after`.
+async fn train_in_east(lost_after: &str) -> (Fleet, Running) {
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 8,
+        },
+    ];
+    let fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"workerLostTimeout": lost_after}),
+        ),
+    )
+    .await;
+    let dispatcher = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 1, 4));
+    eventually(10, "dispatched to east", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("east")
+    })
+    .await;
+    (fleet, dispatcher)
 }
 
 fn east_west() -> Vec<WorkerSpec> {
