@@ -733,11 +733,22 @@ fn simulate_text_shows_the_same_jobs_as_a_table_and_the_summary() {
         assert_eq!(row, want, "row {i}");
     }
     let s = &json["summary"];
+    let deactivated = json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["result"] == "Deactivated")
+        .count();
+    let counts = format!(
+        "jobs {}: {} succeeded, {} failed, {} pending",
+        s["jobs"], s["succeeded"], s["failed"], s["pending"]
+    );
     for line in [
-        format!(
-            "jobs {}: {} succeeded, {} failed, {} pending",
-            s["jobs"], s["succeeded"], s["failed"], s["pending"]
-        ),
+        if deactivated > 0 {
+            format!("{counts}, {deactivated} deactivated")
+        } else {
+            counts
+        },
         format!(
             "makespan: {}s   mean wait: {}s",
             s["makespan"], s["meanWait"]

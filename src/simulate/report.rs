@@ -291,11 +291,22 @@ impl Report {
             }
         }
         let s = &self.summary;
-        let _ = writeln!(
+        // The JSON summary has no count of its own for them (the format's), so the text
+        // names them, or the counts would not add up to the jobs.
+        let deactivated = self
+            .jobs
+            .iter()
+            .filter(|j| j.result == "Deactivated")
+            .count();
+        let _ = write!(
             out,
             "\njobs {}: {} succeeded, {} failed, {} pending",
             s.jobs, s.succeeded, s.failed, s.pending
         );
+        if deactivated > 0 {
+            let _ = write!(out, ", {deactivated} deactivated");
+        }
+        out.push('\n');
         let _ = writeln!(
             out,
             "makespan: {}s   mean wait: {}s",
