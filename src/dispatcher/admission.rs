@@ -85,6 +85,8 @@ struct QueueState {
     usage: BTreeMap<String, i64>,
     /// The quota in force, computed once per pass.
     quota: Option<Arc<BTreeMap<String, i64>>>,
+    /// The nodes of the queue's workers, counted once per pass.
+    nodes: Option<usize>,
     /// Quota held for starving Jobs earlier in the order.
     held: BTreeMap<String, i64>,
     /// Set when an admitted Job of a `blockAdmission` queue is not Ready: (the Job, its worker).
@@ -283,6 +285,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             QueueState {
                 usage: u.usage.clone(),
                 quota: None,
+                nodes: None,
                 held: BTreeMap::new(),
                 gate,
             },
@@ -632,7 +635,19 @@ fn judge<'w>(
     // Only a Job refused somewhere, or whose name a copy of another Job holds, is kept from
     // some worker for a reason of its own.
     let may_be_kept = !job.refusals.is_empty() || world.has_foreign_copy(&job.key, &job.uid);
-    if world.config.placement == Placement::Exact && world.config.remember {
+    let queue_nodes = *state.nodes.get_or_insert_with(|| {
+        settings
+            .clusters
+            .iter()
+            .filter_map(|n| world.inventory.cluster(n))
+            .map(|c| c.nodes.len())
+            .sum()
+    });
+    let parallel_from = 2 * crate::placement::fit::PARALLEL_NODES;
+    if world.config.placement == Placement::Exact
+        && world.config.remember
+        && queue_nodes >= parallel_from
+    {
         // The workers nothing is known about yet are judged all at once, across the cores
         // when they have enough nodes between them; the loop below then finds their fits
         // as found in this pass.
@@ -652,7 +667,7 @@ fn judge<'w>(
             nodes += c.nodes.len();
             todo.push(name);
         }
-        if todo.len() > 1 && nodes >= 2 * crate::placement::fit::PARALLEL_NODES {
+        if todo.len() > 1 && nodes >= parallel_from {
             for name in &todo {
                 working.cluster(name);
             }

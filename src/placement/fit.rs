@@ -1161,6 +1161,30 @@ impl<'a> NodeJudge<'a> {
         }
     }
 
+    /// [`fit_node_with`] on `node` with this judge's buffers; the caller hands `fit.state`
+    /// back to `self.state` once it has read it.
+    fn run(&mut self, node: &Node, want: usize, detail: Detail) -> NodeFit {
+        let state = std::mem::replace(
+            &mut self.state,
+            NodeState {
+                free: Vec::new(),
+                zones: Vec::new(),
+            },
+        );
+        fit_node_with(
+            node,
+            self.shape,
+            self.pod,
+            self.pods_id,
+            want,
+            self.config,
+            false,
+            detail,
+            state,
+            &mut self.taken,
+        )
+    }
+
     /// The node's score (0–10) when one copy of the pod fits on it, else why not.
     pub fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
         let detail = Detail {
@@ -1170,25 +1194,7 @@ impl<'a> NodeJudge<'a> {
             notes: false,
             state_if_none: false,
         };
-        let state = std::mem::replace(
-            &mut self.state,
-            NodeState {
-                free: Vec::new(),
-                zones: Vec::new(),
-            },
-        );
-        let fit = fit_node_with(
-            node,
-            self.shape,
-            self.pod,
-            self.pods_id,
-            1,
-            self.config,
-            false,
-            detail,
-            state,
-            &mut self.taken,
-        );
+        let fit = self.run(node, 1, detail);
         let verdict = match fit.misfit {
             Some(m) if fit.count == 0 => Err(m),
             _ => Ok(node_score(
@@ -1214,25 +1220,7 @@ impl<'a> NodeJudge<'a> {
             notes: false,
             state_if_none: false,
         };
-        let state = std::mem::replace(
-            &mut self.state,
-            NodeState {
-                free: Vec::new(),
-                zones: Vec::new(),
-            },
-        );
-        let fit = fit_node_with(
-            node,
-            self.shape,
-            self.pod,
-            self.pods_id,
-            want,
-            self.config,
-            false,
-            detail,
-            state,
-            &mut self.taken,
-        );
+        let fit = self.run(node, want, detail);
         self.state = fit.state;
         fit.count
     }
