@@ -20,7 +20,7 @@ pub mod scenario;
 pub mod synthetic;
 pub mod worker;
 
-pub use report::{Report, Summary};
+pub use report::{Report, StatusWrite, Summary};
 pub use scenario::{Scenario, ScenarioError, ScenarioJob};
 pub use worker::{Behaviour, PodEvent, SimWorker};
 
@@ -148,6 +148,8 @@ pub struct Simulation {
     now: SystemTime,
     /// Every decision, as it is carried out, when asked for (`--events`).
     pub(crate) log: Option<Vec<String>>,
+    /// Every status written to a manager Job, when asked for.
+    pub(crate) status_writes: Option<Vec<StatusWrite>>,
 }
 
 /// The longest a simulation runs in virtual time past its last submission.
@@ -218,6 +220,7 @@ impl Simulation {
             strategy,
             now: epoch(),
             log: None,
+            status_writes: None,
         };
         for (i, j) in scenario.jobs.iter().enumerate() {
             sim.by_key.insert(JobKey::new(&j.namespace, &j.name), i);
@@ -433,6 +436,13 @@ impl Simulation {
         self
     }
 
+    /// Keeps every status written to a manager Job, in order (see [`Report::status_writes`]):
+    /// what `kubectl get job -w` would show on the manager.
+    pub fn with_status_writes(mut self) -> Self {
+        self.status_writes = Some(Vec::new());
+        self
+    }
+
     /// Brings the summaries of the clusters whose nodes changed up to date, once per plan.
     fn summarize(&mut self) {
         if self.changed.is_empty() {
@@ -553,6 +563,13 @@ impl Simulation {
                         self.world.touch(job);
                         return;
                     }
+                }
+                if let Some(writes) = &mut self.status_writes {
+                    writes.push(StatusWrite {
+                        at: secs(now),
+                        job: job.to_string(),
+                        status: (**status).clone(),
+                    });
                 }
             }
             Action::RecordResult { job, .. } => {

@@ -3,6 +3,7 @@
 
 use super::{secs, Simulation};
 use crate::dispatcher::JobResult;
+use k8s_openapi::api::batch::v1::JobStatus;
 use serde::Serialize;
 use serde_json::{Number, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,20 @@ pub struct Report {
     /// The decisions in order, when asked for (not part of the JSON format).
     #[serde(skip)]
     pub events: Vec<String>,
+    /// The statuses written to manager Jobs in order, when asked for (not part of the JSON
+    /// format).
+    #[serde(skip)]
+    pub status_writes: Vec<StatusWrite>,
+}
+
+/// A status the dispatcher wrote to a manager Job and the API server accepted.
+#[derive(Debug, Clone)]
+pub struct StatusWrite {
+    /// Seconds of virtual time since the scenario start.
+    pub at: f64,
+    /// `namespace/name`.
+    pub job: String,
+    pub status: JobStatus,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,6 +227,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
             max_quota_usage,
         },
         events: sim.log.clone().unwrap_or_default(),
+        status_writes: sim.status_writes.clone().unwrap_or_default(),
     }
 }
 
