@@ -1,7 +1,10 @@
 //! The dispatcher end to end through `switchyard simulate`: small scenarios, as a user would
 //! write them, run on simulated workers in virtual time, and what the report says.
 
+use k8s_openapi::api::batch::v1::JobStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use switchyard::simulate::report::JobReport;
+use switchyard::simulate::worker::BACKOFF_LIMIT;
 use switchyard::simulate::{self, scenario, Report, Simulation, Strategy};
 
 fn run(yaml: &str, strategy: Strategy) -> Report {
@@ -388,4 +391,151 @@ fn remembering_earlier_passes_changes_no_decision() {
         );
     }
     assert_eq!(with.events.len(), without.events.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed 000's "job status changes frequently".
+
+/// `active`, `ready`, `succeeded`, `failed` of a Job status (absent: 0).
+fn counts(s: &JobStatus) -> [i32; 4] {
+    [s.active, s.ready, s.succeeded, s.failed].map(|c| c.unwrap_or(0))
+}
+
+fn is_true(s: &JobStatus, type_: &str) -> bool {
+    s.conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// A status time as seconds since the scenario start.
+fn since_start(t: Option<&Time>) -> Option<i64> {
+    t.map(|t| t.0.as_second() - simulate::EPOCH_SECS as i64)
+}
+
+#[test]
+fn a_job_whose_status_changes_every_second_is_mirrored_in_order_to_the_end() {
+    // `busy` runs COMPLETIONS pods, PARALLELISM at a time, each Ready READY_AFTER seconds
+    // after it starts and done RUNS_FOR seconds later: its copy's status changes every
+    // second. `flaky`'s FLAKY_PODS pods fail until the worker's Job controller gives up.
+    const PARALLELISM: u32 = 4;
+    const COMPLETIONS: u32 = 30;
+    const READY_AFTER: u32 = 1;
+    const RUNS_FOR: u32 = 1;
+    const FLAKY_PODS: i32 = 2;
+    let yaml = format!(
+        r#"
+clusters:
+  - name: only
+    nodes:
+      - {{name: only-1, allocatable: {{cpu: "16", memory: 64Gi, pods: "110"}}}}
+queues:
+  - name: batch
+    clusters: [only]
+jobs:
+  - {{name: busy, queue: batch, submitAt: 0s, parallelism: {PARALLELISM}, completions: {COMPLETIONS}, duration: {RUNS_FOR}s, podStartDelay: {READY_AFTER}s, template: {{containers: [{{name: c, resources: {{requests: {{cpu: "1", memory: 1Gi}}}}}}]}}}}
+  - {{name: flaky, queue: batch, submitAt: 0s, parallelism: {FLAKY_PODS}, duration: 5s, podStartDelay: 1s, fails: true, template: {{containers: [{{name: c, resources: {{requests: {{cpu: "1", memory: 1Gi}}}}}}]}}}}
+"#
+    );
+    let s = scenario::parse(&yaml).expect("the test scenario parses");
+    let report = Simulation::new(&s, Strategy::Switchyard)
+        .with_events()
+        .with_status_writes()
+        .run();
+    assert!(
+        !report.events.iter().any(|e| e.contains("would refuse")),
+        "every status written was one the API server accepts: {:#?}",
+        report.events
+    );
+    let writes = |name: &str| -> Vec<(f64, &JobStatus)> {
+        let job = format!("default/{name}");
+        report
+            .status_writes
+            .iter()
+            .filter(|w| w.job == job)
+            .map(|w| (w.at, &w.status))
+            .collect()
+    };
+    let busy = writes("busy");
+    let flaky = writes("flaky");
+    for (name, history) in [("busy", &busy), ("flaky", &flaky)] {
+        for pair in history.windows(2) {
+            assert_ne!(pair[0].1, pair[1].1, "{name}: a write that changed nothing");
+        }
+        // The copy is removed once the final status has reached the manager's Job: in the
+        // same second, and that status is the last one written.
+        let (end, last) = history.last().expect("statuses written");
+        assert_eq!(
+            times(
+                &report,
+                name,
+                "removing its copy from worker only (Finished)"
+            ),
+            [*end],
+            "{name}"
+        );
+        assert_eq!(seconds(&job(&report, name).finished), *end, "{name}");
+        assert_eq!(since_start(last.start_time.as_ref()), Some(0), "{name}");
+        assert_eq!(counts(last)[..2], [0, 0], "{name}: no pods left");
+    }
+    // The worker saw its copies created and removed, nothing else: the status changes
+    // went to the manager only.
+    assert_eq!(report.summary.remote_writes_per_job, serde_json::json!(2));
+
+    // Every second, the manager's Job shows what the worker's Job controller just did: a
+    // wave of pods started, then Ready, then succeeded as the next wave starts.
+    let wave = f64::from(READY_AFTER + RUNS_FOR);
+    let mut expected = Vec::new();
+    for w in 0..COMPLETIONS.div_ceil(PARALLELISM) {
+        let done = w * PARALLELISM;
+        let pods = PARALLELISM.min(COMPLETIONS - done) as i32;
+        let at = f64::from(w) * wave;
+        expected.push((at, [pods, 0, done as i32, 0]));
+        expected.push((at + f64::from(READY_AFTER), [pods, pods, done as i32, 0]));
+    }
+    let end = f64::from(COMPLETIONS.div_ceil(PARALLELISM)) * wave;
+    expected.push((end, [0, 0, COMPLETIONS as i32, 0]));
+    let seen: Vec<(f64, [i32; 4])> = busy.iter().map(|(t, s)| (*t, counts(s))).collect();
+    assert_eq!(seen, expected);
+    let (_, last) = busy.last().expect("statuses written");
+    assert!(is_true(last, "SuccessCriteriaMet") && is_true(last, "Complete"));
+    assert!(!is_true(last, "Failed"));
+    assert_eq!(
+        since_start(last.completion_time.as_ref()),
+        Some(end as i64),
+        "completed when its last pod did"
+    );
+    // Pods finishing while the next wave starts are no loss of readiness: once all Ready,
+    // the Job stays PodsReady.
+    let ready_from = busy
+        .iter()
+        .position(|(_, s)| is_true(s, "PodsReady"))
+        .expect("busy got all its pods Ready");
+    assert_eq!(busy[ready_from].0, f64::from(READY_AFTER));
+    assert!(busy[ready_from..]
+        .iter()
+        .all(|(_, s)| is_true(s, "PodsReady")));
+    let busy_report = job(&report, "busy");
+    assert_eq!(busy_report.result, "Succeeded");
+    assert_eq!(seconds(&busy_report.started), f64::from(READY_AFTER));
+    assert_eq!(times(&report, "busy", "Succeeded in its worker"), [end]);
+
+    // `flaky`'s pods start and fail together; the Job controller replaces them after
+    // different back-offs (10 s, 20 s, ...), so from then on they are Ready and fail one at
+    // a time, and each failure shows, up to the one past backoffLimit that fails the Job.
+    let mut failed: Vec<i32> = flaky.iter().map(|(_, s)| counts(s)[3]).collect();
+    failed.dedup();
+    let gives_up = BACKOFF_LIMIT as i32 + 1;
+    let expected: Vec<i32> = [0].into_iter().chain(FLAKY_PODS..=gives_up).collect();
+    assert_eq!(failed, expected);
+    assert!(
+        flaky.iter().any(|(_, s)| counts(s)[..2] == [1, 1]),
+        "one pod Ready while the other waits out its back-off"
+    );
+    let (end, last) = flaky.last().expect("statuses written");
+    assert!(is_true(last, "FailureTarget") && is_true(last, "Failed"));
+    assert!(!is_true(last, "Complete") && last.completion_time.is_none());
+    assert_eq!(counts(last)[2..], [0, gives_up]);
+    assert_eq!(job(&report, "flaky").result, "Failed");
+    assert_eq!(times(&report, "flaky", "Failed in its worker"), [*end]);
 }
