@@ -26,8 +26,9 @@ pub use worker::{Behaviour, PodEvent, SimWorker};
 
 use crate::dispatcher::{self, plan, status, Action, Job, JobKey, Placement, Queue, Worker, World};
 use crate::placement::EngineConfig;
+use foldhash::{HashMap, HashMapExt as _};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -327,9 +328,15 @@ impl Simulation {
             }
             Event::Pod(w, PodEventOrd(pe)) => {
                 let mut fx = worker::Effects::default();
-                self.with_cluster(w, |worker, cluster, table| {
-                    worker.on_event(cluster, table, &pe, now, &mut fx)
-                });
+                if matches!(pe, PodEvent::Ready { .. }) {
+                    if let Some(worker) = self.workers.get_mut(w) {
+                        worker.on_ready(&pe, now, &mut fx);
+                    }
+                } else {
+                    self.with_cluster(w, |worker, cluster, table| {
+                        worker.on_event(cluster, table, &pe, now, &mut fx)
+                    });
+                }
                 self.effects(w, fx);
             }
             Event::Wake => {}
@@ -349,7 +356,6 @@ impl Simulation {
     ) -> R {
         let inv = Arc::make_mut(&mut self.world.inventory);
         let index = self.workers[w].index;
-        self.changed.entry(index).or_default();
         let table = &inv.resources;
         let cluster = Arc::make_mut(&mut inv.clusters[index]);
         f(&mut self.workers[w], cluster, table)
@@ -360,8 +366,10 @@ impl Simulation {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
         }
         self.topology_errors += fx.topology_errors;
-        let touched = self.changed.entry(self.workers[w].index).or_default();
-        touched.extend(fx.freed.iter().chain(&fx.taken));
+        if !(fx.freed.is_empty() && fx.taken.is_empty()) {
+            let touched = self.changed.entry(self.workers[w].index).or_default();
+            touched.extend(fx.freed.iter().chain(&fx.taken));
+        }
         if !fx.freed.is_empty() {
             let name = self.workers[w].name.clone();
             for n in &fx.freed {
@@ -401,8 +409,9 @@ impl Simulation {
     /// Plans and carries out actions until the dispatcher has nothing more to do now.
     fn dispatch(&mut self) {
         let now = self.now;
-        self.summarize();
         for _ in 0..1000 {
+            // Before every plan: carrying out the last one may have changed nodes.
+            self.summarize();
             let p = plan(&mut self.world, now);
             for (class, (_, message)) in &p.waiting {
                 self.waiting.insert(class.clone(), message.clone());

@@ -167,6 +167,30 @@ impl SimWorker {
         }
     }
 
+    /// A pod became Ready: nothing changes on its node. (A separate entry point, so that the
+    /// simulation does not hand out the cluster mutably for it: a cluster handed out
+    /// mutably is a new cluster to everything that remembered the old one.)
+    pub fn on_ready(&mut self, ev: &PodEvent, now: SystemTime, fx: &mut Effects) {
+        let PodEvent::Ready { job_uid, pod } = ev else {
+            return;
+        };
+        let Some(job) = self.jobs.get_mut(job_uid) else {
+            return;
+        };
+        let Some(p) = job.pods.get_mut(pod) else {
+            return;
+        };
+        p.ready = true;
+        fx.changed.push(job_uid.clone());
+        fx.events.push((
+            now + job.behaviour.duration,
+            PodEvent::Done {
+                job_uid: job_uid.clone(),
+                pod: *pod,
+            },
+        ));
+    }
+
     /// Applies a pod event that came due.
     pub fn on_event(
         &mut self,
@@ -177,23 +201,7 @@ impl SimWorker {
         fx: &mut Effects,
     ) {
         match ev {
-            PodEvent::Ready { job_uid, pod } => {
-                let Some(job) = self.jobs.get_mut(job_uid) else {
-                    return;
-                };
-                let Some(p) = job.pods.get_mut(pod) else {
-                    return;
-                };
-                p.ready = true;
-                fx.changed.push(job_uid.clone());
-                fx.events.push((
-                    now + job.behaviour.duration,
-                    PodEvent::Done {
-                        job_uid: job_uid.clone(),
-                        pod: *pod,
-                    },
-                ));
-            }
+            PodEvent::Ready { .. } => self.on_ready(ev, now, fx),
             PodEvent::Done { job_uid, pod } => {
                 let Some(job) = self.jobs.get_mut(job_uid) else {
                     return;
