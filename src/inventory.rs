@@ -15,7 +15,8 @@ pub use file::{load_file, parse_yaml, InventoryError};
 use crate::quantity::Milli;
 use crate::topology::{NumaInfo, Policy, PolicyOptions};
 use arc_swap::ArcSwap;
-use std::collections::{BTreeMap, HashMap};
+use foldhash::{HashMap, HashMapExt as _};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub type ResourceId = usize;
@@ -211,6 +212,23 @@ pub struct ClusterSummary {
     /// Every node is NUMA-aware with the single-numa-node policy, so the zone bounds above
     /// bound every aligned resource request.
     pub single_numa_everywhere: bool,
+    /// Each node's free amount of every resource, node after node (`allocatable.len()`
+    /// wide), in one block: a search skips the nodes without room for one pod without
+    /// reading them. Never less than a node has free: taking from a node without
+    /// summarizing again leaves it an upper bound, which only skips fewer nodes.
+    pub node_free: Arc<Vec<i64>>,
+}
+
+impl ClusterSummary {
+    /// Node `i`'s row of [`ClusterSummary::node_free`], if the summary is one of a cluster
+    /// with `nodes` nodes.
+    pub fn free_row(&self, nodes: usize, i: usize) -> Option<&[i64]> {
+        let width = self.allocatable.len();
+        if self.nodes != nodes || self.node_free.len() != nodes * width {
+            return None;
+        }
+        self.node_free.get(i * width..(i + 1) * width)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -241,7 +259,9 @@ impl Cluster {
                     .as_ref()
                     .is_some_and(|t| t.policy == Policy::SingleNumaNode)
             });
+        let mut node_free = Vec::with_capacity(self.nodes.len() * resources);
         for node in &self.nodes {
+            node_free.extend((0..resources).map(|r| node.free(r)));
             for r in 0..resources {
                 let alloc = node.allocatable.get(r).copied().unwrap_or(0);
                 // Remote amounts: a sum that does not fit saturates rather than wraps.
@@ -261,6 +281,7 @@ impl Cluster {
                 }
             }
         }
+        s.node_free = Arc::new(node_free);
         self.summary = s;
     }
 }
@@ -327,6 +348,10 @@ impl FreeRows {
         };
         max(&self.node, &mut summary.max_free_on_node);
         max(&self.zone, &mut summary.max_free_in_zone);
+        match Arc::get_mut(&mut summary.node_free) {
+            Some(rows) => rows.clone_from(&self.node),
+            None => summary.node_free = Arc::new(self.node.clone()),
+        }
     }
 }
 
@@ -392,6 +417,13 @@ impl Inventory {
     }
 
     pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.cluster_arc(name).map(Arc::as_ref)
+    }
+
+    /// The cluster as shared between snapshots. A snapshot that changes a cluster gets a new
+    /// allocation for it (`Arc::make_mut` clones a shared cluster, and moves one that
+    /// someone keeps a `Weak` to), so a `Weak` kept to it tells whether it is still the same.
+    pub fn cluster_arc(&self, name: &str) -> Option<&Arc<Cluster>> {
         // The index is built by `finish` / `from_shared`; a cluster list changed since
         // without them is still answered right, by a scan.
         let indexed = self
@@ -400,13 +432,9 @@ impl Inventory {
             .and_then(|&i| self.clusters.get(i))
             .filter(|c| c.name == name);
         match indexed {
-            Some(c) => Some(c.as_ref()),
+            Some(c) => Some(c),
             None if self.cluster_index.len() == self.clusters.len() => None,
-            None => self
-                .clusters
-                .iter()
-                .find(|c| c.name == name)
-                .map(Arc::as_ref),
+            None => self.clusters.iter().find(|c| c.name == name),
         }
     }
 

@@ -1355,6 +1355,14 @@ pub fn fit_cluster(
     };
     let mut taken = Vec::new();
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
+    // The node-level request, for skipping nodes without room for one pod on the summary's
+    // rows alone.
+    let request: Vec<(usize, i64)> = pod
+        .node_request
+        .iter()
+        .filter_map(|(rid, _, q)| Some(((*rid)?, *q)))
+        .collect();
+    let nodes = cluster.nodes.len();
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
@@ -1362,6 +1370,17 @@ pub fn fit_cluster(
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
         let kept = first_misfit.as_ref().map(|(p, f)| rank(*p, f));
+        if kept >= Some((false, true)) {
+            // Nothing this node could say would be kept: skip it if it has no room.
+            if let Some(row) = s.free_row(nodes, i) {
+                if request
+                    .iter()
+                    .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
+                {
+                    continue;
+                }
+            }
+        }
         let detail = Detail {
             // The score reads the node-level state, and the zones used only for this one.
             any_zones: strategy != Strategy::LeastNumaNodes,

@@ -380,3 +380,78 @@ fn free_rows_keep_a_summary_exact_as_nodes_gain_and_lose_room() {
     rows.apply(&mut restored.summary);
     assert_eq!(restored.summary, before);
 }
+
+#[test]
+fn a_summary_left_behind_by_placements_taken_since_changes_no_fit() {
+    // Admission takes placements from a cluster without summarizing it again: the summary's
+    // free rows then overstate some nodes, and the search must find exactly what it finds on
+    // a fresh summary (the rows only let it skip nodes with no room even before the takes).
+    let inv = gpu_cluster(
+        "single-numa-node",
+        "pod",
+        &[
+            (4, 4),
+            (1, 0),
+            (3, 1),
+            (2, 0),
+            (4, 0),
+            (0, 2),
+            (2, 2),
+            (0, 4),
+            (1, 1),
+        ],
+    );
+    let table = &inv.resources;
+    let config = EngineConfig::default();
+    let base = inv.cluster("c").unwrap().clone();
+    let mut taken = base.clone();
+    for gpus in [2, 3, 1] {
+        let pod = gpu_pod(gpus);
+        let bound = pod.bind(table);
+        let fit = fit_cluster(
+            &taken,
+            table,
+            &pod,
+            &bound,
+            1,
+            &config,
+            Strategy::MostAllocated,
+        );
+        assert!(
+            fit.fits(),
+            "{gpus} GPUs fit before the takes: {:?}",
+            fit.misfit
+        );
+        for &(i, count) in &fit.placements {
+            let node = &taken.nodes[i];
+            let after = fit_node(node, table, &pod, &bound, count, &config, false);
+            let take = inflight::Take::between(node, &NodeState::of(node), &after.state);
+            take.apply_to(std::sync::Arc::make_mut(&mut taken.nodes[i]));
+        }
+    }
+    assert_eq!(taken.summary, base.summary, "not summarized again");
+    let mut fresh = taken.clone();
+    fresh.summarize(table.len());
+    assert_ne!(fresh.summary.node_free, taken.summary.node_free);
+    // Without rows, every node is read.
+    let mut plain = taken.clone();
+    plain.summary.node_free = Default::default();
+    for (gpus, gang) in [(1, 1), (1, 4), (2, 2), (3, 1), (4, 1), (4, 2), (2, 5)] {
+        let pod = gpu_pod(gpus);
+        let bound = pod.bind(table);
+        for strategy in [Strategy::LeastAllocated, Strategy::MostAllocated] {
+            let on = |c: &crate::inventory::Cluster| {
+                let f = fit_cluster(c, table, &pod, &bound, gang, &config, strategy);
+                (
+                    f.placements,
+                    f.fitted,
+                    f.score,
+                    f.misfit.map(|m| m.to_string()),
+                )
+            };
+            let expected = on(&plain);
+            assert_eq!(on(&taken), expected, "{gang} × {gpus} GPUs, {strategy:?}");
+            assert_eq!(on(&fresh), expected, "{gang} × {gpus} GPUs, {strategy:?}");
+        }
+    }
+}
