@@ -21,7 +21,7 @@
 //! costs one attempt per class, not one per Job.
 
 use super::model::{
-    Action, ClassKey, ClassMemo, Hold, Job, JobKey, KnownMisfit, Placement, Rank, World,
+    Action, ClassKey, ClassMemo, HeldView, Hold, Job, JobKey, KnownMisfit, Placement, Rank, World,
 };
 use super::reason;
 use crate::inventory::{Cluster, ResourceTable};
@@ -29,9 +29,9 @@ use crate::placement::inflight::Take;
 use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeJudge, NodeState};
 
 use crate::quantity::{display, Milli};
-use std::borrow::Cow;
+use foldhash::{HashMap, HashMapExt as _};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -55,6 +55,9 @@ pub struct Admission {
     pub actions: Vec<Action>,
     /// Misfits found in this pass, to remember (see [`World::misfit`]).
     pub misfits: Vec<(ClassKey, String, KnownMisfit)>,
+    /// Clusters with their held placements taken off, made in this pass, to keep for the
+    /// next ones (see [`World::held_view`]).
+    pub held_views: Vec<(String, HeldView)>,
     /// Fits on drained workers found in this pass (see [`World::drained_fit`]).
     pub drained: Vec<(ClassKey, String, u64, Option<i64>)>,
     /// Why classes failed, to remember (see [`World::class_memo`]).
@@ -94,12 +97,13 @@ struct QueueState {
 }
 
 /// The clusters as this pass sees them: the inventory, minus placements held for admitted
-/// Jobs and those handed out earlier in the pass. Copied on first change only.
+/// Jobs and those handed out earlier in the pass. Shared with the inventory (or the held view
+/// an earlier pass made) until this pass changes them.
 struct Working<'a> {
     world: &'a World,
-    clusters: BTreeMap<String, Cow<'a, Cluster>>,
-    /// The held placements by cluster.
-    held: BTreeMap<&'a str, Vec<&'a Take>>,
+    clusters: BTreeMap<String, Arc<Cluster>>,
+    /// Held views made in this pass (see [`Admission::held_views`]).
+    views: Vec<(String, HeldView)>,
     /// Under [`Placement::SumOfFree`]: what this pass gave each cluster, per resource.
     sums_taken: BTreeMap<String, BTreeMap<String, i64>>,
     /// Per cluster, how many placements this pass has taken from it so far.
@@ -115,14 +119,10 @@ struct Working<'a> {
 
 impl<'a> Working<'a> {
     fn new(world: &'a World) -> Self {
-        let mut held: BTreeMap<&str, Vec<&Take>> = BTreeMap::new();
-        for h in world.holds().values() {
-            held.entry(h.cluster.as_str()).or_default().extend(&h.takes);
-        }
         Self {
             world,
             clusters: BTreeMap::new(),
-            held,
+            views: Vec::new(),
             sums_taken: BTreeMap::new(),
             versions: HashMap::new(),
             fits: HashMap::new(),
@@ -141,7 +141,7 @@ impl<'a> Working<'a> {
             return base.clone();
         }
         let other = reserved.get(name)?;
-        Some(format!("kept for {other}, which has waited longest"))
+        Some(say!(world, "kept for {other}, which has waited longest"))
     }
 
     fn version(&self, cluster: &str) -> u64 {
@@ -173,23 +173,36 @@ impl<'a> Working<'a> {
 
     /// The cluster as this pass has it, if already looked at.
     fn peek(&self, name: &str) -> Option<&Cluster> {
-        self.clusters.get(name).map(|c| c.as_ref())
+        self.clusters.get(name).map(Arc::as_ref)
     }
 
     fn cluster(&mut self, name: &str) -> Option<&Cluster> {
         if !self.clusters.contains_key(name) {
-            let base = self.world.inventory.cluster(name)?;
-            let cluster = match self.held.get(name) {
-                None => Cow::Borrowed(base),
-                Some(takes) => {
-                    let mut c = base.clone();
-                    apply(&mut c, takes.iter().copied());
-                    Cow::Owned(c)
+            let world = self.world;
+            let base = world.inventory.cluster_arc(name)?;
+            let remembered = world
+                .config
+                .remember
+                .then(|| world.held_view(name))
+                .flatten();
+            let cluster = if !world.holds_any_in(name) {
+                base.clone()
+            } else if let Some(view) = remembered {
+                view.clone()
+            } else {
+                let mut c = Cluster::clone(base);
+                apply(&mut c, world.holds_in(name).flat_map(|h| &h.takes));
+                let c = Arc::new(c);
+                if world.config.remember {
+                    if let Some(v) = world.held_view_of(name, c.clone()) {
+                        self.views.push((name.to_string(), v));
+                    }
                 }
+                c
             };
             self.clusters.insert(name.to_string(), cluster);
         }
-        self.clusters.get(name).map(|c| c.as_ref())
+        self.clusters.get(name).map(Arc::as_ref)
     }
 
     /// Under [`Placement::SumOfFree`]: whether the cluster's free resources, summed over its
@@ -238,7 +251,7 @@ impl<'a> Working<'a> {
     fn take(&mut self, name: &str, takes: &[Take]) {
         *self.versions.entry(name.to_string()).or_insert(0) += 1;
         if let Some(c) = self.clusters.get_mut(name) {
-            apply(c.to_mut(), takes.iter());
+            apply(Arc::make_mut(c), takes.iter());
         }
     }
 }
@@ -399,6 +412,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
         }
     }
     pass.reservations = std::hash::Hasher::finish(&h);
+    pass.held_views = working.views;
     pass
 }
 

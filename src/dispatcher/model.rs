@@ -7,8 +7,9 @@ use crate::api::QueueSettings;
 use crate::inventory::Inventory;
 use crate::placement::inflight::Take;
 use crate::placement::{EngineConfig, PodShape};
+use foldhash::HashMap;
 use k8s_openapi::api::batch::v1::JobStatus;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -366,6 +367,16 @@ pub struct KnownMisfit {
     pub fitted: usize,
 }
 
+/// A worker's cluster with the placements held there taken off: what every admission pass
+/// starts from, made once and kept while neither the inventory's cluster (held as a `Weak`:
+/// a changed cluster is another allocation) nor the holds there change.
+#[derive(Debug, Clone)]
+pub struct HeldView {
+    pub base: std::sync::Weak<crate::inventory::Cluster>,
+    pub holds: u64,
+    pub view: Arc<crate::inventory::Cluster>,
+}
+
 /// Tunables of the decisions.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
@@ -491,7 +502,7 @@ pub struct QueueUse {
 #[derive(Debug, Clone, Default)]
 pub struct World {
     pub config: DispatchConfig,
-    pub jobs: BTreeMap<JobKey, Job>,
+    pub jobs: HashMap<JobKey, Job>,
     /// The manager's Jobs have been listed: a Job missing from the list is gone (copies of
     /// missing Jobs are only removed after that).
     pub jobs_synced: bool,
@@ -519,6 +530,13 @@ pub struct World {
     class_memos: HashMap<ClassKey, ClassMemo>,
     /// Misfits of a class of pending Jobs in a worker, with the epochs they were found at.
     misfits: HashMap<ClassKey, HashMap<String, KnownMisfit>>,
+    /// Per worker, bumped whenever a placement held there is added or released.
+    hold_versions: HashMap<String, u64>,
+    /// Per worker, the uids of the Jobs whose placements are held there.
+    held_in: HashMap<String, BTreeSet<String>>,
+    /// Per worker, its cluster with the placements held there taken off, as a pass made it
+    /// (see [`World::held_view`]).
+    held_views: HashMap<String, HeldView>,
     /// Whether a class would fit in a worker once it drains (its score if so), with the
     /// fingerprint of the worker's nodes it was judged on.
     drained: HashMap<ClassKey, HashMap<String, (u64, Option<i64>)>>,
@@ -844,7 +862,17 @@ impl World {
 
     /// Holds a placement for an admitted Job (replacing any it had).
     pub fn hold(&mut self, hold: Hold) {
+        self.holds_changed(&hold.cluster);
+        self.held_in
+            .entry(hold.cluster.clone())
+            .or_default()
+            .insert(hold.job_uid.clone());
+        let cluster = hold.cluster.clone();
         if let Some(old) = self.holds.insert(hold.job_uid.clone(), hold) {
+            if old.cluster != cluster {
+                self.unheld(&old);
+            }
+            self.holds_changed(&old.cluster);
             for t in &old.takes {
                 self.capacity_changed_on(&old.cluster, t.index);
             }
@@ -854,10 +882,89 @@ impl World {
     /// Stops holding the Job's placement.
     pub fn release(&mut self, job_uid: &str) {
         if let Some(old) = self.holds.remove(job_uid) {
+            self.unheld(&old);
+            self.holds_changed(&old.cluster);
             for t in &old.takes {
                 self.capacity_changed_on(&old.cluster, t.index);
             }
         }
+    }
+
+    fn unheld(&mut self, hold: &Hold) {
+        if let Some(uids) = self.held_in.get_mut(&hold.cluster) {
+            uids.remove(&hold.job_uid);
+            if uids.is_empty() {
+                self.held_in.remove(&hold.cluster);
+            }
+        }
+    }
+
+    /// The placements held in `cluster`, by Job uid.
+    pub fn holds_in<'w>(&'w self, cluster: &str) -> impl Iterator<Item = &'w Hold> + 'w {
+        self.held_in
+            .get(cluster)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.holds.get(uid))
+    }
+
+    /// Whether some placement is held in `cluster`.
+    pub fn holds_any_in(&self, cluster: &str) -> bool {
+        self.held_in.contains_key(cluster)
+    }
+
+    fn holds_changed(&mut self, cluster: &str) {
+        match self.hold_versions.get_mut(cluster) {
+            Some(v) => *v += 1,
+            None => {
+                self.hold_versions.insert(cluster.to_string(), 1);
+            }
+        }
+    }
+
+    /// How many times the placements held in `cluster` changed.
+    pub fn hold_version(&self, cluster: &str) -> u64 {
+        self.hold_versions.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// `cluster` with the placements held there taken off, as an earlier pass made it, if
+    /// neither its inventory nor its holds changed since.
+    pub fn held_view(&self, cluster: &str) -> Option<&Arc<crate::inventory::Cluster>> {
+        let known = self.held_views.get(cluster)?;
+        let base = self.inventory.cluster_arc(cluster)?;
+        (std::ptr::eq(known.base.as_ptr(), Arc::as_ptr(base))
+            && known.holds == self.hold_version(cluster))
+        .then_some(&known.view)
+    }
+
+    /// `view` is `cluster` with the placements held there now taken off.
+    pub fn held_view_of(
+        &self,
+        cluster: &str,
+        view: Arc<crate::inventory::Cluster>,
+    ) -> Option<HeldView> {
+        Some(HeldView {
+            base: Arc::downgrade(self.inventory.cluster_arc(cluster)?),
+            holds: self.hold_version(cluster),
+            view,
+        })
+    }
+
+    pub fn remember_held_view(&mut self, cluster: String, view: HeldView) {
+        self.held_views.insert(cluster, view);
+    }
+
+    /// Lets go of the views whose cluster changed: they would keep its old nodes shared (a
+    /// node shared is a node copied when it changes).
+    pub fn forget_stale_views(&mut self) {
+        let inventory = &self.inventory;
+        let versions = &self.hold_versions;
+        self.held_views.retain(|name, v| {
+            inventory.cluster_arc(name).is_some_and(|base| {
+                std::ptr::eq(v.base.as_ptr(), Arc::as_ptr(base))
+                    && v.holds == versions.get(name).copied().unwrap_or(0)
+            })
+        });
     }
 
     pub fn holds(&self) -> &BTreeMap<String, Hold> {
