@@ -11,6 +11,7 @@ use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::{
     fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
+    Refusal,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -161,6 +162,10 @@ fn judge_resolved<S: AsRef<str> + Sync>(
             strategy,
         );
         let mut reasons = Reasons::default();
+        // Each distinct refusal is spelled out once, on the first node refused for it. Most
+        // nodes are looked up here, so with a fast hash (SipHash took a tenth of the filter).
+        let mut refusals: HashMap<Refusal<'_>, u32, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut done = Vec::new();
         loop {
             let block = next.fetch_add(1, Ordering::Relaxed);
@@ -181,8 +186,20 @@ fn judge_resolved<S: AsRef<str> + Sync>(
                         config, now,
                     ) {
                         Ok(score) => Slot::Fits(score),
-                        Err((reason, unresolvable)) => {
+                        Err(Refused::Text(reason, unresolvable)) => {
                             Slot::Fails(reasons.id(reason, unresolvable))
+                        }
+                        Err(Refused::Node(refusal, node)) => {
+                            Slot::Fails(match refusals.get(&refusal) {
+                                Some(id) => *id,
+                                None => {
+                                    let misfit = refusal.misfit(node);
+                                    let id =
+                                        reasons.id(misfit.on_the_node(), misfit.unresolvable());
+                                    refusals.insert(refusal, id);
+                                    id
+                                }
+                            })
                         }
                     }
                 })
@@ -327,21 +344,28 @@ struct Resolved {
     targets: Arc<[Target]>,
 }
 
+/// Why a candidate is refused: its reason text and whether it is unresolvable, or the
+/// refusal of a real node, whose text is written once per distinct refusal.
+enum Refused<'n> {
+    Text(String, bool),
+    Node(Refusal<'n>, &'n Node),
+}
+
 /// One candidate: a virtual node judged as its whole cluster, else a real node.
 #[allow(clippy::too_many_arguments)]
-fn judge_candidate(
+fn judge_candidate<'n>(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
     bound: &BoundPod,
     gang: &Result<usize, String>,
-    nodes: &mut NodeJudge<'_>,
+    nodes: &mut NodeJudge<'n>,
     name: &str,
-    candidate: Candidate<'_>,
+    candidate: Candidate<'n>,
     config: &ExtenderConfig,
     now: Instant,
-) -> Result<i64, (String, bool)> {
-    let fails = |m: Misfit| Err((m.to_string(), m.unresolvable()));
+) -> Result<i64, Refused<'n>> {
+    let fails = |m: Misfit| Err(Refused::Text(m.to_string(), m.unresolvable()));
     let (cluster, node) = match candidate {
         Candidate::Cluster(cluster) => {
             let n = match gang {
@@ -369,9 +393,13 @@ fn judge_candidate(
     if let Some(why) = &cluster.unavailable {
         return fails(Misfit::Unavailable(why.clone()));
     }
-    nodes
-        .judge(&inflight.node(node, now))
-        .map_err(|m| (m.on_the_node(), m.unresolvable()))
+    match inflight.node(node, now) {
+        Cow::Borrowed(node) => nodes.verdict(node).map_err(|r| Refused::Node(r, node)),
+        // Reservations held on it: judged on a copy, which the refusal cannot borrow from.
+        Cow::Owned(node) => nodes
+            .judge(&node)
+            .map_err(|m| Refused::Text(m.on_the_node(), m.unresolvable())),
+    }
 }
 
 /// The extender's state, shared by its handlers.
