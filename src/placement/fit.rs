@@ -422,28 +422,44 @@ impl NodeState {
     }
 
     /// Becomes `NodeState::of(node)`, but for the zones of a NUMA-aware node, which
-    /// [`NodeState::refill_zones`] adds; buffers are reused.
-    fn refill_free(&mut self, node: &Node) {
+    /// [`NodeState::refill_zones`] adds; buffers are reused, those of zones the node lacks
+    /// kept in `spare`.
+    fn refill_free(&mut self, node: &Node, spare: &mut Vec<Vec<i64>>) {
         self.free.clear();
         self.free
             .extend((0..node.allocatable.len()).map(|r| node.free(r)));
         if node.numa.is_none() {
-            self.zones.clear();
+            spare.append(&mut self.zones);
         }
     }
 
-    fn refill_zones(&mut self, numa: &NumaTopology) {
-        self.zones.truncate(numa.zones.len());
+    fn refill_zones(&mut self, numa: &NumaTopology, spare: &mut Vec<Vec<i64>>) {
+        // Nodes of a cluster have different zone counts: buffers move to and from `spare`
+        // rather than being freed and allocated again.
+        if self.zones.len() > numa.zones.len() {
+            spare.extend(self.zones.drain(numa.zones.len()..));
+        }
         for (i, z) in numa.zones.iter().enumerate() {
-            match self.zones.get_mut(i) {
-                Some(v) => {
-                    v.clear();
-                    v.extend_from_slice(&z.available);
+            let v = match self.zones.get_mut(i) {
+                Some(v) => v,
+                None => {
+                    self.zones.push(spare.pop().unwrap_or_default());
+                    &mut self.zones[i]
                 }
-                None => self.zones.push(z.available.clone()),
-            }
+            };
+            v.clear();
+            v.extend_from_slice(&z.available);
         }
     }
+}
+
+/// Working space of a fit, reused from node to node.
+#[derive(Default)]
+struct Scratch {
+    /// What the units admitted so far took: (zone index, resource, amount).
+    taken: Vec<(usize, usize, i64)>,
+    /// Zone buffers of a [`NodeState`] that had more zones than the node at hand.
+    spare_zones: Vec<Vec<i64>>,
 }
 
 /// How one unit (a container, or the whole pod under the pod scope) was judged.
@@ -1006,14 +1022,14 @@ fn admit_unit<'n>(
 }
 
 /// Places one copy of the pod on `state`, taking what it uses; on failure `state` is left as
-/// it was. `taken` is working space. With `zones_stale`, the state's zones are read from the
-/// node first if they are needed.
+/// it was. With `zones_stale`, the state's zones are read from the node first if they are
+/// needed.
 #[allow(clippy::too_many_arguments)]
 fn place_one<'n>(
     node: &Node,
     state: &mut NodeState,
     zones_stale: &mut bool,
-    taken: &mut Vec<(usize, usize, i64)>,
+    scratch: &mut Scratch,
     pod: &'n BoundPod,
     shape: &PodShape,
     pods_id: Option<usize>,
@@ -1055,7 +1071,7 @@ fn place_one<'n>(
     let mut used = NumaMask::EMPTY;
     if let Some(numa) = &node.numa {
         if *zones_stale {
-            state.refill_zones(numa);
+            state.refill_zones(numa, &mut scratch.spare_zones);
             *zones_stale = false;
         }
         let pod_scope = [Unit {
@@ -1072,6 +1088,7 @@ fn place_one<'n>(
             Scope::Pod => &mut pod_scope.into_iter(),
             Scope::Container => &mut { containers },
         };
+        let taken = &mut scratch.taken;
         taken.clear();
         for unit in units {
             let admitted = admit_unit(
@@ -1127,7 +1144,7 @@ pub fn fit_node(
         trace,
         Detail::ALL,
         NodeState::of(node),
-        &mut Vec::new(),
+        &mut Scratch::default(),
     )
     .into_node_fit(node)
 }
@@ -1155,7 +1172,7 @@ impl Fitted<'_> {
     }
 }
 
-/// [`fit_node`] on `state` (refilled from `node`, its buffers reused) with `taken` as
+/// [`fit_node`] on `state` (refilled from `node`, its buffers reused) with `scratch` as
 /// working space, reporting only what `detail` asks for.
 #[allow(clippy::too_many_arguments)]
 fn fit_node_with<'n>(
@@ -1168,7 +1185,7 @@ fn fit_node_with<'n>(
     trace: bool,
     detail: Detail,
     mut state: NodeState,
-    taken: &mut Vec<(usize, usize, i64)>,
+    scratch: &mut Scratch,
 ) -> Fitted<'n> {
     // Most nodes of a busy cluster lack room for even one copy: when nobody reads why nor
     // the node's state, say so before copying anything.
@@ -1188,11 +1205,11 @@ fn fit_node_with<'n>(
             };
         }
     }
-    state.refill_free(node);
+    state.refill_free(node, &mut scratch.spare_zones);
     let mut zones_stale = false;
     if let Some(numa) = &node.numa {
         if detail.state_if_none {
-            state.refill_zones(numa);
+            state.refill_zones(numa, &mut scratch.spare_zones);
         } else {
             zones_stale = true;
         }
@@ -1235,7 +1252,7 @@ fn fit_node_with<'n>(
             node,
             &mut out.state,
             &mut zones_stale,
-            taken,
+            scratch,
             pod,
             shape,
             pods_id,
@@ -1267,7 +1284,7 @@ pub struct NodeJudge<'a> {
     pods_id: Option<usize>,
     resources: Vec<usize>,
     state: NodeState,
-    taken: Vec<(usize, usize, i64)>,
+    scratch: Scratch,
 }
 
 impl<'a> NodeJudge<'a> {
@@ -1289,7 +1306,7 @@ impl<'a> NodeJudge<'a> {
                 free: Vec::new(),
                 zones: Vec::new(),
             },
-            taken: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -1316,7 +1333,7 @@ impl<'a> NodeJudge<'a> {
             false,
             detail,
             state,
-            &mut self.taken,
+            &mut self.scratch,
         )
     }
 
@@ -1496,7 +1513,7 @@ pub fn fit_cluster(
         free: Vec::new(),
         zones: Vec::new(),
     };
-    let mut taken = Vec::new();
+    let mut scratch = Scratch::default();
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
@@ -1523,7 +1540,7 @@ pub fn fit_cluster(
             false,
             detail,
             state,
-            &mut taken,
+            &mut scratch,
         );
         if fit.count > 0 {
             out.fitted += fit.count;
