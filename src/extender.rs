@@ -11,6 +11,7 @@ use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::{
     fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
+    Refusal,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -161,6 +162,10 @@ fn judge_resolved<S: AsRef<str> + Sync>(
             strategy,
         );
         let mut reasons = Reasons::default();
+        // Each distinct refusal is spelled out once, on the first node refused for it. Most
+        // nodes are looked up here, so with a fast hash (SipHash took a tenth of the filter).
+        let mut refusals: HashMap<Refusal<'_>, u32, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut done = Vec::new();
         loop {
             let block = next.fetch_add(1, Ordering::Relaxed);
@@ -181,8 +186,20 @@ fn judge_resolved<S: AsRef<str> + Sync>(
                         config, now,
                     ) {
                         Ok(score) => Slot::Fits(score),
-                        Err((reason, unresolvable)) => {
+                        Err(Refused::Text(reason, unresolvable)) => {
                             Slot::Fails(reasons.id(reason, unresolvable))
+                        }
+                        Err(Refused::Node(refusal, node)) => {
+                            Slot::Fails(match refusals.get(&refusal) {
+                                Some(id) => *id,
+                                None => {
+                                    let misfit = refusal.misfit(node);
+                                    let id =
+                                        reasons.id(misfit.on_the_node(), misfit.unresolvable());
+                                    refusals.insert(refusal, id);
+                                    id
+                                }
+                            })
                         }
                     }
                 })
@@ -317,31 +334,76 @@ fn resolve<S: AsRef<str>>(
         .collect()
 }
 
-/// The last NodeNames list the filter resolved, as its raw JSON text: kube-scheduler sends
-/// the same candidates for pod after pod, and looking up thousands of names in the
-/// inventory's index costs a cache miss or more each.
-struct Resolved {
-    /// The snapshot the targets point into (held weakly: compared by address only).
-    inventory: std::sync::Weak<Inventory>,
+/// The last NodeNames list the filter read, as its raw JSON text: kube-scheduler sends the
+/// same candidates for pod after pod, and reading thousands of names (a tenth of a filter)
+/// and looking them up in the inventory's index (a cache miss or more each) need not be done
+/// again for it.
+struct NameList {
     raw: Box<str>,
+    /// Each name of the list, in order.
+    names: Vec<Spelled>,
+    resolved: Mutex<Option<Resolved>>,
+}
+
+/// What each name of a [`NameList`] stands for in one inventory snapshot.
+struct Resolved {
+    /// The snapshot (held weakly: compared by address only).
+    inventory: std::sync::Weak<Inventory>,
     targets: Arc<[Target]>,
+}
+
+/// A name of a [`NameList`]: where it lies in the raw text, or its text when it was written
+/// with escapes.
+enum Spelled {
+    At(std::ops::Range<usize>),
+    Escaped(Box<str>),
+}
+
+impl Spelled {
+    /// `name`, as parsed from `raw`.
+    fn of(name: &Name<'_>, raw: &str) -> Self {
+        if let Cow::Borrowed(text) = name.0 {
+            // A borrowed name is a slice of `raw`: its offset is the distance between them.
+            let start = (text.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
+            let at = start..start.wrapping_add(text.len());
+            if raw.get(at.clone()) == Some(text) {
+                return Spelled::At(at);
+            }
+        }
+        Spelled::Escaped(name.0.as_ref().into())
+    }
+
+    /// The name in `raw`, a text equal to the one it was read from.
+    fn name<'b>(&self, raw: &'b str) -> Name<'b> {
+        match self {
+            Spelled::At(at) => Name(Cow::Borrowed(raw.get(at.clone()).unwrap_or_default())),
+            Spelled::Escaped(text) => Name(Cow::Owned(text.to_string())),
+        }
+    }
+}
+
+/// Why a candidate is refused: its reason text and whether it is unresolvable, or the
+/// refusal of a real node, whose text is written once per distinct refusal.
+enum Refused<'n> {
+    Text(String, bool),
+    Node(Refusal<'n>, &'n Node),
 }
 
 /// One candidate: a virtual node judged as its whole cluster, else a real node.
 #[allow(clippy::too_many_arguments)]
-fn judge_candidate(
+fn judge_candidate<'n>(
     inventory: &Inventory,
     inflight: &InFlight,
     shape: &PodShape,
     bound: &BoundPod,
     gang: &Result<usize, String>,
-    nodes: &mut NodeJudge<'_>,
+    nodes: &mut NodeJudge<'n>,
     name: &str,
-    candidate: Candidate<'_>,
+    candidate: Candidate<'n>,
     config: &ExtenderConfig,
     now: Instant,
-) -> Result<i64, (String, bool)> {
-    let fails = |m: Misfit| Err((m.to_string(), m.unresolvable()));
+) -> Result<i64, Refused<'n>> {
+    let fails = |m: Misfit| Err(Refused::Text(m.to_string(), m.unresolvable()));
     let (cluster, node) = match candidate {
         Candidate::Cluster(cluster) => {
             let n = match gang {
@@ -369,9 +431,13 @@ fn judge_candidate(
     if let Some(why) = &cluster.unavailable {
         return fails(Misfit::Unavailable(why.clone()));
     }
-    nodes
-        .judge(&inflight.node(node, now))
-        .map_err(|m| (m.on_the_node(), m.unresolvable()))
+    match inflight.node(node, now) {
+        Cow::Borrowed(node) => nodes.verdict(node).map_err(|r| Refused::Node(r, node)),
+        // Reservations held on it: judged on a copy, which the refusal cannot borrow from.
+        Cow::Owned(node) => nodes
+            .judge(&node)
+            .map_err(|m| Refused::Text(m.on_the_node(), m.unresolvable())),
+    }
 }
 
 /// The extender's state, shared by its handlers.
@@ -384,7 +450,7 @@ pub struct Extender {
     memo: moka::sync::Cache<(String, String), Arc<Memo>>,
     /// The last analysis of each pod by uid, for bind (which carries no resourceVersion).
     by_uid: moka::sync::Cache<String, Arc<PodShape>>,
-    resolved: Mutex<Option<Arc<Resolved>>>,
+    node_names: Mutex<Option<Arc<NameList>>>,
     client: Option<kube::Client>,
 }
 
@@ -495,12 +561,14 @@ impl<'b> Candidates<'b> {
     }
 }
 
+fn read_node_names(raw: &str) -> Result<Vec<Name<'_>>, ExtenderError> {
+    serde_json::from_str(raw)
+        .map_err(|e| ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}")))
+}
+
 fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
     if let Some(raw) = field(f, "nodenames") {
-        let names: Vec<Name<'b>> = serde_json::from_str(raw.get()).map_err(|e| {
-            ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}"))
-        })?;
-        return Ok(Candidates::Names(names));
+        return Ok(Candidates::Names(read_node_names(raw.get())?));
     }
     if let Some(raw) = field(f, "nodes") {
         let list: BTreeMap<String, &'b RawValue> = serde_json::from_str(raw.get())
@@ -636,7 +704,7 @@ impl Extender {
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(300))
                 .build(),
-            resolved: Mutex::new(None),
+            node_names: Mutex::new(None),
             client,
         }
     }
@@ -679,42 +747,68 @@ impl Extender {
         judge(&inventory, &inflight, shape, names, &self.config, now)
     }
 
-    /// What each name of a NodeNames list stands for in `inventory`: the last list's answer
-    /// when the list is the same, byte for byte, in the same snapshot.
-    fn targets(&self, inventory: &Arc<Inventory>, raw: &str, names: &[Name<'_>]) -> Arc<[Target]> {
+    /// The names of a NodeNames list (its raw JSON text), read again only when the list is
+    /// not the last one, byte for byte.
+    fn node_names<'b>(
+        &self,
+        raw: &'b str,
+    ) -> Result<(Vec<Name<'b>>, Arc<NameList>), ExtenderError> {
         let last = self
-            .resolved
+            .node_names
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some(last) = last {
-            if std::ptr::eq(last.inventory.as_ptr(), Arc::as_ptr(inventory)) && *last.raw == *raw {
+        if let Some(last) = last.filter(|last| *last.raw == *raw) {
+            let names = last.names.iter().map(|n| n.name(raw)).collect();
+            return Ok((names, last));
+        }
+        let names = read_node_names(raw)?;
+        let list = Arc::new(NameList {
+            raw: raw.into(),
+            names: names.iter().map(|n| Spelled::of(n, raw)).collect(),
+            resolved: Mutex::new(None),
+        });
+        *self.node_names.lock().unwrap_or_else(|p| p.into_inner()) = Some(list.clone());
+        Ok((names, list))
+    }
+
+    /// What each name of `list` (`names`) stands for in `inventory`: the last answer when it
+    /// was for this very snapshot.
+    fn targets(
+        &self,
+        inventory: &Arc<Inventory>,
+        list: &NameList,
+        names: &[Name<'_>],
+    ) -> Arc<[Target]> {
+        let mut resolved = list.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(last) = &*resolved {
+            if std::ptr::eq(last.inventory.as_ptr(), Arc::as_ptr(inventory)) {
                 return last.targets.clone();
             }
         }
         let targets: Arc<[Target]> = resolve(inventory, names, &self.config).into();
-        *self.resolved.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Resolved {
+        *resolved = Some(Resolved {
             inventory: Arc::downgrade(inventory),
-            raw: raw.into(),
             targets: targets.clone(),
-        }));
+        });
         targets
     }
 
     /// `POST /scheduler/filter`: the reply body.
     pub fn filter(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
         let f = fields(body)?;
-        let candidates = candidates(&f)?;
+        let (candidates, list) = match field(&f, "nodenames") {
+            Some(raw) => {
+                let (names, list) = self.node_names(raw.get())?;
+                (Candidates::Names(names), Some(list))
+            }
+            None => (candidates(&f)?, None),
+        };
         let names = candidates.names();
         let (judged, memo) = match self.pod(&f) {
             Ok(memo) => {
                 let inventory = self.store.snapshot();
-                let targets = match (&candidates, field(&f, "nodenames")) {
-                    (Candidates::Names(_), Some(raw)) => {
-                        Some(self.targets(&inventory, raw.get(), names))
-                    }
-                    _ => None,
-                };
+                let targets = list.map(|list| self.targets(&inventory, &list, names));
                 let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
                 let judged = judge_resolved(
                     &inventory,
@@ -1115,6 +1209,44 @@ mod tests {
         assert_eq!(
             passed(&filter(&["a", "b", "c", "x"], 5)),
             serde_json::json!(["a", "x"])
+        );
+    }
+
+    /// A NodeNames list sent again, names written with escapes included, is answered as a
+    /// fresh extender answers it the first time.
+    #[test]
+    fn a_repeated_name_list_reads_its_names_as_the_first_time() {
+        let yaml = "clusters:\n  - name: eu-1\n    nodes:\n      - name: caf\u{e9}\n        allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}\n      - name: small\n        allocatable: {cpu: \"1\", memory: 32Gi, pods: \"110\"}\n";
+        let body = |uid: &str| {
+            format!(
+                r#"{{"Pod":{{"metadata":{{"name":"p","namespace":"d","uid":"{uid}","resourceVersion":"1"}},"spec":{{"containers":[{{"name":"c","resources":{{"requests":{{"cpu":"2"}}}}}}]}}}},"NodeNames":["caf\u00e9","small","caf\u00e9","a\"quoted\"","plain","switchyard-eu-1"]}}"#
+            )
+        };
+        let extender = || {
+            Extender::new(
+                Arc::new(InventoryStore::new(parse_yaml(yaml).unwrap())),
+                ExtenderConfig::default(),
+                None,
+            )
+        };
+        let again = extender();
+        let first = again.filter(body("u1").as_bytes(), Instant::now()).unwrap();
+        let second = again.filter(body("u2").as_bytes(), Instant::now()).unwrap();
+        let fresh = extender()
+            .filter(body("u2").as_bytes(), Instant::now())
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(second).unwrap(),
+            String::from_utf8(fresh).unwrap()
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&first).unwrap();
+        assert_eq!(
+            reply["NodeNames"],
+            serde_json::json!(["caf\u{e9}", "caf\u{e9}", "switchyard-eu-1"])
+        );
+        assert!(
+            reply["FailedAndUnresolvableNodes"]["a\"quoted\""].is_string(),
+            "{reply}"
         );
     }
 

@@ -12,7 +12,7 @@ mod tests;
 
 pub use fit::{
     fit_cluster, fit_clusters, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge,
-    NodeState, UnitTrace,
+    NodeState, Refusal, UnitTrace,
 };
 pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
 pub use score::Strategy;

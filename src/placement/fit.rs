@@ -262,6 +262,146 @@ impl Misfit {
     }
 }
 
+/// Why one node refuses the pod, in parts borrowed from the node and the pod: made for each
+/// of the thousands of nodes a filter refuses, so it writes no text and (but for a topology
+/// rejection) allocates nothing. Nodes refused for the same reason give equal refusals, so a
+/// caller can spell out each distinct one once; [`Refusal::misfit`] is the misfit it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Refusal<'n> {
+    /// Stands in for a misfit the caller has said it will not read (see [`Detail`]).
+    Quiet,
+    UnknownResource(&'n str),
+    /// The node as a whole lacks the room.
+    Insufficient(Shortfall<'n>),
+    Taint {
+        key: &'n str,
+        value: Option<&'n str>,
+        effect: &'n str,
+    },
+    NodeSelector {
+        key: &'n str,
+        value: &'n str,
+    },
+    NodeAffinity,
+    /// The pod's required node affinity cannot be evaluated (its text).
+    BadAffinity(String),
+    NoNumaData,
+    Topology {
+        policy: Policy,
+        /// `None`: the whole pod (pod scope).
+        unit: Option<(ContainerKind, &'n str)>,
+        why: TopologyRefusal<'n>,
+        unresolvable: bool,
+    },
+}
+
+/// A resource asked for (`need`) against the room for it (`free` of `allocatable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shortfall<'n> {
+    pub resource: &'n str,
+    pub need: i64,
+    pub free: i64,
+    pub allocatable: i64,
+}
+
+/// Why a node's Topology Manager refuses a unit; the room is the largest NUMA zone's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TopologyRefusal<'n> {
+    /// The merge rejects the unit: the aligned resources it cannot place narrowly enough.
+    Rejected(Vec<Shortfall<'n>>),
+    /// The merge rejects the unit although each of its aligned resources (named) could be
+    /// placed narrowly enough on its own.
+    Conflict(Vec<&'n str>),
+    /// Admitted, but its zones together lack the resource.
+    ZonesShort(Shortfall<'n>),
+}
+
+impl Refusal<'_> {
+    /// The misfit this refusal of `node` stands for.
+    pub fn misfit(&self, node: &Node) -> Misfit {
+        let on_node = || node.name.clone();
+        match self {
+            Refusal::Quiet => QUIET,
+            Refusal::UnknownResource(resource) => Misfit::UnknownResource {
+                resource: resource.to_string(),
+            },
+            Refusal::Insufficient(s) => Misfit::Insufficient {
+                resource: s.resource.to_string(),
+                need: s.need,
+                free: s.free,
+                allocatable: s.allocatable,
+                scope: format!("node {}", node.name),
+            },
+            Refusal::Taint { key, value, effect } => Misfit::Taint {
+                node: on_node(),
+                taint: match value {
+                    Some(value) => format!("{key}={value}:{effect}"),
+                    None => format!("{key}:{effect}"),
+                },
+            },
+            Refusal::NodeSelector { key, value } => Misfit::Selector {
+                node: on_node(),
+                detail: format!("does not have label {key}={value} (nodeSelector)"),
+            },
+            Refusal::NodeAffinity => Misfit::Selector {
+                node: on_node(),
+                detail: "does not match the pod's required node affinity".into(),
+            },
+            Refusal::BadAffinity(e) => Misfit::BadPod(format!("required node affinity: {e}")),
+            Refusal::NoNumaData => Misfit::NoNumaData { node: on_node() },
+            Refusal::Topology {
+                policy,
+                unit,
+                why,
+                unresolvable,
+            } => Misfit::Topology {
+                node: on_node(),
+                policy: *policy,
+                unit: unit_name(*unit),
+                detail: why.detail(*policy),
+                unresolvable: *unresolvable,
+            },
+        }
+    }
+}
+
+impl TopologyRefusal<'_> {
+    fn detail(&self, policy: Policy) -> String {
+        match self {
+            TopologyRefusal::Rejected(shortfalls) => {
+                let where_ = if policy == Policy::SingleNumaNode {
+                    "on one NUMA node"
+                } else {
+                    "within its preferred NUMA zones"
+                };
+                let details: Vec<String> = shortfalls
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "needs {} {} {where_} under {policy}; the largest NUMA zone has {} free of {} allocatable",
+                            Amount(s.resource, s.need),
+                            s.resource,
+                            Amount(s.resource, s.free),
+                            Amount(s.resource, s.allocatable)
+                        )
+                    })
+                    .collect();
+                details.join("; ")
+            }
+            TopologyRefusal::Conflict(resources) => format!(
+                "{} cannot be aligned on a common NUMA zone set with a preferred hint under {policy}",
+                resources.join(", ")
+            ),
+            TopologyRefusal::ZonesShort(s) => format!(
+                "not enough free {} in its NUMA zones (largest zone: {} free of {})",
+                s.resource,
+                Amount(s.resource, s.free),
+                Amount(s.resource, s.allocatable)
+            ),
+        }
+    }
+}
+
 /// A node's free amounts during a simulation: node level, and per NUMA zone.
 #[derive(Debug, Clone)]
 pub struct NodeState {
@@ -282,28 +422,44 @@ impl NodeState {
     }
 
     /// Becomes `NodeState::of(node)`, but for the zones of a NUMA-aware node, which
-    /// [`NodeState::refill_zones`] adds; buffers are reused.
-    fn refill_free(&mut self, node: &Node) {
+    /// [`NodeState::refill_zones`] adds; buffers are reused, those of zones the node lacks
+    /// kept in `spare`.
+    fn refill_free(&mut self, node: &Node, spare: &mut Vec<Vec<i64>>) {
         self.free.clear();
         self.free
             .extend((0..node.allocatable.len()).map(|r| node.free(r)));
         if node.numa.is_none() {
-            self.zones.clear();
+            spare.append(&mut self.zones);
         }
     }
 
-    fn refill_zones(&mut self, numa: &NumaTopology) {
-        self.zones.truncate(numa.zones.len());
+    fn refill_zones(&mut self, numa: &NumaTopology, spare: &mut Vec<Vec<i64>>) {
+        // Nodes of a cluster have different zone counts: buffers move to and from `spare`
+        // rather than being freed and allocated again.
+        if self.zones.len() > numa.zones.len() {
+            spare.extend(self.zones.drain(numa.zones.len()..));
+        }
         for (i, z) in numa.zones.iter().enumerate() {
-            match self.zones.get_mut(i) {
-                Some(v) => {
-                    v.clear();
-                    v.extend_from_slice(&z.available);
+            let v = match self.zones.get_mut(i) {
+                Some(v) => v,
+                None => {
+                    self.zones.push(spare.pop().unwrap_or_default());
+                    &mut self.zones[i]
                 }
-                None => self.zones.push(z.available.clone()),
-            }
+            };
+            v.clear();
+            v.extend_from_slice(&z.available);
         }
     }
+}
+
+/// Working space of a fit, reused from node to node.
+#[derive(Default)]
+struct Scratch {
+    /// What the units admitted so far took: (zone index, resource, amount).
+    taken: Vec<(usize, usize, i64)>,
+    /// Zone buffers of a [`NodeState`] that had more zones than the node at hand.
+    spare_zones: Vec<Vec<i64>>,
 }
 
 /// How one unit (a container, or the whole pod under the pod scope) was judged.
@@ -389,6 +545,11 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
 
 /// Taints, nodeSelector and required node affinity: the checks preemption cannot change.
 pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
+    node_refusal(shape, node).map_err(|r| r.misfit(node))
+}
+
+/// [`node_accepts`], refusing in borrowed parts.
+fn node_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'n>> {
     for taint in &node.taints {
         if taint.effect == "PreferNoSchedule" {
             continue;
@@ -398,27 +559,16 @@ pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
             .iter()
             .any(|t| toleration_matches(t, taint))
         {
-            return Err(Misfit::Taint {
-                node: node.name.clone(),
-                taint: format!(
-                    "{}{}:{}",
-                    taint.key,
-                    taint
-                        .value
-                        .as_deref()
-                        .map(|v| format!("={v}"))
-                        .unwrap_or_default(),
-                    taint.effect
-                ),
+            return Err(Refusal::Taint {
+                key: &taint.key,
+                value: taint.value.as_deref(),
+                effect: &taint.effect,
             });
         }
     }
     for (k, v) in &shape.node_selector {
         if node.labels.get(k) != Some(v.as_str()) {
-            return Err(Misfit::Selector {
-                node: node.name.clone(),
-                detail: format!("does not have label {k}={v} (nodeSelector)"),
-            });
+            return Err(Refusal::NodeSelector { key: k, value: v });
         }
     }
     if let Some(terms) = &shape.required_terms {
@@ -430,14 +580,11 @@ pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
                     break;
                 }
                 Ok(false) => {}
-                Err(e) => return Err(Misfit::BadPod(format!("required node affinity: {e}"))),
+                Err(e) => return Err(Refusal::BadAffinity(e)),
             }
         }
         if !any {
-            return Err(Misfit::Selector {
-                node: node.name.clone(),
-                detail: "does not match the pod's required node affinity".into(),
-            });
+            return Err(Refusal::NodeAffinity);
         }
     }
     Ok(())
@@ -525,20 +672,18 @@ struct Unit<'a> {
     holds: bool,
 }
 
-impl Unit<'_> {
-    /// Spelled out only for traces and misfits.
-    fn name(&self) -> String {
-        match self.container {
-            None => "the pod (pod scope)".into(),
-            Some((ContainerKind::Init, name)) => format!("init container {name}"),
-            Some((ContainerKind::Sidecar, name)) => format!("sidecar {name}"),
-            Some((ContainerKind::App, name)) => format!("container {name}"),
-        }
+/// A unit spelled out, only for traces and misfits.
+fn unit_name(container: Option<(ContainerKind, &str)>) -> String {
+    match container {
+        None => "the pod (pod scope)".into(),
+        Some((ContainerKind::Init, name)) => format!("init container {name}"),
+        Some((ContainerKind::Sidecar, name)) => format!("sidecar {name}"),
+        Some((ContainerKind::App, name)) => format!("container {name}"),
     }
 }
 
-/// Stands in for a misfit the caller has said it will not read (see [`Detail`]): building
-/// the text of every rejection costs more than judging the node.
+/// What [`Refusal::Quiet`] stands for: building the text of every rejection costs more than
+/// judging the node.
 const QUIET: Misfit = Misfit::BadPod(String::new());
 
 /// What of a verdict a caller reads.
@@ -709,16 +854,15 @@ fn largest_zone(numa: &NumaTopology, zones: &[Vec<i64>], rid: usize) -> (i64, i6
 /// the zones, noting each amount taken in `taken` (zone index, resource, amount). Returns the
 /// NUMA ids used.
 #[allow(clippy::too_many_arguments)]
-fn admit_unit(
-    node: &Node,
+fn admit_unit<'n>(
     numa: &NumaTopology,
     zones: &mut [Vec<i64>],
     taken: &mut Vec<(usize, usize, i64)>,
-    unit: &Unit<'_>,
+    unit: &Unit<'n>,
     guaranteed: bool,
     traces: Option<&mut Vec<UnitTrace>>,
     how: How,
-) -> Result<NumaMask, Misfit> {
+) -> Result<NumaMask, Refusal<'n>> {
     let quiet = how.quiet;
     // A pod asks for a few resources: kept in place unless there are more than 8.
     let mut few = [(0usize, "", 0i64); 8];
@@ -782,7 +926,7 @@ fn admit_unit(
             let result = merge_resources(numa.policy, &numa.options, &numa.info, &lists);
             if let Some(t) = traces {
                 t.push(UnitTrace {
-                    unit: unit.name(),
+                    unit: unit_name(unit.container),
                     hints: managed
                         .iter()
                         .zip(hints)
@@ -797,48 +941,35 @@ fn admit_unit(
     };
     if !result.admit {
         if quiet {
-            return Err(QUIET);
+            return Err(Refusal::Quiet);
         }
         // Name the resources that cannot be placed narrowly enough on their own; when each
         // could, the conflict is between them.
-        let mut details = Vec::new();
         let mut unresolvable = false;
-        for (rid, name, q) in managed {
-            let (free, alloc) = largest_zone(numa, zones, *rid);
-            if numa.policy == Policy::SingleNumaNode && *q > alloc {
+        let mut shortfalls = Vec::new();
+        for &(rid, resource, need) in managed {
+            let (free, allocatable) = largest_zone(numa, zones, rid);
+            if numa.policy == Policy::SingleNumaNode && need > allocatable {
                 unresolvable = true;
             }
-            if *q > free {
-                let where_ = if numa.policy == Policy::SingleNumaNode {
-                    "on one NUMA node"
-                } else {
-                    "within its preferred NUMA zones"
-                };
-                details.push(format!(
-                    "needs {} {name} {where_} under {}; the largest NUMA zone has {} free of {} allocatable",
-                    Amount(name, *q),
-                    numa.policy,
-                    Amount(name, free),
-                    Amount(name, alloc)
-                ));
+            if need > free {
+                shortfalls.push(Shortfall {
+                    resource,
+                    need,
+                    free,
+                    allocatable,
+                });
             }
         }
-        if details.is_empty() {
-            details.push(format!(
-                "{} cannot be aligned on a common NUMA zone set with a preferred hint under {}",
-                managed
-                    .iter()
-                    .map(|(_, n, _)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                numa.policy
-            ));
-        }
-        return Err(Misfit::Topology {
-            node: node.name.clone(),
+        let why = if shortfalls.is_empty() {
+            TopologyRefusal::Conflict(managed.iter().map(|(_, name, _)| *name).collect())
+        } else {
+            TopologyRefusal::Rejected(shortfalls)
+        };
+        return Err(Refusal::Topology {
             policy: numa.policy,
-            unit: unit.name(),
-            detail: details.join("; "),
+            unit: unit.container,
+            why,
             unresolvable,
         });
     }
@@ -871,18 +1002,18 @@ fn admit_unit(
         }
         if left > 0 {
             if quiet {
-                return Err(QUIET);
+                return Err(Refusal::Quiet);
             }
-            let (free, alloc) = largest_zone(numa, zones, *rid);
-            return Err(Misfit::Topology {
-                node: node.name.clone(),
+            let (free, allocatable) = largest_zone(numa, zones, *rid);
+            return Err(Refusal::Topology {
                 policy: numa.policy,
-                unit: unit.name(),
-                detail: format!(
-                    "not enough free {name} in its NUMA zones (largest zone: {} free of {})",
-                    Amount(name, free),
-                    Amount(name, alloc)
-                ),
+                unit: unit.container,
+                why: TopologyRefusal::ZonesShort(Shortfall {
+                    resource: name,
+                    need: *q,
+                    free,
+                    allocatable,
+                }),
                 unresolvable: false,
             });
         }
@@ -891,60 +1022,56 @@ fn admit_unit(
 }
 
 /// Places one copy of the pod on `state`, taking what it uses; on failure `state` is left as
-/// it was. `taken` is working space. With `zones_stale`, the state's zones are read from the
-/// node first if they are needed.
+/// it was. With `zones_stale`, the state's zones are read from the node first if they are
+/// needed.
 #[allow(clippy::too_many_arguments)]
-fn place_one(
+fn place_one<'n>(
     node: &Node,
     state: &mut NodeState,
     zones_stale: &mut bool,
-    taken: &mut Vec<(usize, usize, i64)>,
-    pod: &BoundPod,
+    scratch: &mut Scratch,
+    pod: &'n BoundPod,
     shape: &PodShape,
     pods_id: Option<usize>,
     mut traces: Option<&mut Vec<UnitTrace>>,
     how: How,
-) -> Result<NumaMask, Misfit> {
+) -> Result<NumaMask, Refusal<'n>> {
     let quiet = how.quiet;
     for (rid, name, q) in &pod.node_request {
         let Some(rid) = *rid else {
-            return Err(Misfit::UnknownResource {
-                resource: name.clone(),
-            });
+            return Err(Refusal::UnknownResource(name));
         };
         let allocatable = node.allocatable.get(rid).copied().unwrap_or(0);
         let free = state.free.get(rid).copied().unwrap_or(0);
         if *q > free {
             if quiet {
-                return Err(QUIET);
+                return Err(Refusal::Quiet);
             }
-            return Err(Misfit::Insufficient {
-                resource: name.clone(),
+            return Err(Refusal::Insufficient(Shortfall {
+                resource: name,
                 need: *q,
                 free,
                 allocatable,
-                scope: format!("node {}", node.name),
-            });
+            }));
         }
     }
     if let Some(p) = pods_id {
         if node.allocatable.get(p).copied().unwrap_or(0) > 0 && state.free[p] < 1000 {
             if quiet {
-                return Err(QUIET);
+                return Err(Refusal::Quiet);
             }
-            return Err(Misfit::Insufficient {
-                resource: "pods".into(),
+            return Err(Refusal::Insufficient(Shortfall {
+                resource: "pods",
                 need: 1000,
                 free: state.free[p],
                 allocatable: node.allocatable[p],
-                scope: format!("node {}", node.name),
-            });
+            }));
         }
     }
     let mut used = NumaMask::EMPTY;
     if let Some(numa) = &node.numa {
         if *zones_stale {
-            state.refill_zones(numa);
+            state.refill_zones(numa, &mut scratch.spare_zones);
             *zones_stale = false;
         }
         let pod_scope = [Unit {
@@ -961,10 +1088,10 @@ fn place_one(
             Scope::Pod => &mut pod_scope.into_iter(),
             Scope::Container => &mut { containers },
         };
+        let taken = &mut scratch.taken;
         taken.clear();
         for unit in units {
             let admitted = admit_unit(
-                node,
                 numa,
                 &mut state.zones,
                 taken,
@@ -1017,25 +1144,49 @@ pub fn fit_node(
         trace,
         Detail::ALL,
         NodeState::of(node),
-        &mut Vec::new(),
+        &mut Scratch::default(),
     )
+    .into_node_fit(node)
 }
 
-/// [`fit_node`] on `state` (refilled from `node`, its buffers reused) with `taken` as
+/// A [`NodeFit`] whose misfit is still a [`Refusal`].
+struct Fitted<'n> {
+    count: usize,
+    refusal: Option<Refusal<'n>>,
+    zones_used: NumaMask,
+    state: NodeState,
+    notes: Vec<String>,
+    traces: Vec<UnitTrace>,
+}
+
+impl Fitted<'_> {
+    fn into_node_fit(self, node: &Node) -> NodeFit {
+        NodeFit {
+            count: self.count,
+            misfit: self.refusal.map(|r| r.misfit(node)),
+            zones_used: self.zones_used,
+            state: self.state,
+            notes: self.notes,
+            traces: self.traces,
+        }
+    }
+}
+
+/// [`fit_node`] on `state` (refilled from `node`, its buffers reused) with `scratch` as
 /// working space, reporting only what `detail` asks for.
 #[allow(clippy::too_many_arguments)]
-fn fit_node_with(
-    node: &Node,
-    shape: &PodShape,
-    pod: &BoundPod,
+fn fit_node_with<'n>(
+    node: &'n Node,
+    shape: &'n PodShape,
+    pod: &'n BoundPod,
     pods_id: Option<usize>,
     want: usize,
     config: &EngineConfig,
     trace: bool,
     detail: Detail,
     mut state: NodeState,
-    taken: &mut Vec<(usize, usize, i64)>,
-) -> NodeFit {
+    scratch: &mut Scratch,
+) -> Fitted<'n> {
     // Most nodes of a busy cluster lack room for even one copy: when nobody reads why nor
     // the node's state, say so before copying anything.
     if !detail.misfit_if_none && !detail.state_if_none && !trace {
@@ -1044,9 +1195,9 @@ fn fit_node_with(
             .iter()
             .any(|(rid, _, q)| rid.is_some_and(|r| node.free(r) < *q));
         if short {
-            return NodeFit {
+            return Fitted {
                 count: 0,
-                misfit: Some(QUIET),
+                refusal: Some(Refusal::Quiet),
                 zones_used: NumaMask::EMPTY,
                 state,
                 notes: Vec::new(),
@@ -1054,32 +1205,30 @@ fn fit_node_with(
             };
         }
     }
-    state.refill_free(node);
+    state.refill_free(node, &mut scratch.spare_zones);
     let mut zones_stale = false;
     if let Some(numa) = &node.numa {
         if detail.state_if_none {
-            state.refill_zones(numa);
+            state.refill_zones(numa, &mut scratch.spare_zones);
         } else {
             zones_stale = true;
         }
     }
-    let mut out = NodeFit {
+    let mut out = Fitted {
         count: 0,
-        misfit: None,
+        refusal: None,
         zones_used: NumaMask::EMPTY,
         state,
         notes: Vec::new(),
         traces: Vec::new(),
     };
-    if let Err(m) = node_accepts(shape, node) {
-        out.misfit = Some(m);
+    if let Err(r) = node_refusal(shape, node) {
+        out.refusal = Some(r);
         return out;
     }
     if node.numa.is_none() {
         if config.numa_unknown == NumaUnknown::Deny {
-            out.misfit = Some(Misfit::NoNumaData {
-                node: node.name.clone(),
-            });
+            out.refusal = Some(Refusal::NoNumaData);
             return out;
         }
         if detail.notes {
@@ -1103,7 +1252,7 @@ fn fit_node_with(
             node,
             &mut out.state,
             &mut zones_stale,
-            taken,
+            scratch,
             pod,
             shape,
             pods_id,
@@ -1114,8 +1263,8 @@ fn fit_node_with(
                 out.count += 1;
                 out.zones_used = out.zones_used | m;
             }
-            Err(m) => {
-                out.misfit = Some(m);
+            Err(r) => {
+                out.refusal = Some(r);
                 break;
             }
         }
@@ -1135,7 +1284,7 @@ pub struct NodeJudge<'a> {
     pods_id: Option<usize>,
     resources: Vec<usize>,
     state: NodeState,
-    taken: Vec<(usize, usize, i64)>,
+    scratch: Scratch,
 }
 
 impl<'a> NodeJudge<'a> {
@@ -1157,13 +1306,16 @@ impl<'a> NodeJudge<'a> {
                 free: Vec::new(),
                 zones: Vec::new(),
             },
-            taken: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 
     /// [`fit_node_with`] on `node` with this judge's buffers; the caller hands `fit.state`
     /// back to `self.state` once it has read it.
-    fn run(&mut self, node: &Node, want: usize, detail: Detail) -> NodeFit {
+    fn run<'n>(&mut self, node: &'n Node, want: usize, detail: Detail) -> Fitted<'n>
+    where
+        'a: 'n,
+    {
         let state = std::mem::replace(
             &mut self.state,
             NodeState {
@@ -1181,12 +1333,20 @@ impl<'a> NodeJudge<'a> {
             false,
             detail,
             state,
-            &mut self.taken,
+            &mut self.scratch,
         )
     }
 
     /// The node's score (0–10) when one copy of the pod fits on it, else why not.
     pub fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
+        self.verdict(node).map_err(|r| r.misfit(node))
+    }
+
+    /// [`NodeJudge::judge`], telling why not as a [`Refusal`].
+    pub fn verdict<'n>(&mut self, node: &'n Node) -> Result<i64, Refusal<'n>>
+    where
+        'a: 'n,
+    {
         let detail = Detail {
             any_zones: self.strategy != Strategy::LeastNumaNodes,
             misfit_if_none: true,
@@ -1195,8 +1355,8 @@ impl<'a> NodeJudge<'a> {
             state_if_none: false,
         };
         let fit = self.run(node, 1, detail);
-        let verdict = match fit.misfit {
-            Some(m) if fit.count == 0 => Err(m),
+        let verdict = match fit.refusal {
+            Some(r) if fit.count == 0 => Err(r),
             _ => Ok(node_score(
                 self.strategy,
                 node,
@@ -1353,7 +1513,7 @@ pub fn fit_cluster(
         free: Vec::new(),
         zones: Vec::new(),
     };
-    let mut taken = Vec::new();
+    let mut scratch = Scratch::default();
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
     // The node-level request, for skipping nodes without room for one pod on the summary's
     // rows alone.
@@ -1399,7 +1559,7 @@ pub fn fit_cluster(
             false,
             detail,
             state,
-            &mut taken,
+            &mut scratch,
         );
         if fit.count > 0 {
             out.fitted += fit.count;
@@ -1409,7 +1569,7 @@ pub fn fit_cluster(
         }
         // The most telling reason: from a node that took part of the gang, else one that
         // preemption could fix, else the first.
-        if let Some(m) = fit.misfit {
+        if let Some(m) = fit.refusal.map(|r| r.misfit(node)) {
             let better = first_misfit
                 .as_ref()
                 .is_none_or(|(p, f)| rank(fit.count > 0, &m) > rank(*p, f));

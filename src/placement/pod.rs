@@ -99,7 +99,7 @@ pub struct Toleration {
     pub effect: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ContainerKind {
     Init,
     /// A restartable init container (`restartPolicy: Always`): runs beside the app containers.
