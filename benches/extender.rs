@@ -351,9 +351,9 @@ fn in_process(
     let (warmup, pods) = p;
     let mut s = Samples::default();
     let inventory = extender.store.snapshot();
-    let inflight = InFlight::new(Duration::from_secs(30));
+    let inflight = Arc::new(InFlight::new(Duration::from_secs(30)));
     let view: PodView = serde_json::from_value(bodies.template["Pod"].clone())?;
-    let shape = PodShape::from_view(&view)?;
+    let shape = Arc::new(PodShape::from_view(&view)?);
     let names: Vec<String> = serde_json::from_value(bodies.template["NodeNames"].clone())?;
     for i in 0..warmup + pods {
         let t = Instant::now();

@@ -9,6 +9,7 @@ pub mod http;
 
 use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
+use crate::placement::parallel::{cores, share_blocks, Blocks};
 use crate::placement::{
     fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
     Refusal,
@@ -17,7 +18,6 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -113,8 +113,7 @@ impl Judged {
     }
 }
 
-/// Below this many candidates a filter runs on the calling thread: a thread costs more than
-/// judging a few hundred nodes.
+/// Below this many candidates a filter runs on the calling thread alone.
 const PARALLEL_MIN: usize = 512;
 
 /// The names a thread takes at a time when a filter is split.
@@ -123,43 +122,89 @@ const BLOCK: usize = 256;
 /// The pure filter: every candidate name judged against one inventory snapshot. Long lists
 /// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
 /// the verdicts come back in the order of `names`.
-pub fn judge<S: AsRef<str> + Sync>(
-    inventory: &Inventory,
-    inflight: &InFlight,
-    shape: &PodShape,
+pub fn judge<S: AsRef<str>>(
+    inventory: &Arc<Inventory>,
+    inflight: &Arc<InFlight>,
+    shape: &Arc<PodShape>,
     names: &[S],
     config: &ExtenderConfig,
     now: Instant,
 ) -> Judged {
-    judge_resolved(inventory, inflight, shape, names, None, config, now)
+    Filtering {
+        inventory: inventory.clone(),
+        inflight: inflight.clone(),
+        shape: shape.clone(),
+        names: Arc::new(NameList::copied(names)),
+        targets: None,
+        config: config.clone(),
+        now,
+    }
+    .judge()
 }
 
-/// [`judge`], with what each name stands for already looked up when `targets` is given
-/// (one per name, resolved in this very snapshot).
-fn judge_resolved<S: AsRef<str> + Sync>(
-    inventory: &Inventory,
-    inflight: &InFlight,
-    shape: &PodShape,
-    names: &[S],
-    targets: Option<&[Target]>,
-    config: &ExtenderConfig,
+/// One filter's inputs, owned, so that the process's helper threads can take part in it.
+struct Filtering {
+    inventory: Arc<Inventory>,
+    inflight: Arc<InFlight>,
+    shape: Arc<PodShape>,
+    names: Arc<NameList>,
+    /// What each name stands for, when already looked up in this very snapshot.
+    targets: Option<Arc<[Target]>>,
+    config: ExtenderConfig,
     now: Instant,
-) -> Judged {
-    let bound = shape.bind(&inventory.resources);
-    let strategy = shape.strategy(config.engine.strategy);
-    let gang = shape.gang_size();
-    // The names are judged in blocks that each thread takes in turn, so that a thread that
-    // gets no core (the machine's other work, or the caller's) leaves its share to the
-    // others instead of holding the reply back.
-    let next = AtomicUsize::new(0);
-    let blocks = names.len().div_ceil(BLOCK);
-    let work = || -> (Reasons, Vec<(usize, Vec<Slot>)>) {
+}
+
+/// What one thread judged: its reason table, and its blocks' verdicts by block.
+type Part = (Reasons, Vec<(usize, Vec<Slot>)>);
+
+impl Filtering {
+    fn judge(self) -> Judged {
+        let count = self.names.len();
+        // The names are judged in blocks that each thread takes in turn, so that a thread
+        // that gets no core (the machine's other work, or the caller's) leaves its share to
+        // the others instead of holding the reply back.
+        let helpers = cores().min(count / PARALLEL_MIN).max(1) - 1;
+        let mut parts = share_blocks(count.div_ceil(BLOCK), helpers, move |blocks| {
+            self.take_blocks(blocks)
+        })
+        .into_iter();
+        let (mut reasons, mut done) = parts.next().unwrap_or_default();
+        for (theirs, their_done) in parts {
+            let ids: Vec<u32> = theirs
+                .texts
+                .into_iter()
+                .map(|(text, unresolvable)| reasons.id(text, unresolvable))
+                .collect();
+            done.extend(their_done.into_iter().map(|(block, slots)| {
+                let slots = slots
+                    .into_iter()
+                    .map(|s| match s {
+                        Slot::Fails(id) => Slot::Fails(ids[id as usize]),
+                        fits => fits,
+                    })
+                    .collect();
+                (block, slots)
+            }));
+        }
+        done.sort_unstable_by_key(|(block, _)| *block);
+        let mut slots = Vec::with_capacity(count);
+        for (_, part) in done {
+            slots.extend(part);
+        }
+        Judged { slots, reasons }
+    }
+
+    /// One thread's share: the blocks of names it takes, judged.
+    fn take_blocks(&self, blocks: &Blocks) -> Part {
+        let (inventory, shape, config) = (&*self.inventory, &*self.shape, &self.config);
+        let bound = shape.bind(&inventory.resources);
+        let gang = shape.gang_size();
         let mut nodes = NodeJudge::new(
             &inventory.resources,
             shape,
             &bound,
             &config.engine,
-            strategy,
+            shape.strategy(config.engine.strategy),
         );
         let mut reasons = Reasons::default();
         // Each distinct refusal is spelled out once, on the first node refused for it. Most
@@ -167,24 +212,29 @@ fn judge_resolved<S: AsRef<str> + Sync>(
         let mut refusals: HashMap<Refusal<'_>, u32, foldhash::fast::RandomState> =
             HashMap::default();
         let mut done = Vec::new();
-        loop {
-            let block = next.fetch_add(1, Ordering::Relaxed);
-            if block >= blocks {
-                break;
-            }
+        while let Some(block) = blocks.take() {
             let start = block * BLOCK;
-            let end = (start + BLOCK).min(names.len());
+            let end = (start + BLOCK).min(self.names.len());
             let slots = (start..end)
                 .map(|i| {
-                    let name = names[i].as_ref();
-                    let candidate = match targets.and_then(|t| t.get(i)) {
+                    let name = self.names.text(i);
+                    let candidate = match self.targets.as_ref().and_then(|t| t.get(i)) {
                         Some(target) => target.get(inventory),
                         None => Candidate::of(inventory, name, config),
                     };
-                    match judge_candidate(
-                        inventory, inflight, shape, &bound, &gang, &mut nodes, name, candidate,
-                        config, now,
-                    ) {
+                    let verdict = judge_candidate(
+                        inventory,
+                        &self.inflight,
+                        shape,
+                        &bound,
+                        &gang,
+                        &mut nodes,
+                        name,
+                        candidate,
+                        config,
+                        self.now,
+                    );
+                    match verdict {
                         Ok(score) => Slot::Fits(score),
                         Err(Refused::Text(reason, unresolvable)) => {
                             Slot::Fails(reasons.id(reason, unresolvable))
@@ -207,46 +257,7 @@ fn judge_resolved<S: AsRef<str> + Sync>(
             done.push((block, slots));
         }
         (reasons, done)
-    };
-    let threads = crate::placement::parallel::cores()
-        .min(names.len() / PARALLEL_MIN)
-        .max(1);
-    let (reasons, mut parts) = if threads == 1 {
-        work()
-    } else {
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-            let (mut reasons, mut parts) = work();
-            for helper in helpers {
-                let (theirs, done) = match helper.join() {
-                    Ok(v) => v,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                };
-                let ids: Vec<u32> = theirs
-                    .texts
-                    .into_iter()
-                    .map(|(text, unresolvable)| reasons.id(text, unresolvable))
-                    .collect();
-                parts.extend(done.into_iter().map(|(block, slots)| {
-                    let slots = slots
-                        .into_iter()
-                        .map(|s| match s {
-                            Slot::Fails(id) => Slot::Fails(ids[id as usize]),
-                            fits => fits,
-                        })
-                        .collect();
-                    (block, slots)
-                }));
-            }
-            (reasons, parts)
-        })
-    };
-    parts.sort_unstable_by_key(|(block, _)| *block);
-    let mut slots = Vec::with_capacity(names.len());
-    for (_, part) in parts {
-        slots.extend(part);
     }
-    Judged { slots, reasons }
 }
 
 /// What a candidate name stands for in an inventory snapshot.
@@ -334,15 +345,50 @@ fn resolve<S: AsRef<str>>(
         .collect()
 }
 
-/// The last NodeNames list the filter read, as its raw JSON text: kube-scheduler sends the
-/// same candidates for pod after pod, and reading thousands of names (a tenth of a filter)
-/// and looking them up in the inventory's index (a cache miss or more each) need not be done
+/// Candidate names, owned: a NodeNames list as it came (its raw JSON text), or names copied
+/// one after the other.
+///
+/// The filter keeps the last NodeNames list it read: kube-scheduler sends the same
+/// candidates for pod after pod, and reading thousands of names (a tenth of a filter) and
+/// looking them up in the inventory's index (a cache miss or more each) need not be done
 /// again for it.
 struct NameList {
+    /// The text the names lie in.
     raw: Box<str>,
     /// Each name of the list, in order.
     names: Vec<Spelled>,
     resolved: Mutex<Option<Resolved>>,
+}
+
+impl NameList {
+    fn copied<S: AsRef<str>>(names: &[S]) -> Self {
+        let mut raw = String::with_capacity(names.iter().map(|n| n.as_ref().len()).sum());
+        let names = names
+            .iter()
+            .map(|name| {
+                let start = raw.len();
+                raw.push_str(name.as_ref());
+                Spelled::At(start..raw.len())
+            })
+            .collect();
+        Self {
+            raw: raw.into(),
+            names,
+            resolved: Mutex::new(None),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The `i`th name.
+    fn text(&self, i: usize) -> &str {
+        match &self.names[i] {
+            Spelled::At(at) => self.raw.get(at.clone()).unwrap_or_default(),
+            Spelled::Escaped(text) => text,
+        }
+    }
 }
 
 /// What each name of a [`NameList`] stands for in one inventory snapshot.
@@ -373,7 +419,8 @@ impl Spelled {
         Spelled::Escaped(name.0.as_ref().into())
     }
 
-    /// The name in `raw`, a text equal to the one it was read from.
+    /// The name in `raw`, a JSON text equal to the one it was read from (so that a
+    /// borrowed name is one without escapes, as [`Name::write_json`] takes it).
     fn name<'b>(&self, raw: &'b str) -> Name<'b> {
         match self {
             Spelled::At(at) => Name(Cow::Borrowed(raw.get(at.clone()).unwrap_or_default())),
@@ -444,7 +491,8 @@ fn judge_candidate<'n>(
 pub struct Extender {
     pub store: Arc<InventoryStore>,
     pub config: ExtenderConfig,
-    inflight: Mutex<InFlight>,
+    /// Replaced rather than changed while a filter judges with it.
+    inflight: Mutex<Arc<InFlight>>,
     /// Pod analysis and filter verdicts by (uid, resourceVersion): prioritize follows filter
     /// for the same pod within milliseconds and reuses both.
     memo: moka::sync::Cache<(String, String), Arc<Memo>>,
@@ -694,7 +742,7 @@ impl Extender {
     ) -> Self {
         Self {
             store,
-            inflight: Mutex::new(InFlight::new(config.inflight_ttl)),
+            inflight: Mutex::new(Arc::new(InFlight::new(config.inflight_ttl))),
             config,
             memo: moka::sync::Cache::builder()
                 .max_capacity(10_000)
@@ -736,15 +784,24 @@ impl Extender {
         Ok(memo)
     }
 
-    fn verdicts<S: AsRef<str> + Sync>(
-        &self,
-        shape: &PodShape,
-        names: &[S],
-        now: Instant,
-    ) -> Judged {
+    fn verdicts<S: AsRef<str>>(&self, shape: &Arc<PodShape>, names: &[S], now: Instant) -> Judged {
         let inventory = self.store.snapshot();
-        let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        judge(&inventory, &inflight, shape, names, &self.config, now)
+        judge(
+            &inventory,
+            &self.inflight(),
+            shape,
+            names,
+            &self.config,
+            now,
+        )
+    }
+
+    /// The in-flight reservations as they are now.
+    fn inflight(&self) -> Arc<InFlight> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The names of a NodeNames list (its raw JSON text), read again only when the list is
@@ -808,17 +865,19 @@ impl Extender {
         let (judged, memo) = match self.pod(&f) {
             Ok(memo) => {
                 let inventory = self.store.snapshot();
-                let targets = list.map(|list| self.targets(&inventory, &list, names));
-                let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-                let judged = judge_resolved(
-                    &inventory,
-                    &inflight,
-                    &memo.shape,
-                    names,
-                    targets.as_deref(),
-                    &self.config,
+                let targets = list
+                    .as_ref()
+                    .map(|list| self.targets(&inventory, list, names));
+                let judged = Filtering {
+                    inventory,
+                    inflight: self.inflight(),
+                    shape: memo.shape.clone(),
+                    names: list.unwrap_or_else(|| Arc::new(NameList::copied(names))),
+                    targets,
+                    config: self.config.clone(),
                     now,
-                );
+                }
+                .judge();
                 (judged, Some(memo))
             }
             // A pod whose requests cannot be read fits nowhere; say why on every node.
@@ -928,10 +987,8 @@ impl Extender {
         }
         if let Some(client) = &self.client {
             if let Err(e) = post_binding(client, &namespace, &name, &uid, &node).await {
-                self.inflight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .release(&uid);
+                let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                Arc::make_mut(&mut inflight).release(&uid);
                 error = format!("binding pod {namespace}/{name} to node {node}: {e}");
             }
         }
@@ -945,6 +1002,7 @@ impl Extender {
             return;
         };
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let inflight = Arc::make_mut(&mut inflight);
         inflight.expire(now);
         let node = inflight.node(node, now).into_owned();
         let bound = shape.bind(&inventory.resources);
@@ -969,10 +1027,7 @@ impl Extender {
     }
 
     pub fn inflight_len(&self) -> usize {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        self.inflight().len()
     }
 }
 
@@ -1022,19 +1077,19 @@ mod tests {
                 "        taints: [{key: dedicated, value: infra, effect: NoSchedule}]\n"
             ),
         );
-        let inventory = parse_yaml(&yaml).unwrap();
+        let inventory = Arc::new(parse_yaml(&yaml).unwrap());
         let view: PodView = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}
         }))
         .unwrap();
-        let shape = PodShape::from_view(&view).unwrap();
+        let shape = Arc::new(PodShape::from_view(&view).unwrap());
         let names: Vec<String> = ["alpha", "bravo", "charlie-with-a-long-name", "delta"]
             .map(String::from)
             .to_vec();
         let verdicts = judge(
             &inventory,
-            &InFlight::new(Duration::from_secs(30)),
+            &Arc::new(InFlight::new(Duration::from_secs(30))),
             &shape,
             &names,
             &ExtenderConfig::default(),
@@ -1262,15 +1317,15 @@ mod tests {
                 i % 4
             ));
         }
-        let inventory = parse_yaml(&yaml).unwrap();
+        let inventory = Arc::new(parse_yaml(&yaml).unwrap());
         let view: PodView = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]}
         }))
         .unwrap();
-        let shape = PodShape::from_view(&view).unwrap();
+        let shape = Arc::new(PodShape::from_view(&view).unwrap());
         let names: Vec<String> = (0..1600).rev().map(|i| format!("n{i}")).collect();
-        let inflight = InFlight::new(Duration::from_secs(30));
+        let inflight = Arc::new(InFlight::new(Duration::from_secs(30)));
         let config = ExtenderConfig::default();
         let now = Instant::now();
         let all = judge(&inventory, &inflight, &shape, &names, &config, now);

@@ -113,7 +113,7 @@ impl Reservation {
 }
 
 /// Reservations by node name.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct InFlight {
     by_node: HashMap<String, Vec<Reservation>>,
     pub ttl: Duration,
