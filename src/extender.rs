@@ -361,6 +361,7 @@ struct NameList {
 }
 
 impl NameList {
+    /// `names`, copied one after the other into one string.
     fn copied<S: AsRef<str>>(names: &[S]) -> Self {
         let mut raw = String::with_capacity(names.iter().map(|n| n.as_ref().len()).sum());
         let names = names
