@@ -180,23 +180,16 @@ impl<'a> Working<'a> {
         if !self.clusters.contains_key(name) {
             let world = self.world;
             let base = world.inventory.cluster_arc(name)?;
-            let remembered = world
-                .config
-                .remember
-                .then(|| world.held_view(name))
-                .flatten();
             let cluster = if !world.holds_any_in(name) {
                 base.clone()
-            } else if let Some(view) = remembered {
+            } else if let Some(view) = world.held_view(name) {
                 view.clone()
             } else {
                 let mut c = Cluster::clone(base);
                 apply(&mut c, world.holds_in(name).flat_map(|h| &h.takes));
                 let c = Arc::new(c);
-                if world.config.remember {
-                    if let Some(v) = world.held_view_of(name, c.clone()) {
-                        self.views.push((name.to_string(), v));
-                    }
+                if let Some(v) = world.held_view_of(name, c.clone()) {
+                    self.views.push((name.to_string(), v));
                 }
                 c
             };

@@ -377,6 +377,14 @@ pub struct HeldView {
     pub view: Arc<crate::inventory::Cluster>,
 }
 
+impl HeldView {
+    /// Whether the view is still `base` (the inventory's cluster now) with the placements
+    /// held at hold version `holds` taken off.
+    pub fn is_current(&self, base: &Arc<crate::inventory::Cluster>, holds: u64) -> bool {
+        std::ptr::eq(self.base.as_ptr(), Arc::as_ptr(base)) && self.holds == holds
+    }
+}
+
 /// Tunables of the decisions.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
@@ -930,11 +938,16 @@ impl World {
     /// `cluster` with the placements held there taken off, as an earlier pass made it, if
     /// neither its inventory nor its holds changed since.
     pub fn held_view(&self, cluster: &str) -> Option<&Arc<crate::inventory::Cluster>> {
+        if !self.config.remember {
+            return None;
+        }
         let known = self.held_views.get(cluster)?;
-        let base = self.inventory.cluster_arc(cluster)?;
-        (std::ptr::eq(known.base.as_ptr(), Arc::as_ptr(base))
-            && known.holds == self.hold_version(cluster))
-        .then_some(&known.view)
+        known
+            .is_current(
+                self.inventory.cluster_arc(cluster)?,
+                self.hold_version(cluster),
+            )
+            .then_some(&known.view)
     }
 
     /// `view` is `cluster` with the placements held there now taken off.
@@ -943,6 +956,9 @@ impl World {
         cluster: &str,
         view: Arc<crate::inventory::Cluster>,
     ) -> Option<HeldView> {
+        if !self.config.remember {
+            return None;
+        }
         Some(HeldView {
             base: Arc::downgrade(self.inventory.cluster_arc(cluster)?),
             holds: self.hold_version(cluster),
@@ -960,10 +976,9 @@ impl World {
         let inventory = &self.inventory;
         let versions = &self.hold_versions;
         self.held_views.retain(|name, v| {
-            inventory.cluster_arc(name).is_some_and(|base| {
-                std::ptr::eq(v.base.as_ptr(), Arc::as_ptr(base))
-                    && v.holds == versions.get(name).copied().unwrap_or(0)
-            })
+            inventory
+                .cluster_arc(name)
+                .is_some_and(|base| v.is_current(base, versions.get(name).copied().unwrap_or(0)))
         });
     }
 
