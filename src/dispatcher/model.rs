@@ -659,8 +659,9 @@ impl World {
 
     pub fn upsert_copy(&mut self, copy: Copy) {
         if copy.deleting {
-            // Its pods are going.
-            self.capacity_changed(&copy.cluster);
+            // Its pods are going: the room they free shows in the inventory when they are
+            // gone, and the worker may stop holding stale copies.
+            self.worker_changed(&copy.cluster);
         }
         if let Some(key) = self.by_uid.get(&copy.origin_uid) {
             self.dirty.insert(key.clone());
@@ -698,8 +699,10 @@ impl World {
             self.dirty.insert(key.clone());
         }
         self.restale(origin_uid, Some(cluster));
-        // Its pods go, and its name is free there again.
-        self.capacity_changed(cluster);
+        // Its name is free there again, and the worker may no longer hold stale copies. The
+        // room its pods free is the inventory's to show (misfits found there stay valid until
+        // it does, node by node).
+        self.worker_changed(cluster);
     }
 
     /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
@@ -1026,6 +1029,11 @@ impl World {
         while log.len() > 4096 {
             log.pop_front();
         }
+        self.worker_changed(cluster);
+    }
+
+    /// Something about the worker changed that may let Jobs of its queues go there.
+    fn worker_changed(&mut self, cluster: &str) {
         let queues: Vec<String> = self
             .queues
             .values()
