@@ -24,7 +24,7 @@ use super::model::{
     Action, ClassKey, ClassMemo, HeldView, Hold, Job, JobKey, KnownMisfit, Placement, Rank, World,
 };
 use super::reason;
-use crate::inventory::{Cluster, ResourceTable};
+use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
 use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeJudge, NodeState};
 
@@ -94,6 +94,34 @@ struct QueueState {
     held: BTreeMap<String, i64>,
     /// Set when an admitted Job of a `blockAdmission` queue is not Ready: (the Job, its worker).
     gate: Option<(JobKey, String)>,
+    /// The queue's workers a Job may go to in this pass (their positions in its list), found
+    /// when the pass had reserved this many workers. Why a worker cannot be used is fixed for
+    /// the pass, and reservations only grow within it, so the list only changes when one is
+    /// added: most of a busy pass's Jobs then look at a handful of workers, not all of them.
+    usable: Option<(usize, Arc<[usize]>)>,
+}
+
+impl QueueState {
+    fn usable<'w>(
+        &mut self,
+        clusters: &'w [String],
+        working: &mut Working<'w>,
+        reserved: &BTreeMap<String, JobKey>,
+    ) -> Arc<[usize]> {
+        match &self.usable {
+            Some((n, list)) if *n == reserved.len() => list.clone(),
+            _ => {
+                let list: Arc<[usize]> = clusters
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, name)| working.unusable(name, reserved).is_none())
+                    .map(|(i, _)| i)
+                    .collect();
+                self.usable = Some((reserved.len(), list.clone()));
+                list
+            }
+        }
+    }
 }
 
 /// The clusters as this pass sees them: the inventory, minus placements held for admitted
@@ -115,6 +143,14 @@ struct Working<'a> {
     fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
     /// Per cluster, why no Job may go there in this pass (reservations aside), found once.
     unusable: HashMap<&'a str, Option<String>>,
+    /// Per cluster not looked at whole yet, the placements held there by node (index).
+    held_by_node: HashMap<&'a str, Vec<(usize, &'a Take)>>,
+    /// Nodes of such clusters with the placements held on them taken off, made once per pass.
+    held_nodes: HashMap<(&'a str, usize), Node>,
+    /// The nodes of a cluster that may have gained room since an epoch, found once per pass:
+    /// the misfits of most classes in a cluster were found (or last confirmed) at the same
+    /// epochs.
+    changed: HashMap<(&'a str, u64), Option<Arc<[usize]>>>,
 }
 
 impl<'a> Working<'a> {
@@ -127,7 +163,19 @@ impl<'a> Working<'a> {
             versions: HashMap::new(),
             fits: HashMap::new(),
             unusable: HashMap::new(),
+            held_by_node: HashMap::new(),
+            held_nodes: HashMap::new(),
+            changed: HashMap::new(),
         }
+    }
+
+    /// [`World::changes_since`], found once per pass.
+    fn changes_since(&mut self, name: &'a str, epoch: u64) -> Option<Arc<[usize]>> {
+        let world = self.world;
+        self.changed
+            .entry((name, epoch))
+            .or_insert_with(|| world.changes_since(name, epoch).map(Arc::from))
+            .clone()
     }
 
     /// Why no Job may go to `name` now, if none may.
@@ -198,6 +246,47 @@ impl<'a> Working<'a> {
         self.clusters.get(name).map(Arc::as_ref)
     }
 
+    /// Node `i` of `name` as this pass sees it, without making the whole cluster's view:
+    /// looking again at the few nodes that gained room since a misfit was found needs only
+    /// them, with the placements held on them taken off.
+    fn node(&mut self, name: &'a str, i: usize) -> Option<&Node> {
+        if let Some(c) = self.clusters.get(name) {
+            return c.nodes.get(i).map(Arc::as_ref);
+        }
+        let world = self.world;
+        if let Some(view) = world.held_view(name) {
+            return view.nodes.get(i).map(Arc::as_ref);
+        }
+        let base = world.inventory.cluster_arc(name)?;
+        let node = base.nodes.get(i)?;
+        if !world.holds_any_in(name) {
+            return Some(node);
+        }
+        if self.held_nodes.contains_key(&(name, i)) {
+            return self.held_nodes.get(&(name, i));
+        }
+        let held = self.held_by_node.entry(name).or_insert_with(|| {
+            let mut held: Vec<(usize, &Take)> = world
+                .holds_in(name)
+                .flat_map(|h| &h.takes)
+                .filter_map(|t| Some((node_of(base, t)?, t)))
+                .collect();
+            // Stable: a node's takes stay in the order `apply` takes them.
+            held.sort_by_key(|(i, _)| *i);
+            held
+        });
+        let from = held.partition_point(|(j, _)| *j < i);
+        let on = held[from..].iter().take_while(|(j, _)| *j == i);
+        let mut adjusted: Option<Node> = None;
+        for (_, t) in on {
+            t.apply_to(adjusted.get_or_insert_with(|| Node::clone(node)));
+        }
+        match adjusted {
+            None => Some(node),
+            Some(n) => Some(self.held_nodes.entry((name, i)).or_insert(n)),
+        }
+    }
+
     /// Under [`Placement::SumOfFree`]: whether the cluster's free resources, summed over its
     /// nodes, cover `need`; its LeastAllocated score on those sums (0–10) if so.
     fn sum_fit(&mut self, name: &str, need: &BTreeMap<String, i64>) -> Result<i64, String> {
@@ -249,13 +338,17 @@ impl<'a> Working<'a> {
     }
 }
 
+/// Where the node a take was made on is in `cluster` now.
+fn node_of(cluster: &Cluster, t: &Take) -> Option<usize> {
+    match cluster.nodes.get(t.index) {
+        Some(n) if n.name == t.node => Some(t.index),
+        _ => cluster.nodes.iter().position(|n| n.name == t.node),
+    }
+}
+
 fn apply<'t>(cluster: &mut Cluster, takes: impl Iterator<Item = &'t Take>) {
     for t in takes {
-        let at = match cluster.nodes.get(t.index) {
-            Some(n) if n.name == t.node => Some(t.index),
-            _ => cluster.nodes.iter().position(|n| n.name == t.node),
-        };
-        if let Some(node) = at.and_then(|i| cluster.nodes.get_mut(i)) {
+        if let Some(node) = node_of(cluster, t).and_then(|i| cluster.nodes.get_mut(i)) {
             t.apply_to(std::sync::Arc::make_mut(node));
         }
     }
@@ -294,6 +387,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 nodes: None,
                 held: BTreeMap::new(),
                 gate,
+                usable: None,
             },
         );
     }
@@ -650,6 +744,17 @@ fn judge<'w>(
             .map(|c| c.nodes.len())
             .sum()
     });
+    // The workers not kept from every Job now. When messages are written, every worker is
+    // gone through, so that each one's reason is given in the queue's order.
+    let usable = state.usable(&settings.clusters, working, reserved);
+    let unseen_any = usable.len() < settings.clusters.len();
+    let every: Arc<[usize]>;
+    let looked_at = if world.config.describe {
+        every = (0..settings.clusters.len()).collect();
+        &every
+    } else {
+        &usable
+    };
     let parallel_from = 2 * crate::placement::fit::PARALLEL_NODES;
     if world.config.placement == Placement::Exact
         && world.config.remember
@@ -660,12 +765,11 @@ fn judge<'w>(
         // as found in this pass.
         let mut todo: Vec<&'w str> = Vec::new();
         let mut nodes = 0;
-        for name in &settings.clusters {
+        for name in usable.iter().map(|&i| &settings.clusters[i]) {
             let Some(c) = world.inventory.cluster(name) else {
                 continue;
             };
-            if working.unusable(name, reserved).is_some()
-                || (may_be_kept && own_blocker(world, job, name, now).is_some())
+            if (may_be_kept && own_blocker(world, job, name, now).is_some())
                 || working.known_fit(class, name).is_some()
                 || misfits.get(name).is_some()
             {
@@ -701,10 +805,16 @@ fn judge<'w>(
             }
         }
     }
-    for (order, name) in settings.clusters.iter().enumerate() {
-        if let Some(why) = working.unusable(name, reserved) {
+    unseen |= unseen_any;
+    // Only when going through every worker: the usable ones were found above.
+    let check_each = looked_at.len() != usable.len();
+    for &order in looked_at.iter() {
+        let name = &settings.clusters[order];
+        if let Some(why) = check_each
+            .then(|| working.unusable(name, reserved))
+            .flatten()
+        {
             reasons.push((name.as_str(), why, false));
-            unseen = true;
             continue;
         }
         if let Some((kind, why, until)) = may_be_kept
@@ -749,19 +859,25 @@ fn judge<'w>(
                 // up the difference (or none did).
                 let epoch = world.capacity_epoch(name);
                 if let Some(known) = misfits.get(name) {
+                    let full = || {
+                        world.inventory.cluster(name).is_some_and(|c| {
+                            crate::placement::fit::summary_shortfall(&c.summary, shape, bound_pod())
+                                .is_some()
+                        })
+                    };
                     let bound = if known.epoch == epoch {
                         Some(known.fitted)
+                    } else if full() {
+                        // No node has room for one pod: none that gained some can add any.
+                        Some(known.fitted)
                     } else {
-                        world.changes_since(name, known.epoch).map(|nodes| {
-                            let Some(cluster) = working.cluster(name) else {
-                                return known.fitted;
-                            };
+                        working.changes_since(name, known.epoch).map(|nodes| {
                             let mut bound = known.fitted;
-                            for i in nodes {
+                            for &i in nodes.iter() {
                                 if bound >= gang {
                                     break;
                                 }
-                                if let Some(node) = cluster.nodes.get(i) {
+                                if let Some(node) = working.node(name, i) {
                                     let want = gang - bound;
                                     bound += counter
                                         .get_or_insert_with(|| {

@@ -1428,6 +1428,78 @@ pub fn fit_clusters(
     })
 }
 
+/// Why a cluster's summary shows that no node of it can take one copy of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryShortfall<'p> {
+    /// A resource no node of the inventory has ever listed.
+    Unknown(&'p str),
+    /// More than the most any node has free.
+    OnNode {
+        resource: &'p str,
+        need: i64,
+        free: i64,
+        allocatable: i64,
+    },
+    /// Every node is under single-numa-node, and an aligned resource needs more than the most
+    /// any NUMA zone has free.
+    InZone {
+        resource: &'p str,
+        need: i64,
+        free: i64,
+        allocatable: i64,
+    },
+}
+
+/// The O(1) rejection [`fit_cluster`] starts with: `Some` when the summary shows that no node
+/// of the cluster can take one copy of the pod. A summary is an upper bound of what is free
+/// (placements taken off a cluster's copy leave it as it was), so `None` is no promise.
+pub fn summary_shortfall<'p>(
+    s: &crate::inventory::ClusterSummary,
+    shape: &PodShape,
+    pod: &'p BoundPod,
+) -> Option<SummaryShortfall<'p>> {
+    for (rid, name, q) in &pod.node_request {
+        let Some(rid) = *rid else {
+            return Some(SummaryShortfall::Unknown(name));
+        };
+        let free = s.max_free_on_node.get(rid).copied().unwrap_or(0);
+        if *q > free {
+            return Some(SummaryShortfall::OnNode {
+                resource: name,
+                need: *q,
+                free,
+                allocatable: s.max_allocatable_on_node.get(rid).copied().unwrap_or(0),
+            });
+        }
+    }
+    // Under single-numa-node everywhere, an aligned resource must fit in one zone.
+    if s.single_numa_everywhere {
+        let widest = pod
+            .containers
+            .iter()
+            .map(|(_, _, r)| r)
+            .chain(std::iter::once(&pod.effective));
+        for requests in widest {
+            for (rid, name, q) in requests {
+                let Some(rid) = *rid else { continue };
+                if !aligned(name, *q, shape.guaranteed) {
+                    continue;
+                }
+                let free = s.max_free_in_zone.get(rid).copied().unwrap_or(0);
+                if *q > free {
+                    return Some(SummaryShortfall::InZone {
+                        resource: name,
+                        need: *q,
+                        free,
+                        allocatable: s.max_allocatable_in_zone.get(rid).copied().unwrap_or(0),
+                    });
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Whether `n` copies of the pod fit in `cluster` at once, node by node and NUMA zone by NUMA
 /// zone; never on sums of free resources. Clusters that cannot possibly fit are rejected from
 /// their summary before any node is looked at.
@@ -1452,57 +1524,49 @@ pub fn fit_cluster(
         return out;
     }
     let s = &cluster.summary;
-    for (rid, name, q) in &pod.node_request {
-        let Some(rid) = *rid else {
+    match summary_shortfall(s, shape, pod) {
+        None => {}
+        Some(SummaryShortfall::Unknown(resource)) => {
             out.misfit = Some(Misfit::UnknownResource {
-                resource: name.clone(),
+                resource: resource.to_string(),
             });
             return out;
-        };
-        let free = s.max_free_on_node.get(rid).copied().unwrap_or(0);
-        if *q > free {
+        }
+        Some(SummaryShortfall::OnNode {
+            resource,
+            need,
+            free,
+            allocatable,
+        }) => {
             out.misfit = Some(Misfit::Insufficient {
-                resource: name.clone(),
-                need: *q,
+                resource: resource.to_string(),
+                need,
                 free,
-                allocatable: s.max_allocatable_on_node.get(rid).copied().unwrap_or(0),
+                allocatable,
                 scope: format!("the largest node in cluster {}", cluster.name),
             });
             return out;
         }
-    }
-    // Under single-numa-node everywhere, an aligned resource must fit in one zone.
-    if s.single_numa_everywhere {
-        let widest = pod
-            .containers
-            .iter()
-            .map(|(_, _, r)| r)
-            .chain(std::iter::once(&pod.effective));
-        for requests in widest {
-            for (rid, name, q) in requests {
-                let Some(rid) = *rid else { continue };
-                if !aligned(name, *q, shape.guaranteed) {
-                    continue;
-                }
-                let free = s.max_free_in_zone.get(rid).copied().unwrap_or(0);
-                let alloc = s.max_allocatable_in_zone.get(rid).copied().unwrap_or(0);
-                if *q > free {
-                    out.misfit = Some(Misfit::Topology {
-                        node: format!("any node of cluster {}", cluster.name),
-                        policy: Policy::SingleNumaNode,
-                        unit: "the pod".into(),
-                        detail: format!(
-                            "needs {} {name} on one NUMA node under single-numa-node; the largest NUMA zone in cluster {} has {} free of {} allocatable",
-                            display(name, Milli(*q)),
-                            cluster.name,
-                            display(name, Milli(free)),
-                            display(name, Milli(alloc))
-                        ),
-                        unresolvable: *q > alloc,
-                    });
-                    return out;
-                }
-            }
+        Some(SummaryShortfall::InZone {
+            resource,
+            need,
+            free,
+            allocatable,
+        }) => {
+            out.misfit = Some(Misfit::Topology {
+                node: format!("any node of cluster {}", cluster.name),
+                policy: Policy::SingleNumaNode,
+                unit: "the pod".into(),
+                detail: format!(
+                    "needs {} {resource} on one NUMA node under single-numa-node; the largest NUMA zone in cluster {} has {} free of {} allocatable",
+                    display(resource, Milli(need)),
+                    cluster.name,
+                    display(resource, Milli(free)),
+                    display(resource, Milli(allocatable))
+                ),
+                unresolvable: need > allocatable,
+            });
+            return out;
         }
     }
     let mut first_misfit: Option<(bool, Misfit)> = None;
