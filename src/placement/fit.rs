@@ -1434,20 +1434,41 @@ pub enum SummaryShortfall<'p> {
     /// A resource no node of the inventory has ever listed.
     Unknown(&'p str),
     /// More than the most any node has free.
-    OnNode {
-        resource: &'p str,
-        need: i64,
-        free: i64,
-        allocatable: i64,
-    },
+    OnNode(Shortfall<'p>),
     /// Every node is under single-numa-node, and an aligned resource needs more than the most
     /// any NUMA zone has free.
-    InZone {
-        resource: &'p str,
-        need: i64,
-        free: i64,
-        allocatable: i64,
-    },
+    InZone(Shortfall<'p>),
+}
+
+impl SummaryShortfall<'_> {
+    /// The misfit this stands for in cluster `cluster`.
+    pub fn misfit(&self, cluster: &str) -> Misfit {
+        match *self {
+            SummaryShortfall::Unknown(resource) => Misfit::UnknownResource {
+                resource: resource.to_string(),
+            },
+            SummaryShortfall::OnNode(s) => Misfit::Insufficient {
+                resource: s.resource.to_string(),
+                need: s.need,
+                free: s.free,
+                allocatable: s.allocatable,
+                scope: format!("the largest node in cluster {cluster}"),
+            },
+            SummaryShortfall::InZone(s) => Misfit::Topology {
+                node: format!("any node of cluster {cluster}"),
+                policy: Policy::SingleNumaNode,
+                unit: "the pod".into(),
+                detail: format!(
+                    "needs {} {} on one NUMA node under single-numa-node; the largest NUMA zone in cluster {cluster} has {} free of {} allocatable",
+                    display(s.resource, Milli(s.need)),
+                    s.resource,
+                    display(s.resource, Milli(s.free)),
+                    display(s.resource, Milli(s.allocatable))
+                ),
+                unresolvable: s.need > s.allocatable,
+            },
+        }
+    }
 }
 
 /// The O(1) rejection [`fit_cluster`] starts with: `Some` when the summary shows that no node
@@ -1464,12 +1485,12 @@ pub fn summary_shortfall<'p>(
         };
         let free = s.max_free_on_node.get(rid).copied().unwrap_or(0);
         if *q > free {
-            return Some(SummaryShortfall::OnNode {
+            return Some(SummaryShortfall::OnNode(Shortfall {
                 resource: name,
                 need: *q,
                 free,
                 allocatable: s.max_allocatable_on_node.get(rid).copied().unwrap_or(0),
-            });
+            }));
         }
     }
     // Under single-numa-node everywhere, an aligned resource must fit in one zone.
@@ -1487,12 +1508,12 @@ pub fn summary_shortfall<'p>(
                 }
                 let free = s.max_free_in_zone.get(rid).copied().unwrap_or(0);
                 if *q > free {
-                    return Some(SummaryShortfall::InZone {
+                    return Some(SummaryShortfall::InZone(Shortfall {
                         resource: name,
                         need: *q,
                         free,
                         allocatable: s.max_allocatable_in_zone.get(rid).copied().unwrap_or(0),
-                    });
+                    }));
                 }
             }
         }
@@ -1524,50 +1545,9 @@ pub fn fit_cluster(
         return out;
     }
     let s = &cluster.summary;
-    match summary_shortfall(s, shape, pod) {
-        None => {}
-        Some(SummaryShortfall::Unknown(resource)) => {
-            out.misfit = Some(Misfit::UnknownResource {
-                resource: resource.to_string(),
-            });
-            return out;
-        }
-        Some(SummaryShortfall::OnNode {
-            resource,
-            need,
-            free,
-            allocatable,
-        }) => {
-            out.misfit = Some(Misfit::Insufficient {
-                resource: resource.to_string(),
-                need,
-                free,
-                allocatable,
-                scope: format!("the largest node in cluster {}", cluster.name),
-            });
-            return out;
-        }
-        Some(SummaryShortfall::InZone {
-            resource,
-            need,
-            free,
-            allocatable,
-        }) => {
-            out.misfit = Some(Misfit::Topology {
-                node: format!("any node of cluster {}", cluster.name),
-                policy: Policy::SingleNumaNode,
-                unit: "the pod".into(),
-                detail: format!(
-                    "needs {} {resource} on one NUMA node under single-numa-node; the largest NUMA zone in cluster {} has {} free of {} allocatable",
-                    display(resource, Milli(need)),
-                    cluster.name,
-                    display(resource, Milli(free)),
-                    display(resource, Milli(allocatable))
-                ),
-                unresolvable: need > allocatable,
-            });
-            return out;
-        }
+    if let Some(short) = summary_shortfall(s, shape, pod) {
+        out.misfit = Some(short.misfit(&cluster.name));
+        return out;
     }
     let mut first_misfit: Option<(bool, Misfit)> = None;
     let mut weighted = 0i64;

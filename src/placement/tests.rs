@@ -455,3 +455,51 @@ fn a_summary_left_behind_by_placements_taken_since_changes_no_fit() {
         }
     }
 }
+
+#[test]
+fn a_cluster_whose_summary_rules_out_one_pod_is_refused_with_what_its_largest_zone_has() {
+    // Every node under single-numa-node, at most 4 GPUs free in any zone (4 allocatable).
+    let inv = gpu_cluster("single-numa-node", "pod", &[(4, 2), (1, 3), (0, 0)]);
+    let table = &inv.resources;
+    let cluster = inv.cluster("c").unwrap();
+
+    // 6 GPUs: more than any zone can ever hold, so no preemption helps.
+    let six = gpu_pod(6);
+    let fit = cluster_fit(&inv, "c", &six, 1);
+    let misfit = fit.misfit.expect("6 GPUs fit in no zone");
+    assert!(misfit.unresolvable(), "{misfit}");
+    assert!(
+        misfit.to_string().contains(
+            "needs 6 nvidia.com/gpu on one NUMA node under single-numa-node; the largest NUMA zone in cluster c has 4 free of 4 allocatable"
+        ),
+        "{misfit}"
+    );
+    // A node-level shortfall names the largest node.
+    let nine = gpu_pod(9);
+    let misfit = cluster_fit(&inv, "c", &nine, 1)
+        .misfit
+        .expect("9 GPUs fit nowhere");
+    assert!(
+        misfit.to_string().contains("the largest node in cluster c"),
+        "{misfit}"
+    );
+
+    // The summary rules a pod out exactly when no node can take one: admission relies on it
+    // to skip looking again at nodes that gained room.
+    for gpus in 1..=9 {
+        let pod = gpu_pod(gpus);
+        let bound = pod.bind(table);
+        let ruled_out = fit::summary_shortfall(&cluster.summary, &pod, &bound).is_some();
+        let on_some_node = cluster
+            .nodes
+            .iter()
+            .any(|n| node_fit(&inv, &n.name, &pod, 1).count == 1);
+        assert!(
+            !(ruled_out && on_some_node),
+            "{gpus} GPUs: ruled out by the summary, yet a node takes one"
+        );
+        if gpus > 4 {
+            assert!(ruled_out, "{gpus} GPUs exceed every zone");
+        }
+    }
+}
