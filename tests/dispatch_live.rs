@@ -32,10 +32,14 @@ fn two_small_one_big() -> Vec<WorkerSpec> {
     ]
 }
 
+/// The worker a Job runs in, once the dispatch is whole: claimed, unsuspended and saying
+/// `Admitted=True`. The spec and the status are two writes (two subresources), so a reader
+/// can briefly see the first without the second; a test waits for both.
 fn dispatched_to(fleet: &Fleet, name: &str) -> Option<String> {
     let j = fleet.job(name);
     let claimed = annotation(&j, CLAIM)?.to_string();
-    (j["spec"]["suspend"] == false).then_some(claimed)
+    let admitted = condition(&j, "Admitted").is_some_and(|c| c["status"] == "True");
+    (j["spec"]["suspend"] == false && admitted).then_some(claimed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +398,9 @@ async fn quota_holds_jobs_back_until_others_finish_and_says_why() {
         annotation(&fleet.job("q-0"), "switchyard.dev/result"),
         Some("Failed")
     );
-    assert!(dispatched_to(&fleet, "q-3").is_none());
+    let q3 = fleet.job("q-3");
+    assert_eq!(q3["spec"]["suspend"], true, "q-3 waits: no quota left");
+    assert_eq!(annotation(&q3, CLAIM), None);
     assert_eq!(fleet.uncovered(), Vec::<String>::new());
 }
 
