@@ -301,22 +301,29 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
             "{name} runs where it is claimed"
         );
     }
-    // Both claimed: the claim that came second carried a stale resourceVersion and lost.
+    // Both claimed: the claim that came second carried a stale resourceVersion and lost. Every
+    // write carries the resourceVersion it was computed from, so a status written from a stale
+    // view (which would replace the conditions list whole and drop `Admitted`) loses too.
     let recorded = fleet.manager.recorded();
     let conflicts: Vec<_> = recorded
         .iter()
         .filter(|r| r.method == "PATCH" && r.status == Some(409))
         .collect();
     assert!(
-        !conflicts.is_empty(),
+        conflicts.iter().any(|r| r
+            .body
+            .as_ref()
+            .is_some_and(|b| b["metadata"]["annotations"][CLAIM].is_string())),
         "the two dispatchers raced for the same Jobs: some claim got 409 Conflict"
     );
-    for r in &conflicts {
+    for r in recorded
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.uri.contains("/jobs/"))
+    {
         let body = r.body.clone().unwrap_or(Value::Null);
         assert!(
-            body["metadata"]["resourceVersion"].is_string()
-                && body["metadata"]["annotations"][CLAIM].is_string(),
-            "only a claim (with its resourceVersion precondition) can conflict: {body}"
+            body["metadata"]["resourceVersion"].is_string(),
+            "every patch of a manager Job is conditional on what it was computed from: {body}"
         );
     }
 }
@@ -1622,4 +1629,67 @@ async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
             .contains("next attempt not before"),
         "its back-off is not overwritten by its class's quota message: {a}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed() {
+    let fleet = Fleet::start(
+        &east_west(),
+        queue("research", &["east", "west"], json!({})),
+    )
+    .await;
+    // The dispatcher's watch of the manager's Jobs shows nothing after its first list: its
+    // view falls behind, as a second dispatcher's (or a cached list's) would.
+    fleet.manager.hang_watches(JOBS, true);
+    fleet.submit(job("claimed", "elsewhere", 1, 4));
+    let _d = fleet.dispatcher(true);
+    eventually(10, "the dispatcher has seen the Job wait", || {
+        condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    // Another dispatcher claims it for east, creates its copy and unsuspends it.
+    let mut claimed = fleet.job("claimed");
+    claimed["metadata"]["annotations"] =
+        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
+    claimed["spec"]["suspend"] = json!(false);
+    let stored = fleet.manager.upsert(JOBS, claimed);
+    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+
+    // Seen from the stale view, the copy is one its Job does not keep; the Job read again
+    // says it does.
+    eventually(10, "the dispatcher acts on the copy", || {
+        fleet.manager.count("GET", "/jobs/claimed") > 0
+            || fleet.workers["east"].count("DELETE", "/jobs") > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        fleet.workers["east"].count("DELETE", "/jobs"),
+        0,
+        "the copy the Job claims stays"
+    );
+    assert_eq!(fleet.copies("claimed").len(), 1);
+    assert_eq!(annotation(&fleet.job("claimed"), CLAIM), Some("east"));
+    assert_eq!(fleet.job("claimed")["spec"]["suspend"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_whose_job_read_again_still_does_not_keep_it_is_removed() {
+    let fleet = Fleet::start(
+        &east_west(),
+        queue("research", &["east", "west"], json!({})),
+    )
+    .await;
+    let stored = fleet.submit(job("unclaimed", "elsewhere", 1, 4));
+    // A copy left from an earlier attempt: the Job, read again, claims no worker.
+    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    fleet.workers["west"].upsert(JOBS, copy);
+    let _d = fleet.dispatcher(true);
+    eventually(10, "the stale copy is removed", || {
+        fleet.copies("unclaimed").is_empty()
+    })
+    .await;
+    assert!(fleet.manager.count("GET", "/jobs/unclaimed") > 0);
+    assert_eq!(fleet.workers["west"].count("DELETE", "/jobs"), 1);
 }

@@ -143,6 +143,9 @@ struct Done {
     deleted: Option<(String, String)>,
     /// A Job to look at again (a delete of its copy failed: it is retried from there).
     retouch: Option<JobKey>,
+    /// A Job read again before removing a copy it was thought not to keep, and found keeping
+    /// it after all: newer than the view the removal was decided on.
+    fresh: Option<(JobKey, Value)>,
 }
 
 /// Watches `api` and forwards its changes, listed in full after every (re)list.
@@ -1105,6 +1108,25 @@ impl Live {
                 let _ = tx.send(Input::Done(Box::new(done)));
                 return;
             };
+            if reconcile::UNKEPT.contains(&reason) {
+                match manager_keeps(&ctx, &job, &origin_uid, &id.0).await {
+                    Ok(None) => {}
+                    Ok(Some(fresh)) => {
+                        tracing::info!(job = %job, cluster = %id.0, reason, "copy kept: the Job claims it after all");
+                        ctx.count("delete_copy", "kept");
+                        done.fresh = Some((job.clone(), fresh));
+                        let _ = tx.send(Input::Done(Box::new(done)));
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %job, cluster = %id.0, error = %e, "copy not removed: its Job could not be read; retrying");
+                        ctx.count("delete_copy", "error");
+                        done.retouch = Some(job.clone());
+                        let _ = tx.send(Input::Done(Box::new(done)));
+                        return;
+                    }
+                }
+            }
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client, &job.namespace, &job_resource());
             let params = DeleteParams {
@@ -1139,6 +1161,10 @@ impl Live {
 
     /// A Job's writes (or a copy's removal) landed.
     fn landed(&mut self, done: Done) {
+        if let Some((key, obj)) = done.fresh {
+            self.job_event(key.clone(), Some(obj));
+            self.world.touch(&key);
+        }
         if let Some(id) = &done.deleted {
             self.deleting.remove(id);
         }
@@ -1398,8 +1424,8 @@ impl JobWriter<'_> {
     }
 
     /// Writes what differs between the Job now and `target`: metadata and spec, then status.
-    async fn write(&mut self, target: &Job, precondition: bool) -> Result<(), Failure> {
-        if let Some(patch) = object::meta_patch(&self.job, target, precondition) {
+    async fn write(&mut self, target: &Job) -> Result<(), Failure> {
+        if let Some(patch) = object::meta_patch(&self.job, target) {
             let obj = self
                 .api
                 .patch(
@@ -1411,7 +1437,9 @@ impl JobWriter<'_> {
                 .map_err(failure)?;
             self.accept(obj);
         }
-        if let Some(patch) = object::status_patch(&self.job.status, &target.status) {
+        if let Some(patch) =
+            object::status_patch(&self.job.status, &target.status, &self.job.resource_version)
+        {
             // The API server's Job status rules, checked here: a status it would refuse is
             // not sent at all.
             if let Some(why) =
@@ -1561,7 +1589,7 @@ impl JobWriter<'_> {
             status::describe(&action),
         );
         if let Some(target) = status::after(&self.job, &action, self.now) {
-            let r = self.write(&target, false).await;
+            let r = self.write(&target).await;
             self.outcome("unclaim", r).await;
         }
     }
@@ -1623,7 +1651,7 @@ impl JobWriter<'_> {
         } else {
             claimed.offers = clusters.to_vec();
         }
-        let r = self.write(&claimed, true).await;
+        let r = self.write(&claimed).await;
         if !self.outcome("claim", r).await {
             return false;
         }
@@ -1642,7 +1670,7 @@ impl JobWriter<'_> {
         let Some(target) = status::after(&self.job, action, self.now) else {
             return false;
         };
-        let r = self.write(&target, false).await;
+        let r = self.write(&target).await;
         let ok = self.outcome("dispatch", r).await;
         if ok {
             self.ctx.event(
@@ -1655,6 +1683,26 @@ impl JobWriter<'_> {
         }
         ok
     }
+}
+
+/// The manager Job as the API server has it now, if it keeps its copy in `cluster` (the same
+/// Job, by uid, claiming or offered that worker): then a copy thought stale or orphaned was
+/// judged on a view that is behind, and stays.
+async fn manager_keeps(
+    ctx: &Ctx,
+    key: &JobKey,
+    origin_uid: &str,
+    cluster: &str,
+) -> Result<Option<Value>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &job_resource());
+    let Some(obj) = api.get_opt(&key.name).await? else {
+        return Ok(None);
+    };
+    let value = to_json(obj);
+    let keeps = object::parse_job(&value, None, &Priorities::default())
+        .is_ok_and(|j| j.uid == origin_uid && j.kept_clusters().iter().any(|c| c == cluster));
+    Ok(keeps.then_some(value))
 }
 
 /// Carries out one Job's actions in order, stopping at the first that fails.
@@ -1700,7 +1748,7 @@ async fn write_job(
                 let Some(target) = status::after(&w.job, action, now) else {
                     continue;
                 };
-                match w.write(&target, false).await {
+                match w.write(&target).await {
                     Err(Failure::Refused(m)) => {
                         // The API server keeps Job status rules (counters never go down, ...):
                         // the same write is not tried again until the worker's status moves.
@@ -1729,7 +1777,7 @@ async fn write_job(
                     continue;
                 };
                 let name = action_name(other);
-                let r = w.write(&target, false).await;
+                let r = w.write(&target).await;
                 let ok = w.outcome(name, r).await;
                 if ok {
                     announce(w.ctx, &w.job, other);

@@ -214,9 +214,10 @@ pub fn parse_queue(q: &DispatchQueue) -> Option<Queue> {
 
 /// The merge patch of the Job's metadata and spec that turns `old` into `new` as far as
 /// dispatch goes (every dispatch annotation, absent ones as `null`, and `spec.suspend`), or
-/// `None` when they agree. With `precondition`, the patch only applies to `old`'s
-/// resourceVersion (the claim: two dispatchers cannot both win it).
-pub fn meta_patch(old: &Job, new: &Job, precondition: bool) -> Option<Value> {
+/// `None` when they agree. The patch only applies to `old`'s resourceVersion: it sets our
+/// annotations whole, so applied to a newer Job it could undo another writer's (two
+/// dispatchers in a split brain cannot both win a claim). A conflict rereads and plans again.
+pub fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
     let before = status::annotations(old);
     let after = status::annotations(new);
     if before == after && old.suspended == new.suspended {
@@ -226,10 +227,8 @@ pub fn meta_patch(old: &Job, new: &Job, precondition: bool) -> Option<Value> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, Value::String)))
         .collect();
-    let mut patch = json!({"metadata": {"annotations": annotations}});
-    if precondition {
-        patch["metadata"]["resourceVersion"] = json!(old.resource_version);
-    }
+    let mut patch = json!({"metadata": {"annotations": annotations,
+                                        "resourceVersion": old.resource_version}});
     if old.suspended != new.suspended {
         patch["spec"] = json!({"suspend": new.suspended});
     }
@@ -237,9 +236,11 @@ pub fn meta_patch(old: &Job, new: &Job, precondition: bool) -> Option<Value> {
 }
 
 /// The merge patch of the `status` subresource that turns `old` into `new`: each top-level
-/// field that changed, `null` for the ones that went (conditions are replaced as a whole:
-/// a merge patch replaces lists).
-pub fn status_patch(old: &JobStatus, new: &JobStatus) -> Option<Value> {
+/// field that changed, `null` for the ones that went. Conditions are replaced as a whole (a
+/// merge patch replaces lists), so the patch only applies to the `resource_version` the
+/// status was read at: written over a newer status, it would drop a condition another
+/// writer had just set.
+pub fn status_patch(old: &JobStatus, new: &JobStatus, resource_version: &str) -> Option<Value> {
     if old == new {
         return None;
     }
@@ -259,7 +260,8 @@ pub fn status_patch(old: &JobStatus, new: &JobStatus) -> Option<Value> {
             fields.insert(k.clone(), Value::Null);
         }
     }
-    (!fields.is_empty()).then(|| json!({ "status": fields }))
+    (!fields.is_empty())
+        .then(|| json!({"metadata": {"resourceVersion": resource_version}, "status": fields}))
 }
 
 /// The time `t` from a Kubernetes timestamp, for tests and callers holding typed objects.
@@ -334,11 +336,11 @@ mod tests {
     #[test]
     fn patches_carry_only_what_changed_and_null_what_went() {
         let old = parse_job(&job(), None, &Priorities::default()).unwrap();
-        assert_eq!(meta_patch(&old, &old, false), None);
+        assert_eq!(meta_patch(&old, &old), None);
         let mut new = old.clone();
         new.cluster = None;
         new.suspended = false;
-        let p = meta_patch(&old, &new, true).unwrap();
+        let p = meta_patch(&old, &new).unwrap();
         assert_eq!(p["metadata"]["resourceVersion"], "41");
         assert_eq!(
             p["metadata"]["annotations"][CLUSTER_ANNOTATION],
@@ -348,11 +350,15 @@ mod tests {
         assert_eq!(p["spec"]["suspend"], false);
 
         let mut status = old.status.clone();
-        assert_eq!(status_patch(&old.status, &status), None);
+        assert_eq!(status_patch(&old.status, &status, "41"), None);
         status.active = Some(3);
         status.conditions = None;
-        let p = status_patch(&old.status, &status).unwrap();
-        assert_eq!(p, json!({"status": {"active": 3, "conditions": null}}));
+        let p = status_patch(&old.status, &status, "41").unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "41"},
+                   "status": {"active": 3, "conditions": null}})
+        );
     }
 
     #[test]

@@ -445,6 +445,18 @@ fn pods_ready_timeout(
 
 /// Why the Job's copies that it no longer keeps go: the PodsReady timeout that requeued it
 /// (the requeue is written first, the copies go after), or just that they are stale.
+/// The reasons a copy is removed because the manager Job, as this dispatcher sees it, does not
+/// keep it (see [`why_unkept`] and [`collect_garbage`]). A view can be behind the workers'
+/// (a second dispatcher claimed the Job a moment ago, a list served from a cache): the live
+/// executor reads the Job again before removing a copy for one of these.
+pub const UNKEPT: [&str; 5] = [
+    reason::ORPHANED_COPY,
+    reason::REQUEUING_LIMIT,
+    reason::PODS_READY_TIMEOUT,
+    reason::PODS_READY_LOST,
+    reason::STALE_COPY,
+];
+
 fn why_unkept(job: &Job) -> &'static str {
     if job.deleting {
         return reason::ORPHANED_COPY;
@@ -637,7 +649,18 @@ fn write_status(
     if world.refused_status.get(&job.uid) == Some(&digest) {
         return false;
     }
-    let desired = mirror::mirrored(&job.status, &copy.status, readiness, now);
+    let mut desired = mirror::mirrored(&job.status, &copy.status, readiness, now);
+    // A Job running in its worker says it was admitted there, whatever an earlier write left:
+    // a second dispatcher's mirror write can land between the unsuspend and the status that
+    // says `Admitted`, and the one that wins the status keeps what the other had not written.
+    let admitted = desired
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == super::condition::ADMITTED && c.status == "True");
+    if !admitted {
+        desired = super::status::admitted(&desired, &copy.cluster, job.admitted_at.unwrap_or(now));
+    }
     if same_status(&desired, &job.status) {
         return false;
     }

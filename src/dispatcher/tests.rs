@@ -1125,6 +1125,45 @@ fn a_job_whose_pods_all_get_ready_in_time_is_not_requeued() {
     assert_eq!(env.job("quick").cluster.as_deref(), Some("a"));
 }
 
+#[test]
+fn a_running_job_whose_admitted_condition_another_writer_dropped_says_it_again() {
+    let mut env = Env::new(roomy(), vec![queue("q", "clusters: [a]")]);
+    env.submit(job("train").pods(2).build());
+    env.settle();
+    assert!(is_true(env.job("train"), condition::ADMITTED));
+    let admitted = condition(env.job("train"), condition::ADMITTED)
+        .cloned()
+        .unwrap();
+    // A second dispatcher mirrored the copy's status from a view older than the unsuspend's
+    // status write, and its write won: the conditions list, replaced whole, lost `Admitted`.
+    let mut stale = env.job("train").clone();
+    stale
+        .status
+        .conditions
+        .iter_mut()
+        .for_each(|c| c.retain(|c| c.type_ != condition::ADMITTED));
+    env.world.upsert_job(stale);
+    env.advance(secs(5));
+    env.settle();
+    let again = condition(env.job("train"), condition::ADMITTED).cloned();
+    assert_eq!(
+        again.as_ref().map(|c| c.status.as_str()),
+        Some("True"),
+        "{:#?}",
+        env.job("train").status
+    );
+    let again = again.unwrap();
+    assert!(
+        again.message.as_deref().unwrap().contains("worker a"),
+        "{again:?}"
+    );
+    assert_eq!(
+        again.last_transition_time, admitted.last_transition_time,
+        "admitted when it was dispatched, not when the condition was written again"
+    );
+    assert_eq!(env.job("train").cluster.as_deref(), Some("a"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Lost workers.
 
