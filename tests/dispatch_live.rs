@@ -1464,9 +1464,11 @@ async fn a_burst_of_jobs_never_exceeds_the_queue_quota() {
         if done == JOBS_IN_BURST {
             break;
         }
+        // A bound for liveness, not speed: alone it takes about 3 s, on a loaded CI machine
+        // many times that.
         assert!(
-            started.elapsed() < Duration::from_secs(25),
-            "{done} of {JOBS_IN_BURST} done after 25s"
+            started.elapsed() < Duration::from_secs(60),
+            "{done} of {JOBS_IN_BURST} done after 60s"
         );
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
