@@ -136,9 +136,9 @@ fn node(rng: &mut Rng, t: &Templates, ids: &Ids, name: String, kind: Kind) -> No
             requested[r] += alloc[r] - avail[r];
         }
         zones.push(NumaZone {
-            name: format!("node-{z}"),
+            name: format!("node-{z}").into(),
             id: z,
-            allocatable: alloc,
+            allocatable: alloc.into(),
             available: avail,
             ..t.zone.clone()
         });
@@ -155,9 +155,9 @@ fn node(rng: &mut Rng, t: &Templates, ids: &Ids, name: String, kind: Kind) -> No
             policy,
             scope,
             options: PolicyOptions::default(),
-            info: NumaInfo::new((0..zones_n).collect()),
+            info: NumaInfo::new((0..zones_n).collect()).into(),
             zones,
-            managed,
+            managed: managed.into(),
             ..t.numa.clone()
         })),
         ..t.node.clone()

@@ -57,10 +57,12 @@ pub struct NumaTopology {
     pub policy: Policy,
     pub scope: Scope,
     pub options: PolicyOptions,
-    pub info: NumaInfo,
+    /// What does not change while pods come and go is shared between copies: a placement
+    /// held or taken copies a node's topology, and only `available` differs.
+    pub info: Arc<NumaInfo>,
     pub zones: Vec<NumaZone>,
     /// Resources the zones list: the ones the kubelet aligns on this node.
-    pub managed: Vec<bool>,
+    pub managed: Arc<[bool]>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +73,10 @@ pub enum Scope {
 
 #[derive(Debug, Clone)]
 pub struct NumaZone {
-    pub name: String,
+    pub name: Arc<str>,
     /// The NUMA node id (from the zone name `node-N`, else its position).
     pub id: u32,
-    pub allocatable: Vec<i64>,
+    pub allocatable: Arc<[i64]>,
     pub available: Vec<i64>,
 }
 
@@ -381,9 +383,13 @@ impl Inventory {
                 node.requested.resize(n, 0);
                 if let Some(numa) = &mut node.numa {
                     let numa = Arc::make_mut(numa);
-                    numa.managed.resize(n, false);
+                    if numa.managed.len() != n {
+                        numa.managed = resized(&numa.managed, n);
+                    }
                     for z in &mut numa.zones {
-                        z.allocatable.resize(n, 0);
+                        if z.allocatable.len() != n {
+                            z.allocatable = resized(&z.allocatable, n);
+                        }
                         z.available.resize(n, 0);
                     }
                 }
@@ -467,4 +473,11 @@ impl InventoryStore {
     pub fn replace(&self, inventory: Inventory) {
         self.current.store(Arc::new(inventory));
     }
+}
+
+/// `values` with `n` entries: cut, or padded with the default.
+fn resized<T: Copy + Default>(values: &[T], n: usize) -> Arc<[T]> {
+    let mut v = values.to_vec();
+    v.resize(n, T::default());
+    v.into()
 }

@@ -1244,7 +1244,8 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
         n.requested.iter_mut().for_each(|v| *v = 0);
         if let Some(numa) = &mut n.numa {
             for z in &mut std::sync::Arc::make_mut(numa).zones {
-                z.available.clone_from(&z.allocatable);
+                z.available.clear();
+                z.available.extend_from_slice(&z.allocatable);
             }
         }
     }

@@ -300,9 +300,9 @@ pub(crate) fn build_topology(
         names.push((z.name.clone(), id));
         raw_costs.push(z.costs);
         zones.push(NumaZone {
-            name: z.name,
+            name: z.name.into(),
             id,
-            allocatable,
+            allocatable: allocatable.into(),
             available,
         });
     }
@@ -341,8 +341,8 @@ pub(crate) fn build_topology(
         policy,
         scope,
         options,
-        info,
+        info: info.into(),
         zones,
-        managed,
+        managed: managed.into(),
     })
 }

@@ -1695,7 +1695,7 @@ mod equivalence {
             .iter()
             .map(|&id| {
                 let mut z = template.zones[0].clone();
-                z.name = format!("node-{id}");
+                z.name = format!("node-{id}").into();
                 z.id = id;
                 z.allocatable = (0..resources).map(|_| 1000 * rng.below(5) as i64).collect();
                 z.available = z
@@ -1719,7 +1719,7 @@ mod equivalence {
         numa.options.prefer_closest_numa = rng.below(3) == 0;
         let max_id = ids.iter().copied().max().unwrap_or(0) as usize;
         numa.info = if rng.below(4) == 0 {
-            NumaInfo::new(machine)
+            NumaInfo::new(machine).into()
         } else {
             let distances: BTreeMap<u32, Vec<u64>> = machine
                 .iter()
@@ -1736,9 +1736,9 @@ mod equivalence {
                     (from, row)
                 })
                 .collect();
-            NumaInfo::with_distances(machine, distances)
+            NumaInfo::with_distances(machine, distances).into()
         };
-        numa.managed = vec![true; resources];
+        numa.managed = vec![true; resources].into();
         numa
     }
 
