@@ -21,7 +21,8 @@
 //! costs one attempt per class, not one per Job.
 
 use super::model::{
-    Action, ClassKey, ClassMemo, HeldView, Hold, Job, JobKey, KnownMisfit, Placement, Rank, World,
+    Action, ClassKey, ClassMemo, HeldNode, HeldView, Hold, Job, JobKey, KnownMisfit, Placement,
+    Rank, World,
 };
 use super::reason;
 use crate::inventory::{Cluster, Node, ResourceTable};
@@ -233,10 +234,9 @@ impl<'a> Working<'a> {
             } else if let Some(view) = world.held_view(name) {
                 view.clone()
             } else {
-                let mut c = Cluster::clone(base);
-                apply(&mut c, world.holds_in(name).flat_map(|h| &h.takes));
+                let (c, held) = held_cluster(world, name, base);
                 let c = Arc::new(c);
-                if let Some(v) = world.held_view_of(name, c.clone()) {
+                if let Some(v) = world.held_view_of(name, c.clone(), held) {
                     self.views.push((name.to_string(), v));
                 }
                 c
@@ -338,6 +338,59 @@ impl<'a> Working<'a> {
     }
 }
 
+/// `base` with the placements held in it taken off, and the nodes they were taken from.
+/// A node that is the same in the inventory as when the last view was made, with the same
+/// placements held on it, is taken from that view as it is.
+fn held_cluster(world: &World, name: &str, base: &Arc<Cluster>) -> (Cluster, Vec<HeldNode>) {
+    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+    let mut on: Vec<(usize, &str, &Take)> = world
+        .holds_in(name)
+        .flat_map(|h| h.takes.iter().map(move |t| (h.job_uid.as_str(), t)))
+        .filter_map(|(uid, t)| Some((node_of(base, t)?, uid, t)))
+        .collect();
+    // Stable: a node's takes stay in the order they are held.
+    on.sort_by_key(|(i, _, _)| *i);
+    let last = world
+        .last_held_view(name)
+        .filter(|v| v.view.nodes.len() == base.nodes.len());
+    let mut c = Cluster::clone(base);
+    let mut held = Vec::new();
+    let hasher = foldhash::fast::FixedState::default();
+    for group in on.chunk_by(|a, b| a.0 == b.0) {
+        let index = group[0].0;
+        let mut h = hasher.build_hasher();
+        for (_, uid, t) in group {
+            uid.hash(&mut h);
+            t.hash(&mut h);
+        }
+        let digest = h.finish();
+        let node = HeldNode {
+            index,
+            base: Arc::downgrade(&base.nodes[index]),
+            digest,
+        };
+        let same = last.and_then(|v| {
+            let k = v.held.binary_search_by_key(&index, |n| n.index).ok()?;
+            let was = &v.held[k];
+            (was.digest == digest && was.base.ptr_eq(&node.base))
+                .then(|| v.view.nodes[index].clone())
+        });
+        match same {
+            Some(n) => c.nodes[index] = n,
+            None => {
+                let n = Arc::make_mut(&mut c.nodes[index]);
+                for (_, _, t) in group {
+                    t.apply_to(n);
+                }
+            }
+        }
+        held.push(node);
+    }
+    // The summary is left as it was: an upper bound of what is free, which only makes its
+    // early rejections rarer, never wrong, and spares a pass over every node.
+    (c, held)
+}
+
 /// Where the node a take was made on is in `cluster` now.
 fn node_of(cluster: &Cluster, t: &Take) -> Option<usize> {
     match cluster.nodes.get(t.index) {
@@ -395,45 +448,32 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
     // Clusters reserved for starving Jobs, with the Job.
     let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
 
-    // The first eligible Job of each class, ordered by rank across classes.
-    let mut heads: BinaryHeap<Reverse<(Rank, ClassKey)>> = BinaryHeap::new();
-    let next_in = |class: &ClassKey, after: Option<&Rank>, pass: &mut Admission| -> Option<Rank> {
-        let set = world.pending_classes().get(class)?;
-        let iter: Box<dyn Iterator<Item = &Rank>> = match after {
-            None => Box::new(set.iter()),
-            Some(r) => {
-                Box::new(set.range((std::ops::Bound::Excluded(r), std::ops::Bound::Unbounded)))
-            }
-        };
-        for rank in iter {
-            let job = world.jobs.get(&rank.key)?;
-            match job.requeue_after {
-                Some(t) if t > now => pass.wake(t),
-                // Its copy from before the requeue is not removed yet: starting it elsewhere
-                // now would run it twice. Tried again once the copy goes.
-                _ if still_running(world, job) => {}
-                // The manager refused its claim: not tried again until the Job changes.
-                _ if world.refused_write(job).is_some() => {}
-                _ => return Some(rank.clone()),
-            }
-        }
-        None
-    };
-    for class in world.pending_classes().keys() {
-        if let Some(rank) = next_in(class, None, &mut pass) {
-            heads.push(Reverse((rank, class.clone())));
+    // Each class's pending Jobs in rank order, gone through once per pass; the first eligible
+    // Job of each class, ordered by rank across classes (ranks are unique: they end with the
+    // Job's key).
+    let mut classes: Vec<(&ClassKey, std::collections::btree_set::Iter<'_, Rank>)> = world
+        .pending_classes()
+        .iter()
+        .map(|(class, ranks)| (class, ranks.iter()))
+        .collect();
+    let mut heads: BinaryHeap<Reverse<(&Rank, usize)>> = BinaryHeap::new();
+    for (i, (_, ranks)) in classes.iter_mut().enumerate() {
+        if let Some(rank) = next_eligible(world, ranks, now, &mut pass) {
+            heads.push(Reverse((rank, i)));
         }
     }
 
-    while let Some(Reverse((rank, class))) = heads.pop() {
+    while let Some(Reverse((rank, i))) = heads.pop() {
+        let class = classes[i].0;
         let Some(job) = world.jobs.get(&rank.key) else {
             continue;
         };
         let state = queues.entry(job.queue.as_str()).or_default();
+        let mut next = false;
         match attempt(
             world,
             job,
-            &class,
+            class,
             state,
             &mut working,
             &mut reserved,
@@ -459,9 +499,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                         since: now,
                     },
                 });
-                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
-                    heads.push(Reverse((next, class)));
-                }
+                next = true;
             }
             Attempt::Offer { clusters } => {
                 let need = job.total_request();
@@ -475,18 +513,19 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                     job: job.key.clone(),
                     clusters,
                 });
-                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
-                    heads.push(Reverse((next, class)));
-                }
+                next = true;
             }
             Attempt::Wait(reason, message) => {
-                pass.waiting.insert(class, (reason, message));
+                pass.waiting.insert(class.clone(), (reason, message));
             }
             Attempt::WaitAlone(reason, message) => {
                 pass.job_waiting.insert(job.key.clone(), (reason, message));
-                if let Some(next) = next_in(&class, Some(&rank), &mut pass) {
-                    heads.push(Reverse((next, class)));
-                }
+                next = true;
+            }
+        }
+        if next {
+            if let Some(rank) = next_eligible(world, &mut classes[i].1, now, &mut pass) {
+                heads.push(Reverse((rank, i)));
             }
         }
     }
@@ -501,6 +540,27 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
     pass.reservations = std::hash::Hasher::finish(&h);
     pass.held_views = working.views;
     pass
+}
+
+/// The next Job of a class that may be tried now: not backing off, not still running in a
+/// worker from before its requeue (starting it elsewhere now would run it twice; tried again
+/// once that copy goes), not refused by the manager (tried again once the Job changes).
+fn next_eligible<'w>(
+    world: &'w World,
+    ranks: &mut std::collections::btree_set::Iter<'w, Rank>,
+    now: SystemTime,
+    pass: &mut Admission,
+) -> Option<&'w Rank> {
+    for rank in ranks {
+        let job = world.jobs.get(&rank.key)?;
+        match job.requeue_after {
+            Some(t) if t > now => pass.wake(t),
+            _ if still_running(world, job) => {}
+            _ if world.refused_write(job).is_some() => {}
+            _ => return Some(rank),
+        }
+    }
+    None
 }
 
 #[allow(clippy::too_many_arguments)]

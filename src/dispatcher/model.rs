@@ -369,12 +369,26 @@ pub struct KnownMisfit {
 
 /// A worker's cluster with the placements held there taken off: what every admission pass
 /// starts from, made once and kept while neither the inventory's cluster (held as a `Weak`:
-/// a changed cluster is another allocation) nor the holds there change.
+/// a changed cluster is another allocation) nor the holds there change. When either does,
+/// the next view is made from this one: only the nodes that changed, or whose held
+/// placements did, are made again.
 #[derive(Debug, Clone)]
 pub struct HeldView {
     pub base: std::sync::Weak<crate::inventory::Cluster>,
     pub holds: u64,
     pub view: Arc<crate::inventory::Cluster>,
+    /// The nodes placements are held on, by index: the inventory's node the view's was made
+    /// from (a `Weak`, so that the inventory's node stays its owner's to change in place) and
+    /// a digest of the placements taken off it. Every other node is the inventory's own.
+    pub held: Vec<HeldNode>,
+}
+
+/// One node of a [`HeldView`] with placements held on it.
+#[derive(Debug, Clone)]
+pub struct HeldNode {
+    pub index: usize,
+    pub base: std::sync::Weak<crate::inventory::Node>,
+    pub digest: u64,
 }
 
 impl HeldView {
@@ -953,11 +967,20 @@ impl World {
             .then_some(&known.view)
     }
 
-    /// `view` is `cluster` with the placements held there now taken off.
+    /// The last view made of `cluster`, current or not: the next is made from it.
+    pub fn last_held_view(&self, cluster: &str) -> Option<&HeldView> {
+        if !self.config.remember {
+            return None;
+        }
+        self.held_views.get(cluster)
+    }
+
+    /// `view` is `cluster` with the placements held there now taken off, on the `held` nodes.
     pub fn held_view_of(
         &self,
         cluster: &str,
         view: Arc<crate::inventory::Cluster>,
+        held: Vec<HeldNode>,
     ) -> Option<HeldView> {
         if !self.config.remember {
             return None;
@@ -966,6 +989,7 @@ impl World {
             base: Arc::downgrade(self.inventory.cluster_arc(cluster)?),
             holds: self.hold_version(cluster),
             view,
+            held,
         })
     }
 
@@ -973,16 +997,14 @@ impl World {
         self.held_views.insert(cluster, view);
     }
 
-    /// Lets go of the views whose cluster changed: they would keep its old nodes shared (a
-    /// node shared is a node copied when it changes).
+    /// Lets go of the views of clusters gone from the inventory or without held placements:
+    /// they would keep old nodes shared (a node shared is a node copied when it changes). A
+    /// view whose cluster or holds changed is kept: the next one is made from it.
     pub fn forget_stale_views(&mut self) {
         let inventory = &self.inventory;
-        let versions = &self.hold_versions;
-        self.held_views.retain(|name, v| {
-            inventory
-                .cluster_arc(name)
-                .is_some_and(|base| v.is_current(base, versions.get(name).copied().unwrap_or(0)))
-        });
+        let held_in = &self.held_in;
+        self.held_views
+            .retain(|name, _| held_in.contains_key(name) && inventory.cluster_arc(name).is_some());
     }
 
     pub fn holds(&self) -> &BTreeMap<String, Hold> {
