@@ -412,10 +412,8 @@ impl Simulation {
         for _ in 0..1000 {
             // Before every plan: carrying out the last one may have changed nodes.
             self.summarize();
+            // Why classes wait is only described by the last look (`run`).
             let p = plan(&mut self.world, now);
-            for (class, (_, message)) in &p.waiting {
-                self.waiting.insert(class.clone(), message.clone());
-            }
             if let Some(w) = p.wake_at.filter(|w| *w > now) {
                 if self.wake_at.is_none_or(|x| x <= now || w < x) {
                     self.wake_at = Some(w);

@@ -481,10 +481,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             &mut pass,
         ) {
             Attempt::Dispatch { cluster, takes } => {
-                let need = job.total_request();
-                for (r, v) in &need {
-                    *state.usage.entry(r.clone()).or_insert(0) += v;
-                }
+                add_to(&mut state.usage, job.total_requests());
                 if blocks_admission(world, job) {
                     state.gate = Some((job.key.clone(), cluster.clone()));
                 }
@@ -502,10 +499,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 next = true;
             }
             Attempt::Offer { clusters } => {
-                let need = job.total_request();
-                for (r, v) in &need {
-                    *state.usage.entry(r.clone()).or_insert(0) += v;
-                }
+                add_to(&mut state.usage, job.total_requests());
                 if blocks_admission(world, job) {
                     state.gate = Some((job.key.clone(), clusters.join(", ")));
                 }
@@ -646,9 +640,7 @@ fn attempt<'w>(
             reserved.insert(c.clone(), job.key.clone());
         }
         if m.holds_quota {
-            for (r, v) in job.total_request() {
-                *state.held.entry(r).or_insert(0) += v;
-            }
+            add_to(&mut state.held, job.total_requests());
         }
         return Attempt::Wait(m.reason, m.message.clone());
     }
@@ -699,7 +691,7 @@ fn judge<'w>(
         Err(e) => return Attempt::Wait(reason::INVALID_JOB, e.clone()),
     };
     // Quota.
-    let need = job.total_request();
+    let need = || job.total_requests();
     let quota = state
         .quota
         .get_or_insert_with(|| Arc::new(effective_quota(world, settings, now)))
@@ -709,7 +701,7 @@ fn judge<'w>(
     let (mut is_short, mut is_never) = (false, false);
     let mut short = String::new();
     let mut never = String::new();
-    for (r, &n) in &need {
+    for (r, n) in need() {
         let Some(&limit) = quota.get(r) else {
             if settings.quota.is_none() && n > 0 {
                 is_never = true;
@@ -767,9 +759,7 @@ fn judge<'w>(
             job.gang()
         );
         if starving {
-            for (r, v) in &need {
-                *state.held.entry(r.clone()).or_insert(0) += v;
-            }
+            add_to(&mut state.held, need());
             if describing {
                 message.push_str("; its quota is held for it from now on");
             }
@@ -892,7 +882,7 @@ fn judge<'w>(
         let preferred = job.avoid.as_deref() != Some(name.as_str());
         match world.config.placement {
             Placement::Everywhere => fits.push((true, 0, order, name.as_str())),
-            Placement::SumOfFree => match working.sum_fit(name, &need) {
+            Placement::SumOfFree => match working.sum_fit(name, &job.total_request()) {
                 Ok(score) => fits.push((preferred, score, order, name.as_str())),
                 Err(why) => reasons.push((name.as_str(), why, false)),
             },
@@ -1030,7 +1020,7 @@ fn judge<'w>(
                 )
             }
             Placement::SumOfFree => {
-                working.sum_take(name, &need);
+                working.sum_take(name, &job.total_request());
                 Vec::new()
             }
             Placement::Everywhere => Vec::new(),
@@ -1111,9 +1101,7 @@ fn judge<'w>(
             }
             Some((_, name)) if starving => {
                 reserved.insert(name.clone(), job.key.clone());
-                for (r, v) in &need {
-                    *state.held.entry(r.clone()).or_insert(0) += v;
-                }
+                add_to(&mut state.held, need());
                 return wait(
                     reason::NO_WORKER_FITS,
                     say!(world,
@@ -1136,6 +1124,18 @@ fn judge<'w>(
             join(&reasons)
         ),
     )
+}
+
+/// Adds `amounts` to `totals`, resource by resource.
+fn add_to<'a>(totals: &mut BTreeMap<String, i64>, amounts: impl Iterator<Item = (&'a str, i64)>) {
+    for (r, v) in amounts {
+        match totals.get_mut(r) {
+            Some(t) => *t += v,
+            None => {
+                totals.insert(r.to_string(), v);
+            }
+        }
+    }
 }
 
 /// A copy of the Job is alive in a worker that answers. Copies in a worker that does not are

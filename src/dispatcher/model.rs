@@ -193,15 +193,18 @@ impl Job {
 
     /// The total request of the gang, per resource name: pods × the per-pod request.
     pub fn total_request(&self) -> BTreeMap<String, i64> {
+        self.total_requests()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    /// [`Job::total_request`] without building a map, in resource name order.
+    pub fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
         let gang = i64::from(self.gang());
-        match &self.pod {
-            Ok(shape) => shape
-                .node_request
-                .iter()
-                .map(|(k, v)| (k.clone(), v.saturating_mul(gang)))
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        }
+        self.pod
+            .iter()
+            .flat_map(|shape| &shape.node_request)
+            .map(move |(k, v)| (k.as_str(), v.saturating_mul(gang)))
     }
 }
 
@@ -475,8 +478,9 @@ impl<'w> MisfitsOf<'w> {
 /// gang size. When the first of a class cannot be admitted, none of the others can.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClassKey {
-    pub queue: String,
-    pub namespace: String,
+    /// Shared: a class's key is copied into every memo, misfit and wait a pass records.
+    pub queue: Arc<str>,
+    pub namespace: Arc<str>,
     pub shape: u64,
     pub gang: u32,
 }
@@ -499,8 +503,8 @@ impl Job {
     }
     pub fn class(&self) -> ClassKey {
         ClassKey {
-            queue: self.queue.clone(),
-            namespace: self.key.namespace.clone(),
+            queue: self.queue.as_str().into(),
+            namespace: self.key.namespace.as_str().into(),
             shape: self.shape_key,
             gang: self.gang(),
         }
