@@ -66,7 +66,8 @@ pub struct Admission {
     /// A digest of the workers and quota held for starving Jobs at the end of the pass.
     pub reservations: u64,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
-    /// Job's reason, which is every later Job's of the class too.
+    /// Job's reason, which is every later Job's of the class too. Kept when the world asks
+    /// for descriptions (`simulate` asks only for its last look).
     pub waiting: BTreeMap<ClassKey, (&'static str, String)>,
     /// Jobs kept out for a reason of their own (a worker that refused them is backing off,
     /// an older Job of the same name is still being removed): the rest of their class is
@@ -510,7 +511,9 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 next = true;
             }
             Attempt::Wait(reason, message) => {
-                pass.waiting.insert(class.clone(), (reason, message));
+                if world.config.describe {
+                    pass.waiting.insert(class.clone(), (reason, message));
+                }
             }
             Attempt::WaitAlone(reason, message) => {
                 pass.job_waiting.insert(job.key.clone(), (reason, message));

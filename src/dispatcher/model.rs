@@ -548,6 +548,8 @@ pub struct World {
     /// Per queue, a counter bumped whenever its Jobs may have become admissible: one of its
     /// workers may have gained room or changed state, or its quota use went down.
     queue_epochs: HashMap<String, u64>,
+    /// Per worker, the queues that list it, for the queues generation it was found at.
+    queues_of: (u64, HashMap<String, Arc<[String]>>),
     /// Bumped when the workers and quota held for starving Jobs change.
     reservations_generation: u64,
     /// The last reservations, to tell when they change.
@@ -1060,23 +1062,38 @@ impl World {
 
     /// Something about the worker changed that may let Jobs of its queues go there.
     fn worker_changed(&mut self, cluster: &str) {
-        let queues: Vec<String> = self
-            .queues
-            .values()
-            .filter(|q| {
-                q.settings
-                    .as_ref()
-                    .is_ok_and(|s| s.clusters.iter().any(|c| c == cluster))
-            })
-            .map(|q| q.name.clone())
-            .collect();
-        for q in queues {
-            self.bump_queue(&q);
+        if self.queues_of.0 != self.queues_generation {
+            self.queues_of = (self.queues_generation, HashMap::default());
+        }
+        let queues = match self.queues_of.1.get(cluster) {
+            Some(q) => q.clone(),
+            None => {
+                let q: Arc<[String]> = self
+                    .queues
+                    .values()
+                    .filter(|q| {
+                        q.settings
+                            .as_ref()
+                            .is_ok_and(|s| s.clusters.iter().any(|c| c == cluster))
+                    })
+                    .map(|q| q.name.clone())
+                    .collect();
+                self.queues_of.1.insert(cluster.to_string(), q.clone());
+                q
+            }
+        };
+        for q in queues.iter() {
+            self.bump_queue(q);
         }
     }
 
     fn bump_queue(&mut self, queue: &str) {
-        *self.queue_epochs.entry(queue.to_string()).or_insert(0) += 1;
+        match self.queue_epochs.get_mut(queue) {
+            Some(e) => *e += 1,
+            None => {
+                self.queue_epochs.insert(queue.to_string(), 1);
+            }
+        }
     }
 
     /// What a class's failure depends on, beyond its own Jobs.

@@ -254,6 +254,10 @@ impl SimWorker {
     ) {
         let mut still = VecDeque::new();
         let mut changed_nodes = false;
+        // Shapes no node had room for in this round: nodes only lose room as pods are bound,
+        // so a later pod of the same shape is not looked for either, until some pod's end
+        // frees room.
+        let mut unplaceable: Vec<*const PodShape> = Vec::new();
         while let Some(uid) = self.waiting.pop_front() {
             let Some(job) = self.jobs.get_mut(&uid) else {
                 continue;
@@ -261,7 +265,13 @@ impl SimWorker {
             if job.unscheduled == 0 || job.finished.is_some() {
                 continue;
             }
+            let shape = Arc::as_ptr(&job.behaviour.shape);
+            if unplaceable.contains(&shape) {
+                still.push_back(uid);
+                continue;
+            }
             let Some(n) = pick_node(cluster, table, &job.behaviour.shape, &job.bound) else {
+                unplaceable.push(shape);
                 still.push_back(uid);
                 continue;
             };
@@ -308,7 +318,10 @@ impl SimWorker {
                 }
                 job.failed += 1;
                 after_failure(job, now, fx);
-                changed_nodes |= terminate_if_finished(job, cluster, table, fx);
+                if terminate_if_finished(job, cluster, table, fx) {
+                    changed_nodes = true;
+                    unplaceable.clear();
+                }
             }
             if changed_nodes {
                 changed_nodes = false;
