@@ -344,10 +344,15 @@ impl<'a> Working<'a> {
 /// placements held on it, is taken from that view as it is.
 fn held_cluster(world: &World, name: &str, base: &Arc<Cluster>) -> (Cluster, Vec<HeldNode>) {
     use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
-    let mut on: Vec<(usize, &str, &Take)> = world
+    let mut on: Vec<(usize, (u64, usize), &Take)> = world
         .holds_in(name)
-        .flat_map(|h| h.takes.iter().map(move |t| (h.job_uid.as_str(), t)))
-        .filter_map(|(uid, t)| Some((node_of(base, t)?, uid, t)))
+        .flat_map(|h| {
+            h.takes
+                .iter()
+                .enumerate()
+                .map(move |(k, t)| ((h.serial, k), t))
+        })
+        .filter_map(|(id, t)| Some((node_of(base, t)?, id, t)))
         .collect();
     // Stable: a node's takes stay in the order they are held.
     on.sort_by_key(|(i, _, _)| *i);
@@ -360,9 +365,8 @@ fn held_cluster(world: &World, name: &str, base: &Arc<Cluster>) -> (Cluster, Vec
     for group in on.chunk_by(|a, b| a.0 == b.0) {
         let index = group[0].0;
         let mut h = hasher.build_hasher();
-        for (_, uid, t) in group {
-            uid.hash(&mut h);
-            t.hash(&mut h);
+        for (_, id, _) in group {
+            id.hash(&mut h);
         }
         let digest = h.finish();
         let node = HeldNode {
@@ -495,6 +499,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                         cluster,
                         takes,
                         since: now,
+                        serial: 0,
                     },
                 });
                 next = true;
@@ -1382,5 +1387,6 @@ pub(super) fn hold_for(world: &World, job: &Job, cluster: &str, now: SystemTime)
         cluster: cluster.to_string(),
         takes: takes_of(c, &world.inventory.resources, &shape, &bound, &fit, world),
         since: now,
+        serial: 0,
     })
 }

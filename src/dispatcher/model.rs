@@ -300,6 +300,9 @@ pub struct Hold {
     pub cluster: String,
     pub takes: Vec<Take>,
     pub since: SystemTime,
+    /// Which hold this is, among all the World ever held (set by [`World::hold`]): its takes
+    /// never change, so the serial stands for them.
+    pub serial: u64,
 }
 
 /// How admission judges whether a worker can take a Job.
@@ -548,6 +551,8 @@ pub struct World {
     /// Per queue, a counter bumped whenever its Jobs may have become admissible: one of its
     /// workers may have gained room or changed state, or its quota use went down.
     queue_epochs: HashMap<String, u64>,
+    /// The serial of the last placement held (see [`Hold::serial`]).
+    hold_serial: u64,
     /// Per worker, the queues that list it, for the queues generation it was found at.
     queues_of: (u64, HashMap<String, Arc<[String]>>),
     /// Bumped when the workers and quota held for starving Jobs change.
@@ -892,7 +897,9 @@ impl World {
     }
 
     /// Holds a placement for an admitted Job (replacing any it had).
-    pub fn hold(&mut self, hold: Hold) {
+    pub fn hold(&mut self, mut hold: Hold) {
+        self.hold_serial += 1;
+        hold.serial = self.hold_serial;
         self.holds_changed(&hold.cluster);
         self.held_in
             .entry(hold.cluster.clone())

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// What a placement takes from one node: node-level amounts and amounts per NUMA zone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Take {
     pub node: String,
     /// Where the node was in its cluster's list when the take was made: looked at first.
