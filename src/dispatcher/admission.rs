@@ -391,8 +391,7 @@ fn held_cluster(world: &World, name: &str, base: &Arc<Cluster>) -> (Cluster, Vec
         }
         held.push(node);
     }
-    // The summary is left as it was: an upper bound of what is free, which only makes its
-    // early rejections rarer, never wrong, and spares a pass over every node.
+    // The summary is left as it was (see `apply`).
     (c, held)
 }
 

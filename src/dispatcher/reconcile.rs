@@ -443,8 +443,6 @@ fn pods_ready_timeout(
     }
 }
 
-/// Why the Job's copies that it no longer keeps go: the PodsReady timeout that requeued it
-/// (the requeue is written first, the copies go after), or just that they are stale.
 /// The reasons a copy is removed because the manager Job, as this dispatcher sees it, does not
 /// keep it (see [`why_unkept`] and [`collect_garbage`]). A view can be behind the workers'
 /// (a second dispatcher claimed the Job a moment ago, a list served from a cache): the live
@@ -457,6 +455,8 @@ pub const UNKEPT: [&str; 5] = [
     reason::STALE_COPY,
 ];
 
+/// Why the Job's copies that it no longer keeps go: the PodsReady timeout that requeued it
+/// (the requeue is written first, the copies go after), or just that they are stale.
 fn why_unkept(job: &Job) -> &'static str {
     if job.deleting {
         return reason::ORPHANED_COPY;
