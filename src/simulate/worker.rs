@@ -97,6 +97,52 @@ pub struct SimWorker {
     pub jobs: BTreeMap<String, SimJob>,
     /// Pods that found no node, in creation order: (job uid), tried again when room frees.
     waiting: VecDeque<String>,
+    /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
+    rows: Rows,
+}
+
+/// Every node's allocatable and requested amounts in one table, row after row: finding a node
+/// for a pod reads it instead of each node's own vectors (a worker of 200 nodes is looked at
+/// for every pod bound there). Refreshed whenever a pod takes or frees room on a node.
+#[derive(Debug, Default)]
+struct Rows {
+    /// Resources per row (the resource table's length).
+    width: usize,
+    /// Per node: `width` allocatable amounts, then `width` requested ones.
+    cells: Vec<i64>,
+}
+
+impl Rows {
+    /// Makes the table anew if the cluster or the resource table is not the one it was
+    /// made for.
+    fn fit(&mut self, cluster: &Cluster, width: usize) {
+        if self.width == width && self.cells.len() == cluster.nodes.len() * 2 * width {
+            return;
+        }
+        self.width = width;
+        self.cells = vec![0; cluster.nodes.len() * 2 * width];
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            self.refresh(i, node);
+        }
+    }
+
+    fn refresh(&mut self, i: usize, node: &Node) {
+        let w = self.width;
+        let Some(row) = self.cells.get_mut(i * 2 * w..(i + 1) * 2 * w) else {
+            return;
+        };
+        let (alloc, requested) = row.split_at_mut(w);
+        for r in 0..w {
+            alloc[r] = node.allocatable.get(r).copied().unwrap_or(0);
+            requested[r] = node.requested.get(r).copied().unwrap_or(0);
+        }
+    }
+
+    /// Node `i`'s allocatable and requested amounts.
+    fn row(&self, i: usize) -> (&[i64], &[i64]) {
+        let w = self.width;
+        self.cells[i * 2 * w..(i + 1) * 2 * w].split_at(w)
+    }
 }
 
 impl SimWorker {
@@ -106,6 +152,7 @@ impl SimWorker {
             index,
             jobs: BTreeMap::new(),
             waiting: VecDeque::new(),
+            rows: Rows::default(),
         }
     }
 
@@ -159,8 +206,9 @@ impl SimWorker {
             return;
         };
         self.waiting.retain(|u| u != uid);
+        self.rows.fit(cluster, table.len());
         for pod in job.pods.values() {
-            release(cluster, table, pod, fx);
+            release(cluster, &mut self.rows, table, pod, fx);
         }
         if !job.pods.is_empty() {
             self.schedule(cluster, table, now, fx);
@@ -209,7 +257,8 @@ impl SimWorker {
                 let Some(p) = job.pods.remove(pod) else {
                     return;
                 };
-                release(cluster, table, &p, fx);
+                self.rows.fit(cluster, table.len());
+                release(cluster, &mut self.rows, table, &p, fx);
                 fx.changed.push(job_uid.clone());
                 if job.behaviour.fails {
                     job.failed += 1;
@@ -226,7 +275,7 @@ impl SimWorker {
                         self.waiting.push_back(job_uid.clone());
                     }
                 }
-                terminate_if_finished(job, cluster, table, fx);
+                terminate_if_finished(job, cluster, &mut self.rows, table, fx);
                 self.schedule(cluster, table, now, fx);
             }
             PodEvent::Replace { job_uid } => {
@@ -258,6 +307,7 @@ impl SimWorker {
         // so a later pod of the same shape is not looked for either, until some pod's end
         // frees room.
         let mut unplaceable: Vec<*const PodShape> = Vec::new();
+        self.rows.fit(cluster, table.len());
         while let Some(uid) = self.waiting.pop_front() {
             let Some(job) = self.jobs.get_mut(&uid) else {
                 continue;
@@ -270,7 +320,8 @@ impl SimWorker {
                 still.push_back(uid);
                 continue;
             }
-            let Some(n) = pick_node(cluster, table, &job.behaviour.shape, &job.bound) else {
+            let Some(n) = pick_node(cluster, &self.rows, table, &job.behaviour.shape, &job.bound)
+            else {
                 unplaceable.push(shape);
                 still.push_back(uid);
                 continue;
@@ -292,6 +343,7 @@ impl SimWorker {
             if fit.count == 1 {
                 let take = Take::between(node, &NodeState::of(node), &fit.state).at(n);
                 take.apply_to(Arc::make_mut(node));
+                self.rows.refresh(n, node);
                 fx.taken.push(n);
                 usage(&mut fx.usage_delta, table, &take, 1);
                 changed_nodes = true;
@@ -318,7 +370,7 @@ impl SimWorker {
                 }
                 job.failed += 1;
                 after_failure(job, now, fx);
-                if terminate_if_finished(job, cluster, table, fx) {
+                if terminate_if_finished(job, cluster, &mut self.rows, table, fx) {
                     changed_nodes = true;
                     unplaceable.clear();
                 }
@@ -405,6 +457,7 @@ fn after_failure(job: &mut SimJob, now: SystemTime, fx: &mut Effects) {
 fn terminate_if_finished(
     job: &mut SimJob,
     cluster: &mut Cluster,
+    rows: &mut Rows,
     table: &ResourceTable,
     fx: &mut Effects,
 ) -> bool {
@@ -412,14 +465,21 @@ fn terminate_if_finished(
         return false;
     }
     for pod in std::mem::take(&mut job.pods).values() {
-        release(cluster, table, pod, fx);
+        release(cluster, rows, table, pod, fx);
     }
     true
 }
 
-fn release(cluster: &mut Cluster, table: &ResourceTable, pod: &Pod, fx: &mut Effects) {
+fn release(
+    cluster: &mut Cluster,
+    rows: &mut Rows,
+    table: &ResourceTable,
+    pod: &Pod,
+    fx: &mut Effects,
+) {
     if let Some(node) = cluster.nodes.get_mut(pod.node) {
         pod.take.release_from(Arc::make_mut(node));
+        rows.refresh(pod.node, node);
         fx.freed.push(pod.node);
     }
     usage(&mut fx.usage_delta, table, &pod.take, -1);
@@ -441,58 +501,60 @@ fn usage(delta: &mut Vec<i64>, table: &ResourceTable, take: &Take, sign: i64) {
 /// first. NUMA zones are not looked at: that is the default scheduler's blind spot.
 fn pick_node(
     cluster: &Cluster,
+    rows: &Rows,
     table: &ResourceTable,
     shape: &PodShape,
     pod: &BoundPod,
 ) -> Option<usize> {
     let pods = table.id("pods");
+    // A resource no node lists fits nowhere.
+    let request: Vec<(usize, i64)> = pod
+        .node_request
+        .iter()
+        .map(|(id, _, q)| id.map(|id| (id, *q)))
+        .collect::<Option<_>>()?;
     let scored = [table.id("cpu"), table.id("memory")].map(|r| {
         r.map(|r| {
-            let want = pod
-                .node_request
+            let want = request
                 .iter()
-                .find(|(id, _, _)| *id == Some(r))
-                .map_or(0, |(_, _, q)| *q);
+                .find(|(id, _)| *id == r)
+                .map_or(0, |(_, q)| *q);
             (r, want)
         })
     });
+    let cell = |v: &[i64], r: usize| v.get(r).copied().unwrap_or(0);
     let mut best: Option<(i64, usize)> = None;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        if !fits_node_level(node, pod, pods) || node_accepts(shape, node).is_err() {
+    for i in 0..cluster.nodes.len() {
+        let (alloc, requested) = rows.row(i);
+        let free = |r: usize| cell(alloc, r).saturating_sub(cell(requested, r));
+        // No pod slot left.
+        if pods.is_some_and(|p| cell(alloc, p) > 0 && free(p) < 1000) {
             continue;
         }
-        let score = least_allocated(node, &scored);
-        if best.is_none_or(|(s, _)| score > s) {
+        if request.iter().any(|&(r, q)| free(r) < q) {
+            continue;
+        }
+        let score = least_allocated(alloc, requested, &scored);
+        // Taints and selectors are only looked at for a node that would be chosen.
+        if best.is_none_or(|(s, _)| score > s) && node_accepts(shape, &cluster.nodes[i]).is_ok() {
             best = Some((score, i));
         }
     }
     best.map(|(_, i)| i)
 }
 
-fn fits_node_level(node: &Node, pod: &BoundPod, pods: Option<usize>) -> bool {
-    if let Some(p) = pods {
-        if node.allocatable.get(p).copied().unwrap_or(0) > 0 && node.free(p) < 1000 {
-            return false;
-        }
-    }
-    pod.node_request.iter().all(|(rid, _, q)| match rid {
-        Some(r) => node.free(*r) >= *q,
-        None => false,
-    })
-}
-
 /// The default scheduler's LeastAllocated score (0–100) over cpu and memory after placing
 /// the pod.
 /// `scored`: the ids of cpu and memory with the pod's request of each.
-fn least_allocated(node: &Node, scored: &[Option<(usize, i64)>; 2]) -> i64 {
+fn least_allocated(alloc: &[i64], requested: &[i64], scored: &[Option<(usize, i64)>; 2]) -> i64 {
     let mut sum = 0;
     let mut n = 0;
     for &(r, want) in scored.iter().flatten() {
-        let alloc = node.allocatable.get(r).copied().unwrap_or(0);
+        let alloc = alloc.get(r).copied().unwrap_or(0);
         if alloc <= 0 {
             continue;
         }
-        let used = node.requested.get(r).copied().unwrap_or(0) + want;
+        let used = requested.get(r).copied().unwrap_or(0) + want;
         sum += ((alloc - used).max(0) * 100) / alloc;
         n += 1;
     }
