@@ -165,6 +165,7 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
     reconcile::collect_garbage(world, &mut out.actions);
     if world.jobs_synced {
         world.forget_stale_views();
+        world.before_admission();
         let admission = admit(world, now);
         for (cluster, view) in admission.held_views {
             world.remember_held_view(cluster, view);

@@ -340,11 +340,26 @@ pub fn fingerprint(cluster: &crate::inventory::Cluster) -> u64 {
 /// What a class's last failure depended on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoKey {
+    /// The queue's workers: bumped when one may have gained room or changed state.
     pub queue_epoch: u64,
+    /// The queue's quota use: bumped when it went down. Only a class that waited for quota
+    /// depends on it: more free quota does not give a worker room.
+    pub quota_epoch: u64,
     pub queues: u64,
     pub reservations: u64,
     /// Whether the class's first Job was starving (holds what it waits for).
     pub starving: bool,
+}
+
+impl MemoKey {
+    /// Whether a failure found under `self` still stands under `now`.
+    fn still(&self, now: &MemoKey, waited_for_quota: bool) -> bool {
+        self.queue_epoch == now.queue_epoch
+            && self.queues == now.queues
+            && self.reservations == now.reservations
+            && self.starving == now.starving
+            && (!waited_for_quota || self.quota_epoch == now.quota_epoch)
+    }
 }
 
 /// Why a class of pending Jobs could not be admitted, and what it held for itself.
@@ -357,6 +372,17 @@ pub struct ClassMemo {
     pub reserve: Option<String>,
     /// Whether its quota is held for it.
     pub holds_quota: bool,
+}
+
+impl ClassMemo {
+    /// Whether the class waited for quota (its own, or quota held for an older Job).
+    fn waited_for_quota(&self) -> bool {
+        self.holds_quota
+            || matches!(
+                self.reason,
+                super::reason::QUOTA_EXCEEDED | super::reason::QUOTA_RESERVED_FOR_OLDER
+            )
+    }
 }
 
 /// A class of pending Jobs that did not fit in a worker: why, and at which capacity epoch
@@ -548,9 +574,11 @@ pub struct World {
     changes: HashMap<String, std::collections::VecDeque<(u64, Option<usize>)>>,
     /// Bumped when a queue is added, changed or removed.
     queues_generation: u64,
-    /// Per queue, a counter bumped whenever its Jobs may have become admissible: one of its
-    /// workers may have gained room or changed state, or its quota use went down.
+    /// Per queue, a counter bumped whenever its Jobs may have become admissible because one
+    /// of its workers may have gained room or changed state.
     queue_epochs: HashMap<String, u64>,
+    /// Per queue, a counter bumped whenever its quota use went down.
+    quota_epochs: HashMap<String, u64>,
     /// The serial of the last placement held (see [`Hold::serial`]).
     hold_serial: u64,
     /// Per worker, the queues that list it, for the queues generation it was found at.
@@ -597,6 +625,8 @@ pub struct World {
     /// yet: nothing new is dispatched there until they are (a worker that comes back first
     /// loses the copies of the Jobs taken back from it).
     stale: BTreeMap<String, BTreeSet<String>>,
+    /// The workers that held stale copies at the last admission pass.
+    stale_when_judged: Vec<String>,
     /// Origin uids of copies whose Job is unknown.
     orphan_uids: BTreeSet<String>,
     /// Per namespace/name, the workers holding a copy by that name, with the copy's origin
@@ -640,7 +670,7 @@ impl World {
                 .iter()
                 .any(|(r, v)| after.get(r).copied().unwrap_or(0) < *v)
             {
-                self.bump_queue(&job.queue);
+                bump(&mut self.quota_epochs, &job.queue);
             }
         }
         self.dirty.insert(job.key.clone());
@@ -654,7 +684,7 @@ impl World {
         if let Some(c) = self.charges.get(key) {
             if !c.usage.is_empty() {
                 let queue = c.queue.clone();
-                self.bump_queue(&queue);
+                bump(&mut self.quota_epochs, &queue);
             }
         }
         self.uncharge(key);
@@ -723,11 +753,31 @@ impl World {
         if let Some(key) = self.by_uid.get(origin_uid) {
             self.dirty.insert(key.clone());
         }
+        // Its name is free there again: that concerns only the Job of that name, judged on
+        // its own while the copy was there. A worker whose last stale copy this was may take
+        // Jobs again: the next pass sees it (see `before_admission`). The room its pods free
+        // is the inventory's to show (misfits found there stay valid until it does, node by
+        // node).
         self.restale(origin_uid, Some(cluster));
-        // Its name is free there again, and the worker may no longer hold stale copies. The
-        // room its pods free is the inventory's to show (misfits found there stay valid until
-        // it does, node by node).
-        self.worker_changed(cluster);
+    }
+
+    /// Called before each admission pass: a worker that held stale copies at the last pass
+    /// and holds none now may take Jobs again. (Compared pass to pass, not copy by copy: a
+    /// finished Job's copy is stale from its final status until its removal, both carried
+    /// out between two passes, and no pass saw the worker kept for it.)
+    pub fn before_admission(&mut self) {
+        let now: Vec<String> = self
+            .stale
+            .iter()
+            .filter(|(_, uids)| !uids.is_empty())
+            .map(|(c, _)| c.clone())
+            .collect();
+        let then = std::mem::replace(&mut self.stale_when_judged, now);
+        for c in then {
+            if !self.has_stale_copies(&c) {
+                self.worker_changed(&c);
+            }
+        }
     }
 
     /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
@@ -738,14 +788,13 @@ impl World {
     /// Recomputes where the copies of `uid` are stale (and whether they are orphans); `also`
     /// is a worker where one of them just went away.
     fn restale(&mut self, uid: &str, also: Option<&str>) {
-        let clusters: Vec<String> = self
+        let clusters = self
             .copies
             .get(uid)
             .into_iter()
-            .flat_map(|m| m.keys().cloned())
-            .chain(also.map(str::to_string))
-            .collect();
-        for c in &clusters {
+            .flat_map(|m| m.keys().map(String::as_str))
+            .chain(also);
+        for c in clusters {
             if let Some(set) = self.stale.get_mut(c) {
                 set.remove(uid);
             }
@@ -1095,18 +1144,14 @@ impl World {
     }
 
     fn bump_queue(&mut self, queue: &str) {
-        match self.queue_epochs.get_mut(queue) {
-            Some(e) => *e += 1,
-            None => {
-                self.queue_epochs.insert(queue.to_string(), 1);
-            }
-        }
+        bump(&mut self.queue_epochs, queue);
     }
 
     /// What a class's failure depends on, beyond its own Jobs.
     pub fn memo_key(&self, queue: &str, starving: bool) -> MemoKey {
         MemoKey {
             queue_epoch: self.queue_epochs.get(queue).copied().unwrap_or(0),
+            quota_epoch: self.quota_epochs.get(queue).copied().unwrap_or(0),
             queues: self.queues_generation,
             reservations: self.reservations_generation,
             starving,
@@ -1118,9 +1163,10 @@ impl World {
         if !self.config.remember {
             return None;
         }
-        self.class_memos
-            .get(class)
-            .filter(|m| &m.key == key && (!self.config.describe || !m.message.is_empty()))
+        self.class_memos.get(class).filter(|m| {
+            m.key.still(key, m.waited_for_quota())
+                && (!self.config.describe || !m.message.is_empty())
+        })
     }
 
     pub fn remember_class(&mut self, class: ClassKey, memo: ClassMemo) {
@@ -1405,6 +1451,16 @@ impl Action {
             | Action::Deactivate { job, .. }
             | Action::Wait { job, .. } => Some(job),
             Action::DeleteCopy { .. } | Action::Hold(_) | Action::Release { .. } => None,
+        }
+    }
+}
+
+/// Bumps `key`'s counter in `epochs`.
+fn bump(epochs: &mut HashMap<String, u64>, key: &str) {
+    match epochs.get_mut(key) {
+        Some(e) => *e += 1,
+        None => {
+            epochs.insert(key.to_string(), 1);
         }
     }
 }

@@ -1267,6 +1267,38 @@ fn a_worker_lost_too_long_gives_its_job_back_uncounted_and_its_stale_copy_goes_f
 }
 
 #[test]
+fn jobs_that_waited_for_a_worker_kept_by_a_stale_copy_go_there_once_it_is_removed() {
+    let mut env = lost_worker_env();
+    env.disconnect("a");
+    env.advance(mins(10));
+    env.settle();
+    // Another Job (another class) arrives while the worker is away.
+    env.submit(job("next").each(2, 0).build());
+    env.settle();
+    env.advance(mins(2));
+    env.reconnect("a");
+    // The stale copy goes first; its deletion fails once, so a whole pass sees the worker
+    // kept and remembers why "next" waits.
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    for a in &p.actions {
+        env.execute(a, !matches!(a, Action::DeleteCopy { .. }));
+    }
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    for a in &p.actions {
+        env.execute(a, true);
+    }
+    // Gone: nothing else changed, and both Jobs go there.
+    let mut went = dispatches(&env.settle());
+    went.sort();
+    assert_eq!(
+        went,
+        [("next".into(), "a".into()), ("run".into(), "a".into())]
+    );
+}
+
+#[test]
 fn a_job_lost_with_its_worker_runs_elsewhere_and_the_duplicate_is_removed_on_return() {
     let inv = InventoryBuilder::default()
         .cluster("a")
