@@ -153,6 +153,10 @@ struct Working<'a> {
     /// the misfits of most classes in a cluster were found (or last confirmed) at the same
     /// epochs.
     changed: HashMap<(&'a str, u64), Option<Arc<[usize]>>>,
+    /// How many pods of a shape fit on a node as this pass sees it (by cluster, node index
+    /// and shape key), found once and shared by the classes of that shape: the cluster's
+    /// version then, the most that was asked for, and the count.
+    room: HashMap<(&'a str, usize, u64), (u64, usize, usize)>,
 }
 
 impl<'a> Working<'a> {
@@ -168,6 +172,7 @@ impl<'a> Working<'a> {
             held_by_node: HashMap::new(),
             held_nodes: HashMap::new(),
             changed: HashMap::new(),
+            room: HashMap::new(),
         }
     }
 
@@ -178,6 +183,31 @@ impl<'a> Working<'a> {
             .entry((name, epoch))
             .or_insert_with(|| world.changes_since(name, epoch).map(Arc::from))
             .clone()
+    }
+
+    /// How many pods of shape `shape` (up to `want`) fit on node `i` of `name` as this pass
+    /// sees it; `count` counts them on the node when not known yet.
+    fn room(
+        &mut self,
+        name: &'a str,
+        i: usize,
+        shape: u64,
+        want: usize,
+        count: impl FnOnce(&Node, usize) -> usize,
+    ) -> usize {
+        let version = self.version(name);
+        if let Some(&(v, asked, c)) = self.room.get(&(name, i, shape)) {
+            // A count below what was asked is all the room there is.
+            if v == version && (c < asked || want <= asked) {
+                return c.min(want);
+            }
+        }
+        let Some(node) = self.node(name, i) else {
+            return 0;
+        };
+        let c = count(node, want);
+        self.room.insert((name, i, shape), (version, want, c));
+        c
     }
 
     /// Why no Job may go to `name` now, if none may.
@@ -855,7 +885,7 @@ fn judge<'w>(
             };
             for (name, fit) in todo.iter().zip(found) {
                 if let Some(m) = &fit.misfit {
-                    let known = found_misfit(world, m, fit.fitted, world.capacity_epoch(name));
+                    let known = found_misfit(world, m, &fit, world.capacity_epoch(name));
                     pass.misfits.push((class.clone(), name.to_string(), known));
                 }
                 working.remember_fit(class, name, fit);
@@ -923,36 +953,49 @@ fn judge<'w>(
                         })
                     };
                     let bound = if known.epoch == epoch {
-                        Some(known.fitted)
+                        Some((known.fitted, known.counts.clone()))
                     } else if full() {
                         // No node has room for one pod: none that gained some can add any.
-                        Some(known.fitted)
+                        Some((0, Arc::from([])))
                     } else {
                         working.changes_since(name, known.epoch).map(|nodes| {
-                            let mut bound = known.fitted;
+                            // The nodes that gained room count for what they hold now, the
+                            // others for what they held then (at most what they hold now).
+                            let mut counts: Vec<(usize, usize)> = known
+                                .counts
+                                .iter()
+                                .filter(|(i, _)| nodes.binary_search(i).is_err())
+                                .copied()
+                                .collect();
+                            let mut bound: usize = counts.iter().map(|(_, c)| c).sum();
                             for &i in nodes.iter() {
                                 if bound >= gang {
                                     break;
                                 }
-                                if let Some(node) = working.node(name, i) {
-                                    let want = gang - bound;
-                                    bound += counter
-                                        .get_or_insert_with(|| {
-                                            NodeJudge::new(
-                                                &world.inventory.resources,
-                                                shape,
-                                                bound_pod(),
-                                                &world.config.engine,
-                                                strategy,
-                                            )
-                                        })
-                                        .count(node, want);
+                                let c =
+                                    working.room(name, i, class.shape, gang - bound, |n, want| {
+                                        counter
+                                            .get_or_insert_with(|| {
+                                                NodeJudge::new(
+                                                    &world.inventory.resources,
+                                                    shape,
+                                                    bound_pod(),
+                                                    &world.config.engine,
+                                                    strategy,
+                                                )
+                                            })
+                                            .count(n, want)
+                                    });
+                                if c > 0 {
+                                    counts.push((i, c));
+                                    bound += c;
                                 }
                             }
-                            bound
+                            counts.sort_unstable();
+                            (bound, Arc::from(counts))
                         })
                     };
-                    if let Some(bound) = bound.filter(|b| *b < gang) {
+                    if let Some((bound, counts)) = bound.filter(|b| b.0 < gang) {
                         if known.epoch != epoch {
                             pass.misfits.push((
                                 class.clone(),
@@ -960,6 +1003,7 @@ fn judge<'w>(
                                 KnownMisfit {
                                     epoch,
                                     fitted: bound,
+                                    counts,
                                     ..known.clone()
                                 },
                             ));
@@ -984,7 +1028,7 @@ fn judge<'w>(
                 match &fit.misfit {
                     None => fits.push((preferred, fit.score, order, name.as_str())),
                     Some(m) => {
-                        let known = found_misfit(world, m, fit.fitted, epoch);
+                        let known = found_misfit(world, m, &fit, epoch);
                         reasons.push((name.as_str(), known.reason.clone(), known.never));
                         pass.misfits.push((class.clone(), name.clone(), known));
                     }
@@ -1324,7 +1368,7 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
 fn found_misfit(
     world: &World,
     m: &crate::placement::Misfit,
-    fitted: usize,
+    fit: &ClusterFit,
     epoch: u64,
 ) -> KnownMisfit {
     KnownMisfit {
@@ -1332,7 +1376,8 @@ fn found_misfit(
         never: m.unresolvable(),
         epoch,
         queues: world.queues_generation(),
-        fitted,
+        fitted: fit.fitted,
+        counts: fit.placements.as_slice().into(),
     }
 }
 

@@ -394,9 +394,12 @@ pub struct KnownMisfit {
     pub never: bool,
     pub epoch: u64,
     pub queues: u64,
-    /// At most this many pods of the gang fitted. Each node's room for identical pods is its
-    /// own, so later the gang fits at most this many plus what the nodes changed since hold.
+    /// At most this many pods of the gang fitted: the sum of `counts`.
     pub fitted: usize,
+    /// The nodes (by index) that had room for some pods of the gang, with how many. Each
+    /// node's room for identical pods is its own, so later the gang fits at most `fitted`,
+    /// less what the nodes that gained room since had then, plus what they have now.
+    pub counts: Arc<[(usize, usize)]>,
 }
 
 /// A worker's cluster with the placements held there taken off: what every admission pass
