@@ -265,10 +265,61 @@ pub fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -> JobSt
 }
 
 /// A digest of a worker copy's status, to recognise a write the API server already refused.
+/// Field by field (destructured, so that a field added to the type cannot be left out): it is
+/// taken at every reconcile of a running Job, and serializing the status cost more than the
+/// rest of the mirror.
 pub fn digest(status: &JobStatus) -> u64 {
-    let text = serde_json::to_string(status).unwrap_or_default();
+    let JobStatus {
+        active,
+        completed_indexes,
+        completion_time,
+        conditions,
+        failed,
+        failed_indexes,
+        ready,
+        start_time,
+        succeeded,
+        terminating,
+        uncounted_terminated_pods,
+    } = status;
+    let time = |t: &Option<Time>| t.as_ref().map(|t| t.0.as_nanosecond());
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
+    (
+        active,
+        completed_indexes,
+        time(completion_time),
+        failed,
+        failed_indexes,
+        ready,
+        time(start_time),
+        succeeded,
+        terminating,
+    )
+        .hash(&mut h);
+    conditions.as_ref().map(Vec::len).hash(&mut h);
+    for c in conditions.iter().flatten() {
+        let JobCondition {
+            last_probe_time,
+            last_transition_time,
+            message,
+            reason,
+            status,
+            type_,
+        } = c;
+        (
+            time(last_probe_time),
+            time(last_transition_time),
+            message,
+            reason,
+            status,
+            type_,
+        )
+            .hash(&mut h);
+    }
+    uncounted_terminated_pods
+        .as_ref()
+        .map(|u| (&u.failed, &u.succeeded))
+        .hash(&mut h);
     h.finish()
 }
 
@@ -438,4 +489,79 @@ pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<St
         return Some("status.failed: cannot decrease the failed counter".into());
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::UncountedTerminatedPods;
+
+    fn at(secs: i64) -> Option<Time> {
+        Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).expect("a valid time"),
+        ))
+    }
+
+    /// A status as a worker's Job controller writes it for a running Job.
+    fn running() -> JobStatus {
+        JobStatus {
+            active: Some(2),
+            ready: Some(1),
+            start_time: at(1_700_000_000),
+            terminating: Some(0),
+            uncounted_terminated_pods: Some(Default::default()),
+            conditions: Some(vec![JobCondition {
+                type_: "Admitted".into(),
+                status: "True".into(),
+                reason: Some("Dispatched".into()),
+                message: Some("dispatched to worker a".into()),
+                last_transition_time: at(1_700_000_000),
+                last_probe_time: None,
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_status_digest_tells_every_field_apart() {
+        let base = running();
+        assert_eq!(
+            digest(&base),
+            digest(&running()),
+            "the same status, the same digest"
+        );
+        type Change = fn(&mut JobStatus);
+        let changes: [(&str, Change); 13] = [
+            ("active", |s| s.active = Some(3)),
+            ("ready", |s| s.ready = Some(2)),
+            ("succeeded", |s| s.succeeded = Some(1)),
+            ("failed", |s| s.failed = Some(1)),
+            ("terminating", |s| s.terminating = None),
+            ("startTime", |s| s.start_time = at(1_700_000_001)),
+            ("completionTime", |s| s.completion_time = at(1_700_000_100)),
+            ("completedIndexes", |s| {
+                s.completed_indexes = Some("0".into())
+            }),
+            ("failedIndexes", |s| s.failed_indexes = Some("1".into())),
+            ("uncountedTerminatedPods", |s| {
+                s.uncounted_terminated_pods = Some(UncountedTerminatedPods {
+                    failed: Some(vec!["uid-1".into()]),
+                    succeeded: None,
+                })
+            }),
+            ("no conditions", |s| s.conditions = Some(Vec::new())),
+            ("a condition's status", |s| {
+                s.conditions.as_mut().expect("conditions")[0].status = "False".into()
+            }),
+            ("a condition's transition time", |s| {
+                s.conditions.as_mut().expect("conditions")[0].last_transition_time =
+                    at(1_700_000_002)
+            }),
+        ];
+        for (what, change) in changes {
+            let mut other = running();
+            change(&mut other);
+            assert_ne!(digest(&base), digest(&other), "{what} changed");
+        }
+    }
 }
