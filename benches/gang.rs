@@ -147,9 +147,9 @@ fn node(rng: &mut Rng, t: &Templates, ids: &Ids, name: String, kind: Kind) -> No
     requested[ids.pods] = (5 + rng.below(40) as i64) * 1000;
     Node {
         labels: BTreeMap::from([("kubernetes.io/hostname".to_string(), name.clone())]).into(),
-        name,
-        taints: Vec::new(),
-        allocatable,
+        name: name.into(),
+        taints: std::sync::Arc::from([]),
+        allocatable: allocatable.into(),
         requested,
         numa: Some(std::sync::Arc::new(NumaTopology {
             policy,

@@ -176,13 +176,15 @@ impl From<BTreeMap<String, String>> for Labels {
 
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub name: String,
+    /// Shared, with `taints` and `allocatable`, between a node's copies: the dispatcher copies
+    /// a node for every placement held on it, and only `requested` differs between them.
+    pub name: Arc<str>,
     /// Shared with the live state and between snapshots: a manager holds a hundred thousand
     /// nodes, and a copy per snapshot would double the memory they take.
     pub labels: Labels,
-    pub taints: Vec<Taint>,
+    pub taints: Arc<[Taint]>,
     /// Indexed by [`ResourceId`]; missing resources are 0.
-    pub allocatable: Vec<i64>,
+    pub allocatable: Arc<[i64]>,
     pub requested: Vec<i64>,
     /// Shared like `labels`; change it with `Arc::make_mut`.
     pub numa: Option<Arc<NumaTopology>>,
@@ -364,7 +366,7 @@ pub struct Inventory {
     /// Shared between snapshots: publishing a change to one cluster copies only that one.
     pub clusters: Vec<Arc<Cluster>>,
     /// Node name to (cluster index, node index).
-    node_index: HashMap<String, (usize, usize)>,
+    node_index: HashMap<Arc<str>, (usize, usize)>,
     /// Cluster name to cluster index.
     cluster_index: HashMap<String, usize>,
 }
@@ -379,7 +381,9 @@ impl Inventory {
             let cluster = Arc::make_mut(cluster);
             for node in &mut cluster.nodes {
                 let node = Arc::make_mut(node);
-                node.allocatable.resize(n, 0);
+                if node.allocatable.len() != n {
+                    node.allocatable = resized(&node.allocatable, n);
+                }
                 node.requested.resize(n, 0);
                 if let Some(numa) = &mut node.numa {
                     let numa = Arc::make_mut(numa);

@@ -428,7 +428,8 @@ fn held_cluster(world: &World, name: &str, base: &Arc<Cluster>) -> (Cluster, Vec
 /// Where the node a take was made on is in `cluster` now.
 fn node_of(cluster: &Cluster, t: &Take) -> Option<usize> {
     match cluster.nodes.get(t.index) {
-        Some(n) if n.name == t.node => Some(t.index),
+        // The same name, shared: no need to compare the text.
+        Some(n) if Arc::ptr_eq(&n.name, &t.node) || n.name == t.node => Some(t.index),
         _ => cluster.nodes.iter().position(|n| n.name == t.node),
     }
 }

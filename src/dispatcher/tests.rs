@@ -719,7 +719,7 @@ fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
     // The placement held for it: both pods on the aligned node, one per NUMA zone.
     assert_eq!(hold.cluster, "aligned");
     assert!(
-        hold.takes.iter().all(|t| t.node == "aligned-0"),
+        hold.takes.iter().all(|t| &*t.node == "aligned-0"),
         "{hold:#?}"
     );
     let gpu = env
@@ -2203,7 +2203,7 @@ fn workers_judged_across_the_cores_get_the_same_placements_as_one_by_one() {
         c.nodes = (0..3000)
             .map(|i| {
                 let mut n = proto.clone();
-                n.name = format!("{name}-{i}");
+                n.name = format!("{name}-{i}").into();
                 Arc::new(n)
             })
             .collect();

@@ -186,7 +186,7 @@ fn build_node(
         _ => None,
     };
     Ok(Node {
-        name: n.name,
+        name: n.name.into(),
         labels: n.labels.into(),
         taints: n
             .taints
@@ -197,7 +197,7 @@ fn build_node(
                 effect: t.effect,
             })
             .collect(),
-        allocatable,
+        allocatable: allocatable.into(),
         requested,
         numa: numa.map(std::sync::Arc::new),
     })

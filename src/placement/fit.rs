@@ -319,7 +319,7 @@ pub enum TopologyRefusal<'n> {
 impl Refusal<'_> {
     /// The misfit this refusal of `node` stands for.
     pub fn misfit(&self, node: &Node) -> Misfit {
-        let on_node = || node.name.clone();
+        let on_node = || node.name.to_string();
         match self {
             Refusal::Quiet => QUIET,
             Refusal::UnknownResource(resource) => Misfit::UnknownResource {
@@ -535,7 +535,7 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
         }
     }
     for e in &term.match_fields {
-        let value = (e.key == "metadata.name").then_some(node.name.as_str());
+        let value = (e.key == "metadata.name").then_some(&*node.name);
         if !requirement_matches(value, &e.operator, &e.values)? {
             return Ok(false);
         }
@@ -550,7 +550,7 @@ pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
 
 /// [`node_accepts`], refusing in borrowed parts.
 fn node_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'n>> {
-    for taint in &node.taints {
+    for taint in node.taints.iter() {
         if taint.effect == "PreferNoSchedule" {
             continue;
         }

@@ -7,12 +7,13 @@ use super::fit::NodeState;
 use crate::inventory::{Cluster, Node, ResourceId, ResourceTable};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a placement takes from one node: node-level amounts and amounts per NUMA zone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Take {
-    pub node: String,
+    pub node: Arc<str>,
     /// Where the node was in its cluster's list when the take was made: looked at first.
     pub index: usize,
     /// Node-level amounts by resource id. Ids come from the inventory's resource table,
@@ -115,7 +116,7 @@ impl Reservation {
 /// Reservations by node name.
 #[derive(Debug, Default, Clone)]
 pub struct InFlight {
-    by_node: HashMap<String, Vec<Reservation>>,
+    by_node: HashMap<Arc<str>, Vec<Reservation>>,
     pub ttl: Duration,
 }
 

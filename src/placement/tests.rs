@@ -354,7 +354,7 @@ fn free_rows_keep_a_summary_exact_as_nodes_gain_and_lose_room() {
     let i = cluster
         .nodes
         .iter()
-        .position(|n| n.name == "eu-1-gpu-a")
+        .position(|n| &*n.name == "eu-1-gpu-a")
         .unwrap();
     let before = cluster.summary.clone();
     // The node holding the most free GPUs in one zone loses them all, and a CPU: both maxima

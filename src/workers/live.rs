@@ -19,7 +19,7 @@ struct NodeRecord {
     /// Shared with every published snapshot of the node; each label shared by the cluster's
     /// nodes that carry it.
     labels: Labels,
-    taints: Box<[Taint]>,
+    taints: Arc<[Taint]>,
     /// By the cluster's interned resource ids.
     allocatable: Box<[(u16, i64)]>,
 }
@@ -560,7 +560,7 @@ impl ClusterState {
         let nodes = present
             .into_iter()
             .map(|(id, rec)| {
-                let name = names[id].to_string();
+                let name = names[id].clone();
                 let allocatable =
                     dense(&mut rec.allocatable.iter().map(|(r, q)| (*r as usize, *q)));
                 let requested = dense(
@@ -588,8 +588,8 @@ impl ClusterState {
                 Arc::new(Node {
                     name,
                     labels: rec.labels.clone(),
-                    taints: rec.taints.to_vec(),
-                    allocatable,
+                    taints: rec.taints.clone(),
+                    allocatable: allocatable.into(),
                     requested,
                     numa,
                 })

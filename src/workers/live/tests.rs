@@ -301,7 +301,7 @@ fn pooled_node(name: &str) -> KubeNode {
 fn a_node_relist_replaces_the_nodes_at_its_end_and_their_labels_are_shared() {
     let names = |s: &ClusterState| -> Vec<String> {
         let (c, _) = s.to_cluster(&mut ResourceTable::default());
-        c.nodes.iter().map(|n| n.name.clone()).collect()
+        c.nodes.iter().map(|n| n.name.to_string()).collect()
     };
     let mut s = ClusterState::new("c", Default::default());
     s.apply_node(&pooled_node("gone"));
