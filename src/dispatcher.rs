@@ -176,10 +176,12 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
         for (class, cluster, print, score) in admission.drained {
             world.remember_drained(class, cluster, print, score);
         }
+        // The reservations first: the classes that failed in this pass failed under the
+        // reservations it ended with (see `World::remember_class`).
+        world.reservations_now(admission.reservations);
         for (class, memo) in admission.class_memos {
             world.remember_class(class, memo);
         }
-        world.reservations_now(admission.reservations);
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
         out.job_waiting = admission.job_waiting;

@@ -1172,7 +1172,16 @@ impl World {
         })
     }
 
-    pub fn remember_class(&mut self, class: ClassKey, memo: ClassMemo) {
+    /// Remembers why `class` failed in the pass that just ended, after
+    /// [`World::reservations_now`] recorded that pass's reservations. A pass builds its
+    /// reservations as it goes, in rank order: a class judged in it failed under what the
+    /// Jobs ranked before it held in this pass (a starving Job that was dispatched in it
+    /// no longer holds anything). So its failure stands for the next pass if the
+    /// reservations stay as this pass left them, not as the one before left them: stamped
+    /// with the generation before, every failure in a pass that dispatched a starving Job
+    /// would be judged again in the next pass, for nothing.
+    pub fn remember_class(&mut self, class: ClassKey, mut memo: ClassMemo) {
+        memo.key.reservations = self.reservations_generation;
         self.class_memos.insert(class, memo);
         if self.class_memos.len() > 4 * (self.pending.len() + 1) {
             let pending = &self.pending;
