@@ -101,9 +101,28 @@ struct QueueState {
     /// the pass, and reservations only grow within it, so the list only changes when one is
     /// added: most of a busy pass's Jobs then look at a handful of workers, not all of them.
     usable: Option<(usize, Arc<[usize]>)>,
+    /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
+    /// the inventory does not have it. Fixed for the pass, found once.
+    epochs: Option<Arc<[Option<u64>]>>,
 }
 
 impl QueueState {
+    fn epochs(&mut self, world: &World, clusters: &[String]) -> Arc<[Option<u64>]> {
+        self.epochs
+            .get_or_insert_with(|| {
+                clusters
+                    .iter()
+                    .map(|name| {
+                        world
+                            .inventory
+                            .cluster_arc(name)
+                            .map(|_| world.capacity_epoch(name))
+                    })
+                    .collect()
+            })
+            .clone()
+    }
+
     fn usable<'w>(
         &mut self,
         clusters: &'w [String],
@@ -148,7 +167,7 @@ struct Working<'a> {
     /// Per cluster not looked at whole yet, the placements held there by node (index).
     held_by_node: HashMap<&'a str, Vec<(usize, &'a Take)>>,
     /// Nodes of such clusters with the placements held on them taken off, made once per pass.
-    held_nodes: HashMap<(&'a str, usize), Node>,
+    held_nodes: HashMap<&'a str, HashMap<usize, Node>>,
     /// The nodes of a cluster that may have gained room since an epoch, found once per pass:
     /// the misfits of most classes in a cluster were found (or last confirmed) at the same
     /// epochs.
@@ -156,7 +175,7 @@ struct Working<'a> {
     /// How many pods of a shape fit on a node as this pass sees it (by cluster, node index
     /// and shape key), found once and shared by the classes of that shape: the cluster's
     /// version then, the most that was asked for, and the count.
-    room: HashMap<(&'a str, usize, u64), (u64, usize, usize)>,
+    room: HashMap<&'a str, HashMap<(usize, u64), (u64, usize, usize)>>,
 }
 
 impl<'a> Working<'a> {
@@ -185,29 +204,95 @@ impl<'a> Working<'a> {
             .clone()
     }
 
-    /// How many pods of shape `shape` (up to `want`) fit on node `i` of `name` as this pass
-    /// sees it; `count` counts them on the node when not known yet.
-    fn room(
+    /// Counts how many pods of shape `shape` fit on each of `nodes` of cluster `name` as this
+    /// pass sees it, adding the nodes with room to `counts`, until `bound` (what fits so far)
+    /// reaches `gang`; returns the new bound. A node's count is found once per pass and
+    /// shared by the classes of that shape; `count` counts the pods that fit on a node, up to
+    /// a number. Where the nodes come from (this pass's copy of the cluster, the held view,
+    /// the inventory with the placements held there taken off) is found once for them all.
+    #[allow(clippy::too_many_arguments)]
+    fn count_room(
         &mut self,
         name: &'a str,
-        i: usize,
+        nodes: &[usize],
         shape: u64,
-        want: usize,
-        count: impl FnOnce(&Node, usize) -> usize,
+        gang: usize,
+        mut bound: usize,
+        counts: &mut Vec<(usize, usize)>,
+        mut count: impl FnMut(&Node, usize) -> usize,
     ) -> usize {
-        let version = self.version(name);
-        if let Some(&(v, asked, c)) = self.room.get(&(name, i, shape)) {
-            // A count below what was asked is all the room there is.
-            if v == version && (c < asked || want <= asked) {
-                return c.min(want);
+        let world = self.world;
+        let version = self.versions.get(name).copied().unwrap_or(0);
+        let view: Option<&Cluster> = match self.clusters.get(name) {
+            Some(c) => Some(c),
+            None => world.held_view(name).map(Arc::as_ref),
+        };
+        let base = match view {
+            Some(_) => None,
+            None => world.inventory.cluster_arc(name),
+        };
+        let held = match base {
+            Some(base) if world.holds_any_in(name) => {
+                Some(&*self.held_by_node.entry(name).or_insert_with(|| {
+                    let mut held: Vec<(usize, &Take)> = world
+                        .holds_in(name)
+                        .flat_map(|h| &h.takes)
+                        .filter_map(|t| Some((node_of(base, t)?, t)))
+                        .collect();
+                    // Stable: a node's takes stay in the order `apply` takes them.
+                    held.sort_by_key(|(i, _)| *i);
+                    held
+                }))
+            }
+            _ => None,
+        };
+        let room = self.room.entry(name).or_default();
+        let held_nodes = self.held_nodes.entry(name).or_default();
+        for &i in nodes {
+            if bound >= gang {
+                break;
+            }
+            let want = gang - bound;
+            let c = match room.get(&(i, shape)) {
+                // A count below what was asked is all the room there is.
+                Some(&(v, asked, c)) if v == version && (c < asked || want <= asked) => c.min(want),
+                _ => {
+                    let node: Option<&Node> = match (view, base, held) {
+                        (Some(v), _, _) => v.nodes.get(i).map(Arc::as_ref),
+                        (None, Some(base), None) => base.nodes.get(i).map(Arc::as_ref),
+                        (None, Some(base), Some(held)) => base.nodes.get(i).map(|node| {
+                            let from = held.partition_point(|(j, _)| *j < i);
+                            let mut on =
+                                held[from..].iter().take_while(|(j, _)| *j == i).peekable();
+                            if on.peek().is_none() {
+                                return node.as_ref();
+                            }
+                            held_nodes.entry(i).or_insert_with(|| {
+                                let mut n = Node::clone(node);
+                                for (_, t) in on {
+                                    t.apply_to(&mut n);
+                                }
+                                n
+                            })
+                        }),
+                        (None, None, _) => None,
+                    };
+                    match node {
+                        None => 0,
+                        Some(n) => {
+                            let c = count(n, want);
+                            room.insert((i, shape), (version, want, c));
+                            c
+                        }
+                    }
+                }
+            };
+            if c > 0 {
+                counts.push((i, c));
+                bound += c;
             }
         }
-        let Some(node) = self.node(name, i) else {
-            return 0;
-        };
-        let c = count(node, want);
-        self.room.insert((name, i, shape), (version, want, c));
-        c
+        bound
     }
 
     /// Why no Job may go to `name` now, if none may.
@@ -275,47 +360,6 @@ impl<'a> Working<'a> {
             self.clusters.insert(name.to_string(), cluster);
         }
         self.clusters.get(name).map(Arc::as_ref)
-    }
-
-    /// Node `i` of `name` as this pass sees it, without making the whole cluster's view:
-    /// looking again at the few nodes that gained room since a misfit was found needs only
-    /// them, with the placements held on them taken off.
-    fn node(&mut self, name: &'a str, i: usize) -> Option<&Node> {
-        if let Some(c) = self.clusters.get(name) {
-            return c.nodes.get(i).map(Arc::as_ref);
-        }
-        let world = self.world;
-        if let Some(view) = world.held_view(name) {
-            return view.nodes.get(i).map(Arc::as_ref);
-        }
-        let base = world.inventory.cluster_arc(name)?;
-        let node = base.nodes.get(i)?;
-        if !world.holds_any_in(name) {
-            return Some(node);
-        }
-        if self.held_nodes.contains_key(&(name, i)) {
-            return self.held_nodes.get(&(name, i));
-        }
-        let held = self.held_by_node.entry(name).or_insert_with(|| {
-            let mut held: Vec<(usize, &Take)> = world
-                .holds_in(name)
-                .flat_map(|h| &h.takes)
-                .filter_map(|t| Some((node_of(base, t)?, t)))
-                .collect();
-            // Stable: a node's takes stay in the order `apply` takes them.
-            held.sort_by_key(|(i, _)| *i);
-            held
-        });
-        let from = held.partition_point(|(j, _)| *j < i);
-        let on = held[from..].iter().take_while(|(j, _)| *j == i);
-        let mut adjusted: Option<Node> = None;
-        for (_, t) in on {
-            t.apply_to(adjusted.get_or_insert_with(|| Node::clone(node)));
-        }
-        match adjusted {
-            None => Some(node),
-            Some(n) => Some(self.held_nodes.entry((name, i)).or_insert(n)),
-        }
     }
 
     /// Under [`Placement::SumOfFree`]: whether the cluster's free resources, summed over its
@@ -476,6 +520,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
                 held: BTreeMap::new(),
                 gate,
                 usable: None,
+                epochs: None,
             },
         );
     }
@@ -896,6 +941,9 @@ fn judge<'w>(
     unseen |= unseen_any;
     // Only when going through every worker: the usable ones were found above.
     let check_each = looked_at.len() != usable.len();
+    let epochs = state.epochs(world, &settings.clusters);
+    // Most classes are judged once in a pass: nothing found for them earlier in it.
+    let may_know = world.config.remember && working.fits.contains_key(class);
     for &order in looked_at.iter() {
         let name = &settings.clusters[order];
         if let Some(why) = check_each
@@ -925,15 +973,11 @@ fn judge<'w>(
                 Err(why) => reasons.push((name.as_str(), why, false)),
             },
             Placement::Exact => {
-                if world.inventory.cluster(name).is_none() {
+                let Some(epoch) = epochs[order] else {
                     reasons.push((name.as_str(), "not in the inventory yet".into(), false));
                     continue;
-                }
-                let known = world
-                    .config
-                    .remember
-                    .then(|| working.known_fit(class, name))
-                    .flatten();
+                };
+                let known = may_know.then(|| working.known_fit(class, name)).flatten();
                 if let Some(fit) = known {
                     match &fit.misfit {
                         None => fits.push((preferred, fit.score, order, name.as_str())),
@@ -945,7 +989,6 @@ fn judge<'w>(
                 }
                 // Still a misfit if the nodes that gained room since it was found cannot make
                 // up the difference (or none did).
-                let epoch = world.capacity_epoch(name);
                 if let Some(known) = misfits.get(name) {
                     let full = || {
                         world.inventory.cluster(name).is_some_and(|c| {
@@ -968,30 +1011,28 @@ fn judge<'w>(
                                 .filter(|(i, _)| nodes.binary_search(i).is_err())
                                 .copied()
                                 .collect();
-                            let mut bound: usize = counts.iter().map(|(_, c)| c).sum();
-                            for &i in nodes.iter() {
-                                if bound >= gang {
-                                    break;
-                                }
-                                let c =
-                                    working.room(name, i, class.shape, gang - bound, |n, want| {
-                                        counter
-                                            .get_or_insert_with(|| {
-                                                NodeJudge::new(
-                                                    &world.inventory.resources,
-                                                    shape,
-                                                    bound_pod(),
-                                                    &world.config.engine,
-                                                    strategy,
-                                                )
-                                            })
-                                            .count(n, want)
-                                    });
-                                if c > 0 {
-                                    counts.push((i, c));
-                                    bound += c;
-                                }
-                            }
+                            let bound: usize = counts.iter().map(|(_, c)| c).sum();
+                            let bound = working.count_room(
+                                name,
+                                &nodes,
+                                class.shape,
+                                gang,
+                                bound,
+                                &mut counts,
+                                |n, want| {
+                                    counter
+                                        .get_or_insert_with(|| {
+                                            NodeJudge::new(
+                                                &world.inventory.resources,
+                                                shape,
+                                                bound_pod(),
+                                                &world.config.engine,
+                                                strategy,
+                                            )
+                                        })
+                                        .count(n, want)
+                                },
+                            );
                             counts.sort_unstable();
                             (bound, Arc::from(counts))
                         })

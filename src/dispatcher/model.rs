@@ -567,7 +567,7 @@ pub struct World {
     pub queues: BTreeMap<String, Queue>,
     pub workers: BTreeMap<String, Worker>,
     pub inventory: Arc<Inventory>,
-    holds: BTreeMap<String, Hold>,
+    holds: BTreeMap<String, Arc<Hold>>,
     /// Per worker, a counter bumped whenever it may have gained room (its inventory changed,
     /// a placement held there was released): a misfit remembered at an epoch stays a misfit
     /// until the epoch moves.
@@ -597,7 +597,7 @@ pub struct World {
     /// Per worker, bumped whenever a placement held there is added or released.
     hold_versions: HashMap<String, u64>,
     /// Per worker, the uids of the Jobs whose placements are held there.
-    held_in: HashMap<String, BTreeSet<String>>,
+    held_in: HashMap<String, BTreeMap<String, Arc<Hold>>>,
     /// Per worker, its cluster with the placements held there taken off, as a pass made it
     /// (see [`World::held_view`]).
     held_views: HashMap<String, HeldView>,
@@ -953,10 +953,11 @@ impl World {
         self.hold_serial += 1;
         hold.serial = self.hold_serial;
         self.holds_changed(&hold.cluster);
+        let hold = Arc::new(hold);
         self.held_in
             .entry(hold.cluster.clone())
             .or_default()
-            .insert(hold.job_uid.clone());
+            .insert(hold.job_uid.clone(), hold.clone());
         let cluster = hold.cluster.clone();
         if let Some(old) = self.holds.insert(hold.job_uid.clone(), hold) {
             if old.cluster != cluster {
@@ -994,8 +995,7 @@ impl World {
         self.held_in
             .get(cluster)
             .into_iter()
-            .flatten()
-            .filter_map(|uid| self.holds.get(uid))
+            .flat_map(|holds| holds.values().map(Arc::as_ref))
     }
 
     /// Whether some placement is held in `cluster`.
@@ -1072,7 +1072,7 @@ impl World {
             .retain(|name, _| held_in.contains_key(name) && inventory.cluster_arc(name).is_some());
     }
 
-    pub fn holds(&self) -> &BTreeMap<String, Hold> {
+    pub fn holds(&self) -> &BTreeMap<String, Arc<Hold>> {
         &self.holds
     }
 
