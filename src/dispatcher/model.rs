@@ -642,7 +642,9 @@ pub struct World {
 struct Charge {
     queue: String,
     usage: BTreeMap<String, i64>,
-    pending: Option<ClassKey>,
+    /// A pending Job's class and its rank there (removed by rank, not by looking through the
+    /// class: a busy queue's class holds thousands of Jobs).
+    pending: Option<(ClassKey, Rank)>,
     admitted: bool,
     running: bool,
     rank: Option<Rank>,
@@ -1332,10 +1334,10 @@ impl World {
         if let Some(rank) = &c.rank {
             u.not_ready.remove(rank);
         }
-        if let Some(class) = &c.pending {
+        if let Some((class, rank)) = &c.pending {
             u.pending -= 1;
             if let Some(set) = self.pending.get_mut(class) {
-                set.retain(|r| &r.key != key);
+                set.remove(rank);
                 if set.is_empty() {
                     self.pending.remove(class);
                 }
@@ -1366,12 +1368,13 @@ impl World {
             }
         } else if job.is_pending() {
             let class = job.class();
+            let rank = job.rank();
             u.pending += 1;
             self.pending
                 .entry(class.clone())
                 .or_default()
-                .insert(job.rank());
-            c.pending = Some(class);
+                .insert(rank.clone());
+            c.pending = Some((class, rank));
         }
         self.charges.insert(job.key.clone(), c);
     }
