@@ -241,7 +241,9 @@ pub struct Cluster {
     pub labels: BTreeMap<String, String>,
     /// Shared between copies of the cluster: a copy that changes one node copies only it.
     pub nodes: Vec<Arc<Node>>,
-    pub summary: ClusterSummary,
+    /// Shared between a cluster's copies (a held view keeps the inventory's summary: an upper
+    /// bound of what is free); change it with `Arc::make_mut`.
+    pub summary: Arc<ClusterSummary>,
     /// Why nothing may be placed here now (a stale or lost worker), if so.
     pub unavailable: Option<String>,
 }
@@ -286,7 +288,7 @@ impl Cluster {
             }
         }
         s.node_free = Arc::new(node_free);
-        self.summary = s;
+        self.summary = Arc::new(s);
     }
 }
 

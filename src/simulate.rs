@@ -476,7 +476,7 @@ impl Simulation {
                 }
             }
             if let Some(rows) = rows {
-                rows.apply(&mut c.summary);
+                rows.apply(Arc::make_mut(&mut c.summary));
             }
             #[cfg(debug_assertions)]
             {

@@ -369,7 +369,7 @@ fn free_rows_keep_a_summary_exact_as_nodes_gain_and_lose_room() {
         }
     }
     rows.update(&cluster, i);
-    rows.apply(&mut cluster.summary);
+    rows.apply(std::sync::Arc::make_mut(&mut cluster.summary));
     let incremental = cluster.summary.clone();
     cluster.summarize(width);
     assert_eq!(incremental, cluster.summary);
@@ -377,7 +377,7 @@ fn free_rows_keep_a_summary_exact_as_nodes_gain_and_lose_room() {
     // And the room comes back.
     let mut restored = inv.cluster("eu-1").unwrap().clone();
     rows.update(&restored, i);
-    rows.apply(&mut restored.summary);
+    rows.apply(std::sync::Arc::make_mut(&mut restored.summary));
     assert_eq!(restored.summary, before);
 }
 
@@ -435,7 +435,7 @@ fn a_summary_left_behind_by_placements_taken_since_changes_no_fit() {
     assert_ne!(fresh.summary.node_free, taken.summary.node_free);
     // Without rows, every node is read.
     let mut plain = taken.clone();
-    plain.summary.node_free = Default::default();
+    std::sync::Arc::make_mut(&mut plain.summary).node_free = Default::default();
     for (gpus, gang) in [(1, 1), (1, 4), (2, 2), (3, 1), (4, 1), (4, 2), (2, 5)] {
         let pod = gpu_pod(gpus);
         let bound = pod.bind(table);
