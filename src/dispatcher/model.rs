@@ -208,6 +208,26 @@ impl Job {
     }
 }
 
+/// Whether two states of a Job count alike in its queue's totals and pending classes: what
+/// [`World::charge`] reads is the same in both.
+fn charged_alike(a: &Job, b: &Job) -> bool {
+    let ready = |j: &Job| j.pods_ready().is_some_and(|(r, _)| r);
+    let same_pod = match (&a.pod, &b.pod) {
+        (Ok(x), Ok(y)) => Arc::ptr_eq(x, y) || x.node_request == y.node_request,
+        (Err(_), Err(_)) => true,
+        _ => false,
+    };
+    a.queue == b.queue
+        && a.priority == b.priority
+        && a.created == b.created
+        && a.shape_key == b.shape_key
+        && a.gang() == b.gang()
+        && same_pod
+        && a.holds_quota() == b.holds_quota()
+        && a.is_pending() == b.is_pending()
+        && ready(a) == ready(b)
+}
+
 /// `Complete` or `Failed` True in a Job status.
 pub fn terminal(status: &JobStatus) -> Option<JobResult> {
     for c in status.conditions.iter().flatten() {
@@ -660,15 +680,27 @@ impl World {
 
     /// Adds or replaces a manager Job.
     pub fn upsert_job(&mut self, job: Job) {
-        let before = self.charges.get(&job.key).map(|c| c.usage.clone());
-        self.uncharge(&job.key);
-        self.by_uid.insert(job.uid.clone(), job.key.clone());
-        if let Some(old) = self.jobs.get(&job.key) {
-            if old.uid != job.uid {
-                self.by_uid.remove(&old.uid);
+        let old = self.jobs.get(&job.key);
+        // Most changes (a status mirrored, an annotation) leave the queue's totals alone.
+        let recharge = old.is_none_or(|old| !charged_alike(old, &job));
+        match old {
+            Some(old) if old.uid == job.uid => {}
+            Some(old) => {
+                let was = old.uid.clone();
+                self.by_uid.remove(&was);
+                self.by_uid.insert(job.uid.clone(), job.key.clone());
+            }
+            None => {
+                self.by_uid.insert(job.uid.clone(), job.key.clone());
             }
         }
-        self.charge(&job);
+        let before = recharge
+            .then(|| self.charges.get(&job.key).map(|c| c.usage.clone()))
+            .flatten();
+        if recharge {
+            self.uncharge(&job.key);
+            self.charge(&job);
+        }
         if let Some(before) = before {
             let after = &self.charges[&job.key].usage;
             if before
