@@ -228,6 +228,19 @@ fn charged_alike(a: &Job, b: &Job) -> bool {
         && ready(a) == ready(b)
 }
 
+/// When a worker's nodes may last have gained room, in its capacity epochs: the nodes that
+/// changed since a misfit was found are those whose epoch is later. A node is remembered
+/// by its index, so finding them costs one look at each node, however many changes there
+/// were (a log of them, sorted at every look, cost more than the rest of a misfit's check).
+#[derive(Debug, Clone, Default)]
+struct Changes {
+    /// The last change that may have given room anywhere (the whole worker is looked at
+    /// again for a misfit found before it).
+    anywhere: u64,
+    /// Per node index, its last change (0: none).
+    nodes: Vec<u64>,
+}
+
 /// `Complete` or `Failed` True in a Job status.
 pub fn terminal(status: &JobStatus) -> Option<JobResult> {
     for c in status.conditions.iter().flatten() {
@@ -592,9 +605,8 @@ pub struct World {
     /// a placement held there was released): a misfit remembered at an epoch stays a misfit
     /// until the epoch moves.
     capacity: HashMap<String, u64>,
-    /// Per worker, the nodes that may have gained room, with the epoch of each change;
-    /// `None` for a change anywhere (the whole worker must be looked at again).
-    changes: HashMap<String, std::collections::VecDeque<(u64, Option<usize>)>>,
+    /// Per worker, when its nodes may last have gained room (see [`Changes`]).
+    changes: HashMap<String, Changes>,
     /// Bumped when a queue is added, changed or removed.
     queues_generation: u64,
     /// Per queue, a counter bumped whenever its Jobs may have become admissible because one
@@ -1124,31 +1136,33 @@ impl World {
     /// The nodes (by index) of the worker that may have gained room since `epoch`, when known
     /// node by node; `None` when anything may have changed.
     pub fn changes_since(&self, cluster: &str, epoch: u64) -> Option<Vec<usize>> {
-        let log = self.changes.get(cluster)?;
-        if log.front().is_none_or(|(e, _)| *e > epoch + 1) {
-            // Older changes were forgotten.
+        let c = self.changes.get(cluster)?;
+        if c.anywhere > epoch {
             return None;
         }
-        let mut nodes = Vec::new();
-        for (e, node) in log.iter().rev() {
-            if *e <= epoch {
-                break;
-            }
-            nodes.push((*node)?);
-        }
-        nodes.sort_unstable();
-        nodes.dedup();
-        Some(nodes)
+        Some(
+            c.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| **e > epoch)
+                .map(|(i, _)| i)
+                .collect(),
+        )
     }
 
     fn changed_at(&mut self, cluster: &str, node: Option<usize>) {
         let epoch = self.capacity.entry(cluster.to_string()).or_insert(0);
         *epoch += 1;
         let epoch = *epoch;
-        let log = self.changes.entry(cluster.to_string()).or_default();
-        log.push_back((epoch, node));
-        while log.len() > 4096 {
-            log.pop_front();
+        let c = self.changes.entry(cluster.to_string()).or_default();
+        match node {
+            None => c.anywhere = epoch,
+            Some(i) => {
+                if c.nodes.len() <= i {
+                    c.nodes.resize(i + 1, 0);
+                }
+                c.nodes[i] = epoch;
+            }
         }
         self.worker_changed(cluster);
     }

@@ -2329,3 +2329,28 @@ fn small_jobs_pass_a_big_one_until_it_starves_then_its_worker_is_kept_for_it() {
     assert!(dispatches(&acts).is_empty(), "{acts:#?}");
     assert!(env.job("late").suspended);
 }
+
+#[test]
+fn the_nodes_that_gained_room_since_a_misfit_are_known_however_many_changes_came_since() {
+    let mut world = World::new(DispatchConfig::default());
+    world.capacity_changed_on("a", 3);
+    let found = world.capacity_epoch("a");
+    // A busy worker: one node's pods come and go many times.
+    for _ in 0..10_000 {
+        world.capacity_changed_on("a", 7);
+    }
+    world.capacity_changed_on("a", 1);
+    assert_eq!(world.changes_since("a", found), Some(vec![1, 7]));
+    assert_eq!(world.changes_since("a", 0), Some(vec![1, 3, 7]));
+    assert_eq!(
+        world.changes_since("a", world.capacity_epoch("a")),
+        Some(vec![])
+    );
+    // A change anywhere: the whole worker is looked at again for what was found before it.
+    world.capacity_changed("a");
+    let whole = world.capacity_epoch("a");
+    assert_eq!(world.changes_since("a", found), None);
+    world.capacity_changed_on("a", 2);
+    assert_eq!(world.changes_since("a", whole), Some(vec![2]));
+    assert_eq!(world.changes_since("b", 0), None, "a worker never seen");
+}
