@@ -131,7 +131,18 @@ impl QueueState {
     ) -> Arc<[usize]> {
         match &self.usable {
             Some((n, list)) if *n == reserved.len() => list.clone(),
-            _ => {
+            // Reservations only grow within a pass: the workers usable before, less those
+            // reserved since.
+            Some((_, before)) => {
+                let list: Arc<[usize]> = before
+                    .iter()
+                    .copied()
+                    .filter(|&i| !reserved.contains_key(&clusters[i]))
+                    .collect();
+                self.usable = Some((reserved.len(), list.clone()));
+                list
+            }
+            None => {
                 let list: Arc<[usize]> = clusters
                     .iter()
                     .enumerate()
