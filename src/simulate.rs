@@ -423,10 +423,19 @@ impl Simulation {
             if p.actions.is_empty() {
                 break;
             }
+            // A queue's use only grows when it admits a Job, and its quota (its workers'
+            // allocatable) stays as it is here: the simulated workers neither disconnect nor
+            // change size. So its peak use can only be reached after an admission.
+            let admitted = p
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Dispatch { .. } | Action::Offer { .. }));
             for a in p.actions {
                 self.execute(a);
             }
-            self.track_quota();
+            if admitted {
+                self.track_quota();
+            }
         }
     }
 
