@@ -156,6 +156,10 @@ impl QueueState {
     }
 }
 
+/// Per (node index, shape key) of one cluster: the cluster's version when counted, the most
+/// pods that were asked for, and how many fit.
+type RoomCounts = HashMap<(usize, u64), (u64, usize, usize)>;
+
 /// The clusters as this pass sees them: the inventory, minus placements held for admitted
 /// Jobs and those handed out earlier in the pass. Shared with the inventory (or the held view
 /// an earlier pass made) until this pass changes them.
@@ -186,7 +190,7 @@ struct Working<'a> {
     /// How many pods of a shape fit on a node as this pass sees it (by cluster, node index
     /// and shape key), found once and shared by the classes of that shape: the cluster's
     /// version then, the most that was asked for, and the count.
-    room: HashMap<&'a str, HashMap<(usize, u64), (u64, usize, usize)>>,
+    room: HashMap<&'a str, RoomCounts>,
 }
 
 impl<'a> Working<'a> {
