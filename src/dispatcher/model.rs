@@ -628,7 +628,8 @@ pub struct World {
     misfits: HashMap<ClassKey, HashMap<String, KnownMisfit>>,
     /// Per worker, bumped whenever a placement held there is added or released.
     hold_versions: HashMap<String, u64>,
-    /// Per worker, the uids of the Jobs whose placements are held there.
+    /// Per worker, the placements held there by Job uid (shared with `holds`): going
+    /// through a worker's holds looks nothing up.
     held_in: HashMap<String, BTreeMap<String, Arc<Hold>>>,
     /// Per worker, its cluster with the placements held there taken off, as a pass made it
     /// (see [`World::held_view`]).
