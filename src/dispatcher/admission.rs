@@ -220,22 +220,21 @@ impl<'a> Working<'a> {
     }
 
     /// Counts how many pods of shape `shape` fit on each of `nodes` of cluster `name` as this
-    /// pass sees it, adding the nodes with room to `counts`, until `bound` (what fits so far)
-    /// reaches `gang`; returns the new bound. A node's count is found once per pass and
+    /// pass sees it, adding the nodes with room to `counts`, until what `counts` holds reaches
+    /// `gang`; returns what it holds then. A node's count is found once per pass and
     /// shared by the classes of that shape; `count` counts the pods that fit on a node, up to
     /// a number. Where the nodes come from (this pass's copy of the cluster, the held view,
     /// the inventory with the placements held there taken off) is found once for them all.
-    #[allow(clippy::too_many_arguments)]
     fn count_room(
         &mut self,
         name: &'a str,
         nodes: &[usize],
         shape: u64,
         gang: usize,
-        mut bound: usize,
         counts: &mut Vec<(usize, usize)>,
         mut count: impl FnMut(&Node, usize) -> usize,
     ) -> usize {
+        let mut bound: usize = counts.iter().map(|(_, c)| c).sum();
         let world = self.world;
         let version = self.versions.get(name).copied().unwrap_or(0);
         let view: Option<&Cluster> = match self.clusters.get(name) {
@@ -1012,7 +1011,7 @@ fn judge<'w>(
                         })
                     };
                     let bound = if known.epoch == epoch {
-                        Some((known.fitted, known.counts.clone()))
+                        Some((known.fitted(), known.counts.clone()))
                     } else if full() {
                         // No node has room for one pod: none that gained some can add any.
                         Some((0, Arc::from([])))
@@ -1026,13 +1025,11 @@ fn judge<'w>(
                                 .filter(|(i, _)| nodes.binary_search(i).is_err())
                                 .copied()
                                 .collect();
-                            let bound: usize = counts.iter().map(|(_, c)| c).sum();
                             let bound = working.count_room(
                                 name,
                                 &nodes,
                                 class.shape,
                                 gang,
-                                bound,
                                 &mut counts,
                                 |n, want| {
                                     counter
@@ -1052,14 +1049,13 @@ fn judge<'w>(
                             (bound, Arc::from(counts))
                         })
                     };
-                    if let Some((bound, counts)) = bound.filter(|b| b.0 < gang) {
+                    if let Some((_, counts)) = bound.filter(|b| b.0 < gang) {
                         if known.epoch != epoch {
                             pass.misfits.push((
                                 class.clone(),
                                 name.clone(),
                                 KnownMisfit {
                                     epoch,
-                                    fitted: bound,
                                     counts,
                                     ..known.clone()
                                 },
@@ -1421,7 +1417,8 @@ fn drained(cluster: &Cluster, resources: usize) -> Cluster {
     c
 }
 
-/// A misfit found now, to remember: `fitted` pods fitted, at the worker's capacity `epoch`.
+/// A misfit found now, to remember: the nodes the gang's pods fitted on, at the worker's
+/// capacity `epoch`.
 fn found_misfit(
     world: &World,
     m: &crate::placement::Misfit,
@@ -1433,7 +1430,6 @@ fn found_misfit(
         never: m.unresolvable(),
         epoch,
         queues: world.queues_generation(),
-        fitted: fit.fitted,
         counts: fit.placements.as_slice().into(),
     }
 }

@@ -209,7 +209,8 @@ impl Job {
 }
 
 /// Whether two states of a Job count alike in its queue's totals and pending classes: what
-/// [`World::charge`] reads is the same in both.
+/// `Charge::of` reads is the same in both (cheaper than making both charges; debug builds
+/// check that the charge kept is the one the new state would make).
 fn charged_alike(a: &Job, b: &Job) -> bool {
     let ready = |j: &Job| j.pods_ready().is_some_and(|(r, _)| r);
     let same_pod = match (&a.pod, &b.pod) {
@@ -427,12 +428,18 @@ pub struct KnownMisfit {
     pub never: bool,
     pub epoch: u64,
     pub queues: u64,
-    /// At most this many pods of the gang fitted: the sum of `counts`.
-    pub fitted: usize,
     /// The nodes (by index) that had room for some pods of the gang, with how many. Each
-    /// node's room for identical pods is its own, so later the gang fits at most `fitted`,
+    /// node's room for identical pods is its own, so later the gang fits at most
+    /// [`KnownMisfit::fitted`],
     /// less what the nodes that gained room since had then, plus what they have now.
     pub counts: Arc<[(usize, usize)]>,
+}
+
+impl KnownMisfit {
+    /// At most this many pods of the gang fitted.
+    pub fn fitted(&self) -> usize {
+        self.counts.iter().map(|(_, c)| c).sum()
+    }
 }
 
 /// A worker's cluster with the placements held there taken off: what every admission pass
@@ -671,7 +678,7 @@ pub struct World {
 }
 
 /// What one Job contributes to its queue's totals.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Charge {
     queue: String,
     usage: BTreeMap<String, i64>,
@@ -681,6 +688,28 @@ struct Charge {
     admitted: bool,
     running: bool,
     rank: Option<Rank>,
+}
+
+impl Charge {
+    /// What `job` contributes to its queue's totals as it is now.
+    fn of(job: &Job) -> Self {
+        let mut c = Charge {
+            queue: job.queue.clone(),
+            ..Default::default()
+        };
+        if job.holds_quota() {
+            c.usage = job.total_request();
+            c.admitted = true;
+            if job.pods_ready().is_some_and(|(ready, _)| ready) {
+                c.running = true;
+            } else {
+                c.rank = Some(job.rank());
+            }
+        } else if job.is_pending() {
+            c.pending = Some((job.class(), job.rank()));
+        }
+        c
+    }
 }
 
 impl World {
@@ -707,21 +736,21 @@ impl World {
                 self.by_uid.insert(job.uid.clone(), job.key.clone());
             }
         }
-        let before = recharge
-            .then(|| self.charges.get(&job.key).map(|c| c.usage.clone()))
-            .flatten();
         if recharge {
+            let before = self.charges.get(&job.key).map(|c| c.usage.clone());
             self.uncharge(&job.key);
             self.charge(&job);
-        }
-        if let Some(before) = before {
             let after = &self.charges[&job.key].usage;
-            if before
-                .iter()
-                .any(|(r, v)| after.get(r).copied().unwrap_or(0) < *v)
-            {
+            if before.is_some_and(|before| {
+                before
+                    .iter()
+                    .any(|(r, v)| after.get(r).copied().unwrap_or(0) < *v)
+            }) {
                 bump(&mut self.quota_epochs, &job.queue);
             }
+        } else {
+            // What `charged_alike` compares must be all that a charge reads.
+            debug_assert_eq!(self.charges.get(&job.key), Some(&Charge::of(&job)));
         }
         self.dirty.insert(job.key.clone());
         let uid = job.uid.clone();
@@ -1393,35 +1422,26 @@ impl World {
     }
 
     fn charge(&mut self, job: &Job) {
-        let mut c = Charge {
-            queue: job.queue.clone(),
-            ..Default::default()
-        };
-        let u = self.uses.entry(job.queue.clone()).or_default();
-        if job.holds_quota() {
-            c.usage = job.total_request();
-            for (r, v) in &c.usage {
-                *u.usage.entry(r.clone()).or_insert(0) += v;
-            }
-            c.admitted = true;
+        let c = Charge::of(job);
+        let u = self.uses.entry(c.queue.clone()).or_default();
+        for (r, v) in &c.usage {
+            *u.usage.entry(r.clone()).or_insert(0) += v;
+        }
+        if c.admitted {
             u.admitted += 1;
-            if job.pods_ready().is_some_and(|(ready, _)| ready) {
-                c.running = true;
-                u.running += 1;
-            } else {
-                let rank = job.rank();
-                u.not_ready.insert(rank.clone());
-                c.rank = Some(rank);
-            }
-        } else if job.is_pending() {
-            let class = job.class();
-            let rank = job.rank();
+        }
+        if c.running {
+            u.running += 1;
+        }
+        if let Some(rank) = &c.rank {
+            u.not_ready.insert(rank.clone());
+        }
+        if let Some((class, rank)) = &c.pending {
             u.pending += 1;
             self.pending
                 .entry(class.clone())
                 .or_default()
                 .insert(rank.clone());
-            c.pending = Some((class, rank));
         }
         self.charges.insert(job.key.clone(), c);
     }
