@@ -221,6 +221,10 @@ pub struct ClusterSummary {
     /// reading them. Never less than a node has free: taking from a node without
     /// summarizing again leaves it an upper bound, which only skips fewer nodes.
     pub node_free: Arc<Vec<i64>>,
+    /// A digest of what the nodes can hold when empty: their number and the allocatable
+    /// totals and maxima above. Found when the cluster is summarized (free amounts do not
+    /// enter it), so that comparing it costs nothing.
+    pub capacity_print: u64,
 }
 
 impl ClusterSummary {
@@ -288,19 +292,79 @@ impl Cluster {
             }
         }
         s.node_free = Arc::new(node_free);
+        s.capacity_print = {
+            use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+            let mut h = foldhash::fast::FixedState::default().build_hasher();
+            (
+                s.nodes,
+                &s.allocatable,
+                &s.max_allocatable_on_node,
+                &s.max_allocatable_in_zone,
+            )
+                .hash(&mut h);
+            h.finish()
+        };
         self.summary = Arc::new(s);
     }
 }
 
 /// Each node's free amount of every resource, and the most any one of its NUMA zones has
-/// available, in flat rows: a cluster whose nodes change a few at a time (pods bound and
-/// finished) gets the free maxima of its summary from contiguous memory, re-reading only the
-/// nodes that changed instead of walking every node and zone again.
+/// available, in flat rows, with the column maxima kept as rows change: a cluster whose nodes
+/// change a few at a time (pods bound and finished) gets the free maxima of its summary
+/// re-reading only the nodes that changed, and a whole column only when the node that held
+/// its maximum lost some.
 #[derive(Debug, Clone, Default)]
 pub struct FreeRows {
     width: usize,
     node: Vec<i64>,
     zone: Vec<i64>,
+    node_max: Columns,
+    zone_max: Columns,
+}
+
+/// The maximum of each column of a row block, and which are stale (their maximum went down).
+#[derive(Debug, Clone, Default)]
+struct Columns {
+    max: Vec<i64>,
+    stale: Vec<bool>,
+}
+
+impl Columns {
+    fn new(width: usize) -> Self {
+        Self {
+            max: vec![0; width],
+            stale: vec![true; width],
+        }
+    }
+
+    /// Column `r` of some row went from `old` to `new`.
+    fn changed(&mut self, r: usize, old: i64, new: i64) {
+        // A stale column is read again whole anyway.
+        if self.stale[r] {
+            return;
+        }
+        if new >= self.max[r] {
+            self.max[r] = new;
+        } else if old == self.max[r] {
+            self.stale[r] = true;
+        }
+    }
+
+    /// The maxima, reading again the stale columns of `rows`.
+    fn fresh(&mut self, rows: &[i64]) -> &[i64] {
+        let width = self.max.len();
+        for r in 0..width {
+            if std::mem::take(&mut self.stale[r]) {
+                self.max[r] = rows
+                    .iter()
+                    .skip(r)
+                    .step_by(width.max(1))
+                    .copied()
+                    .fold(0, i64::max);
+            }
+        }
+        &self.max
+    }
 }
 
 impl FreeRows {
@@ -310,6 +374,8 @@ impl FreeRows {
             width: resources,
             node: vec![0; cluster.nodes.len() * resources],
             zone: vec![0; cluster.nodes.len() * resources],
+            node_max: Columns::new(resources),
+            zone_max: Columns::new(resources),
         };
         for i in 0..cluster.nodes.len() {
             rows.update(cluster, i);
@@ -320,40 +386,40 @@ impl FreeRows {
     /// Re-reads node `i` of `cluster` (the cluster the rows were made for, with the same
     /// nodes in the same order). An index past the rows is ignored.
     pub fn update(&mut self, cluster: &Cluster, i: usize) {
+        let width = self.width.max(1);
         let (Some(node), Some(free), Some(zone)) = (
             cluster.nodes.get(i),
-            self.node.chunks_exact_mut(self.width.max(1)).nth(i),
-            self.zone.chunks_exact_mut(self.width.max(1)).nth(i),
+            self.node.chunks_exact_mut(width).nth(i),
+            self.zone.chunks_exact_mut(width).nth(i),
         ) else {
             return;
         };
         for (r, v) in free.iter_mut().enumerate() {
-            *v = node.free(r);
+            let new = node.free(r);
+            self.node_max.changed(r, *v, new);
+            *v = new;
         }
-        zone.iter_mut().for_each(|v| *v = 0);
-        if let Some(numa) = &node.numa {
-            for z in &numa.zones {
-                for (r, v) in zone.iter_mut().enumerate() {
-                    *v = (*v).max(z.available.get(r).copied().unwrap_or(0));
-                }
-            }
+        for (r, v) in zone.iter_mut().enumerate() {
+            let new = node.numa.as_ref().map_or(0, |numa| {
+                numa.zones
+                    .iter()
+                    .map(|z| z.available.get(r).copied().unwrap_or(0))
+                    .fold(0, i64::max)
+            });
+            self.zone_max.changed(r, *v, new);
+            *v = new;
         }
     }
 
     /// Sets the summary's free maxima from the rows; what does not depend on free amounts
     /// (totals, allocatable maxima, NUMA counts) is left as it is.
-    pub fn apply(&self, summary: &mut ClusterSummary) {
-        let max = |rows: &[i64], out: &mut Vec<i64>| {
+    pub fn apply(&mut self, summary: &mut ClusterSummary) {
+        let set = |out: &mut Vec<i64>, max: &[i64]| {
             out.clear();
-            out.resize(self.width, 0);
-            for row in rows.chunks_exact(self.width.max(1)) {
-                for (m, v) in out.iter_mut().zip(row) {
-                    *m = (*m).max(*v);
-                }
-            }
+            out.extend_from_slice(max);
         };
-        max(&self.node, &mut summary.max_free_on_node);
-        max(&self.zone, &mut summary.max_free_in_zone);
+        set(&mut summary.max_free_on_node, self.node_max.fresh(&self.node));
+        set(&mut summary.max_free_in_zone, self.zone_max.fresh(&self.zone));
         match Arc::get_mut(&mut summary.node_free) {
             Some(rows) => rows.clone_from(&self.node),
             None => summary.node_free = Arc::new(self.node.clone()),
