@@ -1549,8 +1549,6 @@ pub fn fit_cluster(
         out.misfit = Some(short.misfit(&cluster.name));
         return out;
     }
-    let mut first_misfit: Option<(bool, Misfit)> = None;
-    let mut weighted = 0i64;
     let resources = scored_resources(pod);
     let pods_id = table.id("pods");
     let mut state = NodeState {
@@ -1558,7 +1556,6 @@ pub fn fit_cluster(
         zones: Vec::new(),
     };
     let mut scratch = Scratch::default();
-    let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
     // The node-level request, for skipping nodes without room for one pod on the summary's
     // rows alone.
     let request: Vec<(usize, i64)> = pod
@@ -1567,6 +1564,58 @@ pub fn fit_cluster(
         .filter_map(|(rid, _, q)| Some(((*rid)?, *q)))
         .collect();
     let nodes = cluster.nodes.len();
+    let no_room = |i: usize| {
+        s.free_row(nodes, i).is_some_and(|row| {
+            request
+                .iter()
+                .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
+        })
+    };
+    // First without a word about why nodes refuse: most searches that get this far fit, and
+    // then no reason is read. The same nodes take the same pods either way.
+    let mut weighted = 0i64;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if out.fitted >= n {
+            break;
+        }
+        if no_room(i) {
+            continue;
+        }
+        let fit = fit_node_with(
+            node,
+            shape,
+            pod,
+            pods_id,
+            n - out.fitted,
+            config,
+            false,
+            Detail {
+                any_zones: strategy != Strategy::LeastNumaNodes,
+                misfit_if_none: false,
+                misfit_if_some: false,
+                notes: false,
+                state_if_none: false,
+            },
+            state,
+            &mut scratch,
+        );
+        if fit.count > 0 {
+            out.fitted += fit.count;
+            out.placements.push((i, fit.count));
+            weighted += node_score(strategy, node, &fit.state, &resources, fit.zones_used)
+                * fit.count as i64;
+        }
+        state = fit.state;
+    }
+    if out.fitted >= n {
+        out.score = (weighted as f64 / out.fitted.max(1) as f64).round() as i64;
+        return out;
+    }
+    // It does not fit: again, keeping the most telling reason.
+    out.fitted = 0;
+    out.placements.clear();
+    let mut first_misfit: Option<(bool, Misfit)> = None;
+    let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
@@ -1574,16 +1623,9 @@ pub fn fit_cluster(
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
         let kept = first_misfit.as_ref().map(|(p, f)| rank(*p, f));
-        if kept >= Some((false, true)) {
-            // Nothing this node could say would be kept: skip it if it has no room.
-            if let Some(row) = s.free_row(nodes, i) {
-                if request
-                    .iter()
-                    .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
-                {
-                    continue;
-                }
-            }
+        if kept >= Some((false, true)) && no_room(i) {
+            // Nothing this node could say would be kept, and it has no room.
+            continue;
         }
         let detail = Detail {
             // The score reads the node-level state, and the zones used only for this one.
@@ -1608,8 +1650,6 @@ pub fn fit_cluster(
         if fit.count > 0 {
             out.fitted += fit.count;
             out.placements.push((i, fit.count));
-            weighted += node_score(strategy, node, &fit.state, &resources, fit.zones_used)
-                * fit.count as i64;
         }
         // The most telling reason: from a node that took part of the gang, else one that
         // preemption could fix, else the first.
@@ -1623,10 +1663,8 @@ pub fn fit_cluster(
         }
         state = fit.state;
     }
-    if out.fitted >= n {
-        out.score = (weighted as f64 / out.fitted.max(1) as f64).round() as i64;
-        return out;
-    }
+    // The nodes took what they took above: the gang still does not fit.
+    debug_assert!(out.fitted < n);
     let cause = first_misfit
         .map(|(_, m)| m)
         .unwrap_or_else(|| Misfit::BadPod(format!("cluster {} has no nodes", cluster.name)));
