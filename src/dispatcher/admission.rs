@@ -59,7 +59,7 @@ pub struct Admission {
     /// Clusters with their held placements taken off, made in this pass, to keep for the
     /// next ones (see [`World::held_view`]).
     pub held_views: Vec<(String, HeldView)>,
-    /// Fits on drained workers found in this pass (see [`World::drained_fit`]).
+    /// Fits on drained workers found in this pass (see [`World::drained_of`]).
     pub drained: Vec<(ClassKey, String, u64, Option<i64>)>,
     /// Why classes failed, to remember (see [`World::class_memo`]).
     pub class_memos: Vec<(ClassKey, ClassMemo)>,
@@ -1157,12 +1157,13 @@ fn judge<'w>(
         // Would it fit anywhere if the worker were empty? (Remembered while the worker's
         // nodes stay the same.)
         let mut drained_best: Option<(i64, String)> = None;
+        let known_drained = world.drained_of(class);
         for name in &candidates {
             let Some(base) = world.inventory.cluster(name) else {
                 continue;
             };
             let print = super::model::fingerprint(base);
-            let score = match world.drained_fit(class, name, print) {
+            let score = match known_drained.as_ref().and_then(|d| d.get(name, print)) {
                 Some(known) => known,
                 None => {
                     let empty = drained(base, world.inventory.resources.len());

@@ -358,17 +358,7 @@ pub enum Placement {
 /// What a worker's nodes can hold when empty: their number and allocatable amounts. Usage
 /// does not enter it.
 pub fn fingerprint(cluster: &crate::inventory::Cluster) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let s = &cluster.summary;
-    (
-        s.nodes,
-        &s.allocatable,
-        &s.max_allocatable_on_node,
-        &s.max_allocatable_in_zone,
-    )
-        .hash(&mut h);
-    h.finish()
+    cluster.summary.capacity_print
 }
 
 /// What a class's last failure depended on.
@@ -543,6 +533,22 @@ impl<'w> MisfitsOf<'w> {
         self.by_cluster?.get(cluster).filter(|m| {
             m.queues == w.queues_generation && (!w.config.describe || !m.reason.is_empty())
         })
+    }
+}
+
+/// The drained fits known for one class (see [`World::drained_of`]).
+pub struct DrainedOf<'w> {
+    by_cluster: &'w HashMap<String, (u64, Option<i64>)>,
+}
+
+impl DrainedOf<'_> {
+    /// Whether the class would fit in `cluster` drained, if known for nodes with this
+    /// [`fingerprint`]: `Some(None)` for no, `Some(Some(score))` for yes.
+    pub fn get(&self, cluster: &str, print: u64) -> Option<Option<i64>> {
+        self.by_cluster
+            .get(cluster)
+            .filter(|(p, _)| *p == print)
+            .map(|(_, s)| *s)
     }
 }
 
@@ -1316,17 +1322,13 @@ impl World {
         }
     }
 
-    /// Whether `class` would fit in `cluster` drained, if known for nodes with this
-    /// [`fingerprint`]: `Some(None)` for no, `Some(Some(score))` for yes.
-    pub fn drained_fit(&self, class: &ClassKey, cluster: &str, print: u64) -> Option<Option<i64>> {
+    /// Whether `class` would fit in each cluster drained, where known for nodes with that
+    /// cluster's [`fingerprint`] (see [`DrainedOf::get`]): the class is looked up once.
+    pub fn drained_of(&self, class: &ClassKey) -> Option<DrainedOf<'_>> {
         if !self.config.remember {
             return None;
         }
-        self.drained
-            .get(class)?
-            .get(cluster)
-            .filter(|(p, _)| *p == print)
-            .map(|(_, s)| *s)
+        self.drained.get(class).map(|by_cluster| DrainedOf { by_cluster })
     }
 
     pub fn remember_drained(
