@@ -293,16 +293,13 @@ impl Cluster {
         }
         s.node_free = Arc::new(node_free);
         s.capacity_print = {
-            use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
-            let mut h = foldhash::fast::FixedState::default().build_hasher();
-            (
+            use std::hash::BuildHasher as _;
+            foldhash::fast::FixedState::default().hash_one((
                 s.nodes,
                 &s.allocatable,
                 &s.max_allocatable_on_node,
                 &s.max_allocatable_in_zone,
-            )
-                .hash(&mut h);
-            h.finish()
+            ))
         };
         self.summary = Arc::new(s);
     }
@@ -418,8 +415,14 @@ impl FreeRows {
             out.clear();
             out.extend_from_slice(max);
         };
-        set(&mut summary.max_free_on_node, self.node_max.fresh(&self.node));
-        set(&mut summary.max_free_in_zone, self.zone_max.fresh(&self.zone));
+        set(
+            &mut summary.max_free_on_node,
+            self.node_max.fresh(&self.node),
+        );
+        set(
+            &mut summary.max_free_in_zone,
+            self.zone_max.fresh(&self.zone),
+        );
         match Arc::get_mut(&mut summary.node_free) {
             Some(rows) => rows.clone_from(&self.node),
             None => summary.node_free = Arc::new(self.node.clone()),
