@@ -732,7 +732,20 @@ fn attempt<'w>(
     // A Job kept from some worker for a reason of its own is judged on its own: its class's
     // memo does not know that reason (and would hide it from the user).
     let alone = has_own_blocker(world, job, &settings.clusters, now);
-    if let Some(m) = world.class_memo(class, &key).filter(|_| !alone) {
+    let memo = world.class_memo(class, &key).filter(|m| {
+        !alone && {
+            // The workers it was judged against are the ones it may use now, and none of
+            // them gained room since.
+            let epochs = state.epochs(world, &settings.clusters);
+            m.looked
+                .iter()
+                .all(|&(order, epoch)| epochs.get(order) == Some(&epoch))
+                && m.usable
+                    .as_ref()
+                    .is_none_or(|u| **u == *state.usable(&settings.clusters, working, reserved))
+        }
+    });
+    if let Some(m) = memo {
         if let Some(c) = &m.reserve {
             reserved.insert(c.clone(), job.key.clone());
         }
@@ -743,8 +756,9 @@ fn attempt<'w>(
     }
     let reserved_before = reserved.len();
     let held_before = state.held.values().sum::<i64>();
+    let mut seen = Seen::default();
     let attempt = judge(
-        world, job, class, settings, state, working, reserved, starving, now, pass,
+        world, job, class, settings, state, working, reserved, starving, now, pass, &mut seen,
     );
     if let Attempt::Wait(reason, message) = &attempt {
         let reserve = (reserved.len() > reserved_before)
@@ -763,10 +777,19 @@ fn attempt<'w>(
                 message: message.clone(),
                 reserve,
                 holds_quota: state.held.values().sum::<i64>() > held_before,
+                usable: seen.usable,
+                looked: seen.looked.into(),
             },
         ));
     }
     attempt
+}
+
+/// What a judgement looked at, for its class's memo (see [`ClassMemo`]).
+#[derive(Default)]
+struct Seen {
+    usable: Option<Arc<[usize]>>,
+    looked: Vec<(usize, Option<u64>)>,
 }
 
 /// Quota and placement for a Job whose queue, namespace, template and gate allow it.
@@ -782,6 +805,7 @@ fn judge<'w>(
     starving: bool,
     now: SystemTime,
     pass: &mut Admission,
+    seen: &mut Seen,
 ) -> Attempt {
     let shape = match &job.pod {
         Ok(s) => s,
@@ -894,6 +918,7 @@ fn judge<'w>(
     // The workers not kept from every Job now. When messages are written, every worker is
     // gone through, so that each one's reason is given in the queue's order.
     let usable = state.usable(&settings.clusters, working, reserved);
+    seen.usable = Some(usable.clone());
     let unseen_any = usable.len() < settings.clusters.len();
     let every: Arc<[usize]>;
     let looked_at = if world.config.describe {
@@ -979,6 +1004,7 @@ fn judge<'w>(
             continue;
         }
         candidates.push(name);
+        seen.looked.push((order, epochs[order]));
         let preferred = job.avoid.as_deref() != Some(name.as_str());
         match world.config.placement {
             Placement::Everywhere => fits.push((true, 0, order, name.as_str())),

@@ -364,7 +364,9 @@ pub fn fingerprint(cluster: &crate::inventory::Cluster) -> u64 {
 /// What a class's last failure depended on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoKey {
-    /// The queue's workers: bumped when one may have gained room or changed state.
+    /// The queue's workers: bumped when one changed state or as a whole (connected, stale
+    /// copies gone, new inventory). A node of one gaining room does not bump it: see
+    /// [`ClassMemo::looked`].
     pub queue_epoch: u64,
     /// The queue's quota use: bumped when it went down. Only a class that waited for quota
     /// depends on it: more free quota does not give a worker room.
@@ -396,6 +398,14 @@ pub struct ClassMemo {
     pub reserve: Option<String>,
     /// Whether its quota is held for it.
     pub holds_quota: bool,
+    /// The queue's workers it could use then (by position in the queue's list), when it got
+    /// as far as placement: workers kept for other Jobs in the pass are not among them.
+    pub usable: Option<Arc<[usize]>>,
+    /// The workers it was judged against (by position in the queue's list), with their
+    /// capacity epochs then ([`World::capacity_epoch`]; `None` when not in the inventory).
+    /// A node gaining room bumps its worker's epoch, not the queue's: the memo stands while
+    /// these stay as they were.
+    pub looked: Arc<[(usize, Option<u64>)]>,
 }
 
 impl ClassMemo {
@@ -1192,7 +1202,13 @@ impl World {
         let epoch = *epoch;
         let c = self.changes.entry(cluster.to_string()).or_default();
         match node {
-            None => c.anywhere = epoch,
+            None => {
+                c.anywhere = epoch;
+                self.worker_changed(cluster);
+            }
+            // Only the classes judged against this worker look again (see
+            // `ClassMemo::looked`): its allocatable, and so its queues' automatic quota and
+            // whether a gang could ever fit there, stay as they were.
             Some(i) => {
                 if c.nodes.len() <= i {
                     c.nodes.resize(i + 1, 0);
@@ -1200,7 +1216,6 @@ impl World {
                 c.nodes[i] = epoch;
             }
         }
-        self.worker_changed(cluster);
     }
 
     /// Something about the worker changed that may let Jobs of its queues go there.
@@ -1328,7 +1343,9 @@ impl World {
         if !self.config.remember {
             return None;
         }
-        self.drained.get(class).map(|by_cluster| DrainedOf { by_cluster })
+        self.drained
+            .get(class)
+            .map(|by_cluster| DrainedOf { by_cluster })
     }
 
     pub fn remember_drained(
