@@ -182,6 +182,9 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
         for (class, memo) in admission.class_memos {
             world.remember_class(class, memo);
         }
+        for class in admission.confirmed {
+            world.confirm_class(&class);
+        }
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
         out.job_waiting = admission.job_waiting;

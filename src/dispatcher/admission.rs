@@ -63,6 +63,9 @@ pub struct Admission {
     pub drained: Vec<(ClassKey, String, u64, Option<i64>)>,
     /// Why classes failed, to remember (see [`World::class_memo`]).
     pub class_memos: Vec<(ClassKey, ClassMemo)>,
+    /// Classes whose remembered failure was found to stand in this pass: they failed in it
+    /// as much as those judged again (see [`World::confirm_class`]).
+    pub confirmed: Vec<ClassKey>,
     /// A digest of the workers and quota held for starving Jobs at the end of the pass.
     pub reservations: u64,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
@@ -746,6 +749,7 @@ fn attempt<'w>(
         }
     });
     if let Some(m) = memo {
+        pass.confirmed.push(class.clone());
         if let Some(c) = &m.reserve {
             reserved.insert(c.clone(), job.key.clone());
         }

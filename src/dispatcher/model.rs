@@ -1289,6 +1289,15 @@ impl World {
         }
     }
 
+    /// A class whose remembered failure stood in the pass that just ended (see
+    /// [`World::remember_class`]): it failed in that pass, under the reservations the pass
+    /// ended with, as a class judged again in it did.
+    pub fn confirm_class(&mut self, class: &ClassKey) {
+        if let Some(m) = self.class_memos.get_mut(class) {
+            m.key.reservations = self.reservations_generation;
+        }
+    }
+
     /// Records the workers and quota a pass held for starving Jobs.
     pub fn reservations_now(&mut self, fingerprint: u64) {
         if fingerprint != self.last_reservations {
