@@ -370,10 +370,13 @@ impl Simulation {
             let touched = self.changed.entry(self.workers[w].index).or_default();
             touched.extend(fx.freed.iter().chain(&fx.taken));
         }
-        if !fx.freed.is_empty() {
-            let name = self.workers[w].name.clone();
+        if !(fx.freed.is_empty() && fx.taken.is_empty()) {
+            let name = &self.workers[w].name;
             for n in &fx.freed {
-                self.world.capacity_changed_on(&name, *n);
+                self.world.capacity_changed_on(name, *n);
+            }
+            for n in &fx.taken {
+                self.world.node_touched(name, *n);
             }
         }
         let u = &mut self.usage[w];

@@ -22,7 +22,7 @@
 
 use super::model::{
     Action, ClassKey, ClassMemo, HeldNode, HeldView, Hold, Job, JobKey, KnownMisfit, Placement,
-    Rank, World,
+    Rank, ShapeRooms, World,
 };
 use super::reason;
 use crate::inventory::{Cluster, Node, ResourceTable};
@@ -68,6 +68,8 @@ pub struct Admission {
     pub confirmed: Vec<ClassKey>,
     /// A digest of the workers and quota held for starving Jobs at the end of the pass.
     pub reservations: u64,
+    /// The [`ShapeRoom`]s the pass was given, brought up to date where it looked.
+    pub rooms: ShapeRooms,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
     /// Job's reason, which is every later Job's of the class too. Kept when the world asks
     /// for descriptions (`simulate` asks only for its last look).
@@ -194,10 +196,12 @@ struct Working<'a> {
     /// and shape key), found once and shared by the classes of that shape: the cluster's
     /// version then, the most that was asked for, and the count.
     room: HashMap<&'a str, RoomCounts>,
+    /// Kept across passes (see [`ShapeRoom`]).
+    rooms: ShapeRooms,
 }
 
 impl<'a> Working<'a> {
-    fn new(world: &'a World) -> Self {
+    fn new(world: &'a World, rooms: ShapeRooms) -> Self {
         Self {
             world,
             clusters: BTreeMap::new(),
@@ -210,7 +214,64 @@ impl<'a> Working<'a> {
             held_nodes: HashMap::new(),
             changed: HashMap::new(),
             room: HashMap::new(),
+            rooms,
         }
+    }
+
+    /// At most how many pods of shape `shape` the nodes of worker `name` can take at once,
+    /// counting up to `gang` per node (see [`ShapeRoom`]): only the nodes whose room changed
+    /// since the last look are counted again. `None` when the inventory lacks the worker.
+    fn room_of(
+        &mut self,
+        name: &str,
+        shape: u64,
+        gang: usize,
+        mut count: impl FnMut(&Node, usize) -> usize,
+    ) -> Option<usize> {
+        let world = self.world;
+        let base = world.inventory.cluster(name)?;
+        let by_shape = match self.rooms.get_mut(name) {
+            Some(m) => m,
+            None => self.rooms.entry(name.to_string()).or_default(),
+        };
+        let room = by_shape.entry(shape).or_default();
+        let touched = world
+            .touches(name, room.pos)
+            .filter(|_| room.cap >= gang && room.counts.len() == base.nodes.len());
+        match touched {
+            Some((nodes, end)) => {
+                for &i in nodes {
+                    let (Some(node), Some(was)) = (base.nodes.get(i), room.counts.get_mut(i))
+                    else {
+                        continue;
+                    };
+                    let now = count(node, room.cap) as u32;
+                    room.total = room.total - *was as usize + now as usize;
+                    *was = now;
+                }
+                room.pos = end;
+            }
+            None => {
+                room.cap = room.cap.max(gang);
+                room.pos = world.touches_end(name);
+                room.counts = base
+                    .nodes
+                    .iter()
+                    .map(|n| count(n, room.cap) as u32)
+                    .collect();
+                room.total = room.counts.iter().map(|&c| c as usize).sum();
+            }
+        }
+        // Every change to a node's room reaches the log (or marks the whole worker).
+        #[cfg(debug_assertions)]
+        for (i, node) in base.nodes.iter().enumerate() {
+            debug_assert_eq!(
+                count(node, room.cap) as u32,
+                room.counts[i],
+                "node {i} of {name} changed without a touch"
+            );
+        }
+        Some(room.total)
     }
 
     /// [`World::changes_since`], found once per pass.
@@ -515,7 +576,7 @@ enum Attempt {
 }
 
 /// One admission pass over every queue's pending Jobs.
-pub fn admit(world: &World, now: SystemTime) -> Admission {
+pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
     let mut pass = Admission::default();
     let mut queues: BTreeMap<&str, QueueState> = BTreeMap::new();
     for (name, u) in world.queue_uses() {
@@ -541,7 +602,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
             },
         );
     }
-    let mut working = Working::new(world);
+    let mut working = Working::new(world, rooms);
     // Clusters reserved for starving Jobs, with the Job.
     let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
 
@@ -633,6 +694,7 @@ pub fn admit(world: &World, now: SystemTime) -> Admission {
     }
     pass.reservations = std::hash::Hasher::finish(&h);
     pass.held_views = working.views;
+    pass.rooms = working.rooms;
     pass
 }
 
@@ -1045,6 +1107,26 @@ fn judge<'w>(
                     } else if full() {
                         // No node has room for one pod: none that gained some can add any.
                         Some((0, Arc::from([])))
+                    } else if working
+                        .room_of(name, class.shape, gang, |n, want| {
+                            counter
+                                .get_or_insert_with(|| {
+                                    NodeJudge::new(
+                                        &world.inventory.resources,
+                                        shape,
+                                        bound_pod(),
+                                        &world.config.engine,
+                                        strategy,
+                                    )
+                                })
+                                .count(n, want)
+                        })
+                        .is_some_and(|room| room < gang)
+                    {
+                        // Too little room in the whole worker, even without what is held
+                        // there: the misfit stands, as found then.
+                        reasons.push((name.as_str(), known.reason.clone(), known.never));
+                        continue;
                     } else {
                         working.changes_since(name, known.epoch).map(|nodes| {
                             // The nodes that gained room count for what they hold now, the

@@ -240,6 +240,43 @@ struct Changes {
     anywhere: u64,
     /// Per node index, its last change (0: none).
     nodes: Vec<u64>,
+    /// Every node whose room changed either way (gained or lost), in order: positions
+    /// `touched_from..touched_from + touched.len()` (see [`World::touches`]).
+    touched: Vec<usize>,
+    touched_from: u64,
+}
+
+/// How long a worker's log of touched nodes grows before its older half is dropped (a
+/// reader that had not caught up counts every node again).
+const TOUCH_LOG: usize = 1 << 16;
+
+/// An upper bound on how many pods of one shape a worker's nodes can take at once, kept
+/// across passes and brought up to date node by node (see [`World::touches`]): each node's
+/// count, up to `cap` (gangs of at most `cap` pods compare the same against the sum as
+/// against uncapped counts). It is found on the inventory's nodes, without the placements
+/// held for dispatched Jobs: those only take room, so a gang that does not fit in it fits
+/// nowhere in the worker as a pass sees it.
+#[derive(Debug, Clone, Default)]
+pub struct ShapeRoom {
+    /// The worker's touch log position the counts are up to date with.
+    pub pos: u64,
+    pub cap: usize,
+    pub counts: Vec<u32>,
+    pub total: usize,
+}
+
+/// [`ShapeRoom`]s by worker, then shape key.
+pub type ShapeRooms = HashMap<String, HashMap<u64, ShapeRoom>>;
+
+impl Changes {
+    fn touch(&mut self, index: usize) {
+        if self.touched.len() >= TOUCH_LOG {
+            let half = TOUCH_LOG / 2;
+            self.touched.drain(..half);
+            self.touched_from += half as u64;
+        }
+        self.touched.push(index);
+    }
 }
 
 /// `Complete` or `Failed` True in a Job status.
@@ -630,6 +667,8 @@ pub struct World {
     capacity: HashMap<String, u64>,
     /// Per worker, when its nodes may last have gained room (see [`Changes`]).
     changes: HashMap<String, Changes>,
+    /// Kept across passes (see [`ShapeRoom`]); a pass takes them while it runs.
+    shape_rooms: ShapeRooms,
     /// Bumped when a queue is added, changed or removed.
     queues_generation: u64,
     /// Per queue, a counter bumped whenever its Jobs may have become admissible because one
@@ -1179,6 +1218,50 @@ impl World {
         self.changed_at(cluster, Some(index));
     }
 
+    /// Node `index` of the worker lost room (a pod was bound there): nothing waiting can go
+    /// there because of it, but [`ShapeRoom`]s count it again.
+    pub fn node_touched(&mut self, cluster: &str, index: usize) {
+        match self.changes.get_mut(cluster) {
+            Some(c) => c.touch(index),
+            None => self
+                .changes
+                .entry(cluster.to_string())
+                .or_default()
+                .touch(index),
+        }
+    }
+
+    /// The nodes of the worker whose room changed since position `since` of its log (some
+    /// maybe more than once), and the position after them; `None` when the whole worker
+    /// may have changed since (or the log no longer goes back that far).
+    pub fn touches(&self, cluster: &str, since: u64) -> Option<(&[usize], u64)> {
+        let Some(c) = self.changes.get(cluster) else {
+            return (since == 0).then_some((&[][..], 0));
+        };
+        let skip = usize::try_from(since.checked_sub(c.touched_from)?).ok()?;
+        Some((
+            c.touched.get(skip..)?,
+            c.touched_from + c.touched.len() as u64,
+        ))
+    }
+
+    /// Where the worker's log of touched nodes ends now.
+    pub fn touches_end(&self, cluster: &str) -> u64 {
+        self.changes
+            .get(cluster)
+            .map_or(0, |c| c.touched_from + c.touched.len() as u64)
+    }
+
+    /// The [`ShapeRoom`]s kept across passes, for a pass to bring up to date and hand back
+    /// with [`World::keep_shape_rooms`].
+    pub fn take_shape_rooms(&mut self) -> ShapeRooms {
+        std::mem::take(&mut self.shape_rooms)
+    }
+
+    pub fn keep_shape_rooms(&mut self, rooms: ShapeRooms) {
+        self.shape_rooms = rooms;
+    }
+
     /// The nodes (by index) of the worker that may have gained room since `epoch`, when known
     /// node by node; `None` when anything may have changed.
     pub fn changes_since(&self, cluster: &str, epoch: u64) -> Option<Vec<usize>> {
@@ -1204,6 +1287,9 @@ impl World {
         match node {
             None => {
                 c.anywhere = epoch;
+                // Past every position handed out: whoever counted before counts everything.
+                c.touched_from += c.touched.len() as u64 + 1;
+                c.touched.clear();
                 self.worker_changed(cluster);
             }
             // Only the classes judged against this worker look again (see
@@ -1214,6 +1300,7 @@ impl World {
                     c.nodes.resize(i + 1, 0);
                 }
                 c.nodes[i] = epoch;
+                c.touch(i);
             }
         }
     }

@@ -2354,3 +2354,36 @@ fn the_nodes_that_gained_room_since_a_misfit_are_known_however_many_changes_came
     assert_eq!(world.changes_since("a", whole), Some(vec![2]));
     assert_eq!(world.changes_since("b", 0), None, "a worker never seen");
 }
+
+#[test]
+fn every_node_whose_room_changed_either_way_is_told_to_whoever_counted_before() {
+    let mut world = World::new(DispatchConfig::default());
+    assert_eq!(world.touches("a", 0), Some((&[][..], 0)), "nothing yet");
+    world.capacity_changed_on("a", 3); // gained room
+    world.node_touched("a", 5); // lost room: no capacity epoch for that
+    assert_eq!(world.capacity_epoch("a"), 1);
+    let end = world.touches_end("a");
+    assert_eq!(world.touches("a", 0), Some((&[3, 5][..], end)));
+    world.node_touched("a", 3);
+    assert_eq!(world.touches("a", end), Some((&[3][..], end + 1)));
+    // A change to the whole worker: whoever counted before it counts every node again.
+    let before = world.touches_end("a");
+    world.capacity_changed("a");
+    assert_eq!(world.touches("a", before), None);
+    assert_eq!(world.touches("a", 0), None);
+    let after = world.touches_end("a");
+    assert_eq!(world.touches("a", after), Some((&[][..], after)));
+    // A long log keeps its recent half: a reader further behind counts everything again.
+    for i in 0..100_000 {
+        world.node_touched("a", i % 7);
+    }
+    assert_eq!(world.touches("a", after), None);
+    let end = world.touches_end("a");
+    assert_eq!(end, after + 100_000);
+    assert_eq!(world.touches("a", end - 2).map(|(n, _)| n.len()), Some(2));
+    assert_eq!(
+        world.touches("b", 3),
+        None,
+        "a worker never seen, asked past its start"
+    );
+}
