@@ -109,6 +109,9 @@ struct QueueState {
     /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
     /// the inventory does not have it. Fixed for the pass, found once.
     epochs: Option<Arc<[Option<u64>]>>,
+    /// What a failure of one of its classes depends on (see [`World::memo_key`]), fixed for
+    /// the pass.
+    memo_key: Option<super::model::MemoKey>,
 }
 
 impl QueueState {
@@ -599,6 +602,7 @@ pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
                 gate,
                 usable: None,
                 epochs: None,
+                memo_key: None,
             },
         );
     }
@@ -615,15 +619,18 @@ pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
         .map(|(class, ranks)| (class, ranks.iter()))
         .collect();
     let mut heads: BinaryHeap<Reverse<(&Rank, usize)>> = BinaryHeap::new();
+    // Each class's head Job, found with its rank.
+    let mut head_jobs: Vec<Option<&Job>> = vec![None; classes.len()];
     for (i, (_, ranks)) in classes.iter_mut().enumerate() {
-        if let Some(rank) = next_eligible(world, ranks, now, &mut pass) {
+        if let Some((rank, job)) = next_eligible(world, ranks, now, &mut pass) {
             heads.push(Reverse((rank, i)));
+            head_jobs[i] = Some(job);
         }
     }
 
-    while let Some(Reverse((rank, i))) = heads.pop() {
+    while let Some(Reverse((_, i))) = heads.pop() {
         let class = classes[i].0;
-        let Some(job) = world.jobs.get(&rank.key) else {
+        let Some(job) = head_jobs[i] else {
             continue;
         };
         let state = queues.entry(job.queue.as_str()).or_default();
@@ -679,8 +686,9 @@ pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
             }
         }
         if next {
-            if let Some(rank) = next_eligible(world, &mut classes[i].1, now, &mut pass) {
+            if let Some((rank, job)) = next_eligible(world, &mut classes[i].1, now, &mut pass) {
                 heads.push(Reverse((rank, i)));
+                head_jobs[i] = Some(job);
             }
         }
     }
@@ -706,14 +714,14 @@ fn next_eligible<'w>(
     ranks: &mut std::collections::btree_set::Iter<'w, Rank>,
     now: SystemTime,
     pass: &mut Admission,
-) -> Option<&'w Rank> {
+) -> Option<(&'w Rank, &'w Job)> {
     for rank in ranks {
         let job = world.jobs.get(&rank.key)?;
         match job.requeue_after {
             Some(t) if t > now => pass.wake(t),
             _ if still_running(world, job) => {}
             _ if world.refused_write(job).is_some() => {}
-            _ => return Some(rank),
+            _ => return Some((rank, job)),
         }
     }
     None
@@ -793,7 +801,14 @@ fn attempt<'w>(
     if !starving {
         pass.wake(job.waiting_since() + world.config.starvation_after);
     }
-    let key = world.memo_key(&job.queue, starving);
+    // Fixed for the pass: found once per queue.
+    let key = super::model::MemoKey {
+        starving,
+        ..state
+            .memo_key
+            .get_or_insert_with(|| world.memo_key(&job.queue, false))
+            .clone()
+    };
     // A Job kept from some worker for a reason of its own is judged on its own: its class's
     // memo does not know that reason (and would hide it from the user).
     let alone = has_own_blocker(world, job, &settings.clusters, now);
