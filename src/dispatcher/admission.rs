@@ -978,8 +978,21 @@ fn judge<'w>(
     let mut fits: Vec<(bool, i64, usize, &str)> = Vec::new();
     let mut reasons: Vec<(&str, String, bool)> = Vec::new();
     let mut candidates = Vec::new();
-    // Counts room on the nodes that changed since a misfit was found, reusing its buffers.
+    // Counts the pods that fit on a node (for misfits found earlier), reusing its buffers.
     let mut counter: Option<NodeJudge<'_>> = None;
+    let mut count = |node: &Node, want: usize| {
+        counter
+            .get_or_insert_with(|| {
+                NodeJudge::new(
+                    &world.inventory.resources,
+                    shape,
+                    bound_pod(),
+                    &world.config.engine,
+                    strategy,
+                )
+            })
+            .count(node, want)
+    };
     // Workers kept from this Job alone (not from its class), with a reason of that kind.
     let mut own: Option<&'static str> = None;
     // Some worker could not be looked at now (unreachable, kept for another Job, ...).
@@ -1123,19 +1136,7 @@ fn judge<'w>(
                         // No node has room for one pod: none that gained some can add any.
                         Some((0, Arc::from([])))
                     } else if working
-                        .room_of(name, class.shape, gang, |n, want| {
-                            counter
-                                .get_or_insert_with(|| {
-                                    NodeJudge::new(
-                                        &world.inventory.resources,
-                                        shape,
-                                        bound_pod(),
-                                        &world.config.engine,
-                                        strategy,
-                                    )
-                                })
-                                .count(n, want)
-                        })
+                        .room_of(name, class.shape, gang, &mut count)
                         .is_some_and(|room| room < gang)
                     {
                         // Too little room in the whole worker, even without what is held
@@ -1158,19 +1159,7 @@ fn judge<'w>(
                                 class.shape,
                                 gang,
                                 &mut counts,
-                                |n, want| {
-                                    counter
-                                        .get_or_insert_with(|| {
-                                            NodeJudge::new(
-                                                &world.inventory.resources,
-                                                shape,
-                                                bound_pod(),
-                                                &world.config.engine,
-                                                strategy,
-                                            )
-                                        })
-                                        .count(n, want)
-                                },
+                                &mut count,
                             );
                             counts.sort_unstable();
                             (bound, Arc::from(counts))
