@@ -166,9 +166,9 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
     if world.jobs_synced {
         world.forget_stale_views();
         world.before_admission();
-        let rooms = world.take_shape_rooms();
-        let admission = admit(world, now, rooms);
-        world.keep_shape_rooms(admission.rooms);
+        let shape_rooms = world.take_shape_rooms();
+        let admission = admit(world, now, shape_rooms);
+        world.keep_shape_rooms(admission.shape_rooms);
         for (cluster, view) in admission.held_views {
             world.remember_held_view(cluster, view);
         }

@@ -69,7 +69,7 @@ pub struct Admission {
     /// A digest of the workers and quota held for starving Jobs at the end of the pass.
     pub reservations: u64,
     /// The [`ShapeRoom`]s the pass was given, brought up to date where it looked.
-    pub rooms: ShapeRooms,
+    pub shape_rooms: ShapeRooms,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
     /// Job's reason, which is every later Job's of the class too. Kept when the world asks
     /// for descriptions (`simulate` asks only for its last look).
@@ -200,11 +200,11 @@ struct Working<'a> {
     /// version then, the most that was asked for, and the count.
     room: HashMap<&'a str, RoomCounts>,
     /// Kept across passes (see [`ShapeRoom`]).
-    rooms: ShapeRooms,
+    shape_rooms: ShapeRooms,
 }
 
 impl<'a> Working<'a> {
-    fn new(world: &'a World, rooms: ShapeRooms) -> Self {
+    fn new(world: &'a World, shape_rooms: ShapeRooms) -> Self {
         Self {
             world,
             clusters: BTreeMap::new(),
@@ -217,7 +217,7 @@ impl<'a> Working<'a> {
             held_nodes: HashMap::new(),
             changed: HashMap::new(),
             room: HashMap::new(),
-            rooms,
+            shape_rooms,
         }
     }
 
@@ -233,9 +233,9 @@ impl<'a> Working<'a> {
     ) -> Option<usize> {
         let world = self.world;
         let base = world.inventory.cluster(name)?;
-        let by_shape = match self.rooms.get_mut(name) {
+        let by_shape = match self.shape_rooms.get_mut(name) {
             Some(m) => m,
-            None => self.rooms.entry(name.to_string()).or_default(),
+            None => self.shape_rooms.entry(name.to_string()).or_default(),
         };
         let room = by_shape.entry(shape).or_default();
         let touched = world
@@ -579,7 +579,7 @@ enum Attempt {
 }
 
 /// One admission pass over every queue's pending Jobs.
-pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
+pub fn admit(world: &World, now: SystemTime, shape_rooms: ShapeRooms) -> Admission {
     let mut pass = Admission::default();
     let mut queues: BTreeMap<&str, QueueState> = BTreeMap::new();
     for (name, u) in world.queue_uses() {
@@ -606,7 +606,7 @@ pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
             },
         );
     }
-    let mut working = Working::new(world, rooms);
+    let mut working = Working::new(world, shape_rooms);
     // Clusters reserved for starving Jobs, with the Job.
     let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
 
@@ -702,7 +702,7 @@ pub fn admit(world: &World, now: SystemTime, rooms: ShapeRooms) -> Admission {
     }
     pass.reservations = std::hash::Hasher::finish(&h);
     pass.held_views = working.views;
-    pass.rooms = working.rooms;
+    pass.shape_rooms = working.shape_rooms;
     pass
 }
 

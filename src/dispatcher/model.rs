@@ -1258,7 +1258,21 @@ impl World {
         std::mem::take(&mut self.shape_rooms)
     }
 
-    pub fn keep_shape_rooms(&mut self, rooms: ShapeRooms) {
+    /// Keeps what a pass brought up to date, less the workers the inventory no longer has
+    /// and, once a worker holds more shapes than there are classes of pending Jobs, the
+    /// shapes no pending Job has (a long-running dispatcher sees many shapes come and go).
+    pub fn keep_shape_rooms(&mut self, mut rooms: ShapeRooms) {
+        if rooms.len() > self.inventory.clusters.len() {
+            rooms.retain(|worker, _| self.inventory.cluster(worker).is_some());
+        }
+        let most = self.pending.len() + 16;
+        if rooms.values().any(|by_shape| by_shape.len() > most) {
+            let pending: std::collections::HashSet<u64> =
+                self.pending.keys().map(|class| class.shape).collect();
+            for by_shape in rooms.values_mut() {
+                by_shape.retain(|shape, _| pending.contains(shape));
+            }
+        }
         self.shape_rooms = rooms;
     }
 

@@ -2387,3 +2387,42 @@ fn every_node_whose_room_changed_either_way_is_told_to_whoever_counted_before() 
         "a worker never seen, asked past its start"
     );
 }
+
+#[test]
+fn the_room_kept_per_shape_does_not_outlive_its_workers_and_shapes() {
+    let mut world = World::new(DispatchConfig::default());
+    world.inventory = Arc::new(
+        InventoryBuilder::default()
+            .cluster("a")
+            .node("a1", 8, 0)
+            .build(),
+    );
+    // Nothing pending any more: a long-running dispatcher that saw many shapes come and go,
+    // in a worker it still has and in one it no longer has.
+    let mut rooms = ShapeRooms::default();
+    for worker in ["a", "gone"] {
+        for shape in 0..40u64 {
+            rooms
+                .entry(worker.to_string())
+                .or_default()
+                .insert(shape, ShapeRoom::default());
+        }
+    }
+    world.keep_shape_rooms(rooms);
+    let kept = world.take_shape_rooms();
+    assert!(
+        !kept.contains_key("gone"),
+        "a worker no longer in the inventory"
+    );
+    assert_eq!(kept.get("a").map(|m| m.len()), Some(0), "shapes no Job has");
+    // A few shapes stay without a look at the pending Jobs.
+    let mut rooms = ShapeRooms::default();
+    for shape in 0..3u64 {
+        rooms
+            .entry("a".to_string())
+            .or_default()
+            .insert(shape, ShapeRoom::default());
+    }
+    world.keep_shape_rooms(rooms);
+    assert_eq!(world.take_shape_rooms()["a"].len(), 3);
+}
