@@ -4,6 +4,8 @@
 //!     cargo bench --bench simulate                      # 100,000 Jobs, 50 clusters × 200 nodes
 //!     cargo bench --bench simulate -- 10000 20 100      # Jobs, clusters, nodes per cluster
 //!     cargo bench --bench simulate -- 100000 50 200 switchyard   # one strategy only
+//!     cargo bench --bench simulate -- 100000 50 200 --write-scenario big.yaml
+//!                                 # writes the scenario for `switchyard simulate --scenario`
 //!
 //! The workload: nodes of 64 CPUs, 256 GiB and 8 GPUs in 2 NUMA zones (a third without NUMA
 //! data, the rest under single-numa-node, restricted or best-effort), five queues over
@@ -45,6 +47,16 @@ fn main() {
             first.is_none() && with.events.len() == without.events.len(),
             first.map(|i| (&with.events[i], &without.events[i]))
         );
+        return;
+    }
+    if let Some(path) = std::env::args()
+        .skip_while(|a| a != "--write-scenario")
+        .nth(1)
+    {
+        // The same scenario as a file, for `switchyard simulate --scenario FILE`.
+        let text = scenario_yaml(jobs, clusters, nodes, 7);
+        std::fs::write(&path, text).expect("the scenario file is written");
+        println!("wrote {path}: {jobs} jobs, {clusters} clusters x {nodes} nodes");
         return;
     }
     let strategies: Vec<Strategy> = match args.get(3) {
