@@ -27,6 +27,7 @@ use super::model::{
 use super::reason;
 use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
+use crate::placement::pod::{BoundPod, PodShape};
 use crate::placement::{fit_cluster, fit_node, ClusterFit, NodeJudge, NodeState};
 
 use crate::quantity::{display, Milli};
@@ -201,6 +202,8 @@ struct Working<'a> {
     room: HashMap<&'a str, RoomCounts>,
     /// Kept across passes (see [`ShapeRoom`]).
     shape_rooms: ShapeRooms,
+    /// Pod shapes bound to the inventory's resource table, by shape key, found once per pass.
+    bound: HashMap<u64, Arc<BoundPod>>,
 }
 
 impl<'a> Working<'a> {
@@ -218,7 +221,17 @@ impl<'a> Working<'a> {
             changed: HashMap::new(),
             room: HashMap::new(),
             shape_rooms,
+            bound: HashMap::new(),
         }
+    }
+
+    /// `shape` (whose key is `key`) bound to the inventory's resource table.
+    fn bound(&mut self, key: u64, shape: &PodShape) -> Arc<BoundPod> {
+        let table = &self.world.inventory.resources;
+        self.bound
+            .entry(key)
+            .or_insert_with(|| Arc::new(shape.bind(table)))
+            .clone()
     }
 
     /// At most how many pods of shape `shape` the nodes of worker `name` can take at once,
@@ -618,17 +631,31 @@ pub fn admit(world: &World, now: SystemTime, shape_rooms: ShapeRooms) -> Admissi
         .iter()
         .map(|(class, ranks)| (class, ranks.iter()))
         .collect();
+    // The first heads, sorted once; the heads of classes that moved on to their next Job,
+    // in a heap. Most classes are looked at once per pass (their first Job waits), so the
+    // pass takes them in order from the sorted list and the heap stays small.
+    let mut first: Vec<(&Rank, usize)> = Vec::with_capacity(classes.len());
     let mut heads: BinaryHeap<Reverse<(&Rank, usize)>> = BinaryHeap::new();
     // Each class's head Job, found with its rank.
     let mut head_jobs: Vec<Option<&Job>> = vec![None; classes.len()];
     for (i, (_, ranks)) in classes.iter_mut().enumerate() {
         if let Some((rank, job)) = next_eligible(world, ranks, now, &mut pass) {
-            heads.push(Reverse((rank, i)));
+            first.push((rank, i));
             head_jobs[i] = Some(job);
         }
     }
-
-    while let Some(Reverse((_, i))) = heads.pop() {
+    first.sort_unstable();
+    let mut first = first.into_iter().peekable();
+    loop {
+        // The lowest head of either (ranks are unique: the order a single heap would give).
+        let head = match (first.peek(), heads.peek()) {
+            (Some(a), Some(Reverse(b))) if b < a => heads.pop().map(|Reverse(h)| h),
+            (Some(_), _) => first.next(),
+            (None, _) => heads.pop().map(|Reverse(h)| h),
+        };
+        let Some((_, i)) = head else {
+            break;
+        };
         let class = classes[i].0;
         let Some(job) = head_jobs[i] else {
             continue;
@@ -970,9 +997,9 @@ fn judge<'w>(
     }
 
     // Placement.
-    // Bound to the resource table only when some node has to be looked at.
-    let bound_cell = std::cell::OnceCell::new();
-    let bound_pod = || bound_cell.get_or_init(|| shape.bind(&world.inventory.resources));
+    // Bound to the resource table once per pass and shape.
+    let bound = working.bound(class.shape, shape);
+    let bound_pod = || &*bound;
     let strategy = shape.strategy(settings.strategy);
     let gang = job.gang() as usize;
     let mut fits: Vec<(bool, i64, usize, &str)> = Vec::new();
