@@ -180,12 +180,14 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
         }
         // The reservations first: the classes that failed in this pass failed under the
         // reservations it ended with (see `World::remember_class`).
-        world.reservations_now(admission.reservations);
+        let moved = world.reservations_now(admission.reservations);
         for (class, memo) in admission.class_memos {
             world.remember_class(class, memo);
         }
-        for class in admission.confirmed {
-            world.confirm_class(&class);
+        if moved {
+            for class in admission.confirmed {
+                world.confirm_class(&class);
+            }
         }
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;

@@ -1399,12 +1399,16 @@ impl World {
         }
     }
 
-    /// Records the workers and quota a pass held for starving Jobs.
-    pub fn reservations_now(&mut self, fingerprint: u64) {
-        if fingerprint != self.last_reservations {
-            self.last_reservations = fingerprint;
-            self.reservations_generation += 1;
+    /// Records the workers and quota a pass held for starving Jobs; whether they differ from
+    /// the last pass's (only then do the memos that stood in this pass need stamping again:
+    /// they carry the generation that is still current).
+    pub fn reservations_now(&mut self, fingerprint: u64) -> bool {
+        if fingerprint == self.last_reservations {
+            return false;
         }
+        self.last_reservations = fingerprint;
+        self.reservations_generation += 1;
+        true
     }
 
     pub fn capacity_epoch(&self, cluster: &str) -> u64 {
