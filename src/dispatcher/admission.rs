@@ -136,18 +136,20 @@ impl QueueState {
         &mut self,
         clusters: &'w [String],
         working: &mut Working<'w>,
-        reserved: &BTreeMap<String, JobKey>,
+        reserved: &Reserved,
     ) -> Arc<[usize]> {
         match &self.usable {
             Some((n, list)) if *n == reserved.len() => list.clone(),
             // Reservations only grow within a pass: the workers usable before, less those
-            // reserved since.
-            Some((_, before)) => {
-                let list: Arc<[usize]> = before
-                    .iter()
-                    .copied()
-                    .filter(|&i| !reserved.contains_key(&clusters[i]))
-                    .collect();
+            // reserved since (most reservations are of other queues' workers).
+            Some((n, before)) => {
+                let added = reserved.since(*n);
+                let kept = |i: &usize| !added.iter().any(|w| *w == clusters[*i]);
+                let list: Arc<[usize]> = if before.iter().all(kept) {
+                    before.clone()
+                } else {
+                    before.iter().copied().filter(kept).collect()
+                };
                 self.usable = Some((reserved.len(), list.clone()));
                 list
             }
@@ -162,6 +164,47 @@ impl QueueState {
                 list
             }
         }
+    }
+}
+
+/// The workers kept for starving Jobs so far in a pass, with the Job each is kept for, and
+/// the order they were first kept in.
+#[derive(Default)]
+struct Reserved {
+    by_worker: BTreeMap<String, JobKey>,
+    order: Vec<String>,
+}
+
+impl Reserved {
+    fn insert(&mut self, worker: String, job: JobKey) {
+        if let Some(was) = self.by_worker.get_mut(&worker) {
+            *was = job;
+        } else {
+            self.order.push(worker.clone());
+            self.by_worker.insert(worker, job);
+        }
+    }
+
+    fn get(&self, worker: &str) -> Option<&JobKey> {
+        self.by_worker.get(worker)
+    }
+
+    /// How many workers are kept.
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The workers first kept after the first `n`.
+    fn since(&self, n: usize) -> &[String] {
+        self.order.get(n..).unwrap_or_default()
+    }
+
+    /// The worker kept for `job`, if any.
+    fn of(&self, job: &JobKey) -> Option<&String> {
+        self.by_worker
+            .iter()
+            .find(|(_, k)| *k == job)
+            .map(|(c, _)| c)
     }
 }
 
@@ -390,7 +433,7 @@ impl<'a> Working<'a> {
     }
 
     /// Why no Job may go to `name` now, if none may.
-    fn unusable(&mut self, name: &'a str, reserved: &BTreeMap<String, JobKey>) -> Option<String> {
+    fn unusable(&mut self, name: &'a str, reserved: &Reserved) -> Option<String> {
         let world = self.world;
         let base = self
             .unusable
@@ -621,7 +664,7 @@ pub fn admit(world: &World, now: SystemTime, shape_rooms: ShapeRooms) -> Admissi
     }
     let mut working = Working::new(world, shape_rooms);
     // Clusters reserved for starving Jobs, with the Job.
-    let mut reserved: BTreeMap<String, JobKey> = BTreeMap::new();
+    let mut reserved = Reserved::default();
 
     // Each class's pending Jobs in rank order, gone through once per pass; the first eligible
     // Job of each class, ordered by rank across classes (ranks are unique: they end with the
@@ -722,7 +765,7 @@ pub fn admit(world: &World, now: SystemTime, shape_rooms: ShapeRooms) -> Admissi
     let mut h = std::collections::hash_map::DefaultHasher::new();
     {
         use std::hash::Hash;
-        reserved.hash(&mut h);
+        reserved.by_worker.hash(&mut h);
         for (q, s) in &queues {
             (q, &s.held).hash(&mut h);
         }
@@ -761,7 +804,7 @@ fn attempt<'w>(
     class: &ClassKey,
     state: &mut QueueState,
     working: &mut Working<'w>,
-    reserved: &mut BTreeMap<String, JobKey>,
+    reserved: &mut Reserved,
     now: SystemTime,
     pass: &mut Admission,
 ) -> Attempt {
@@ -870,12 +913,7 @@ fn attempt<'w>(
     );
     if let Attempt::Wait(reason, message) = &attempt {
         let reserve = (reserved.len() > reserved_before)
-            .then(|| {
-                reserved
-                    .iter()
-                    .find(|(_, k)| *k == &job.key)
-                    .map(|(c, _)| c.clone())
-            })
+            .then(|| reserved.of(&job.key).cloned())
             .flatten();
         pass.class_memos.push((
             class.clone(),
@@ -909,7 +947,7 @@ fn judge<'w>(
     settings: &'w crate::api::QueueSettings,
     state: &mut QueueState,
     working: &mut Working<'w>,
-    reserved: &mut BTreeMap<String, JobKey>,
+    reserved: &mut Reserved,
     starving: bool,
     now: SystemTime,
     pass: &mut Admission,
