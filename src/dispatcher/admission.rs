@@ -1231,6 +1231,26 @@ fn judge<'w>(
                         })
                     };
                     if let Some((_, counts)) = bound.filter(|b| b.0 < gang) {
+                        // A misfit that stands is one a search now would find: checked in
+                        // debug builds, so that room a node gained without saying so fails
+                        // the tests.
+                        if cfg!(debug_assertions) {
+                            if let Some(cluster) = working.cluster(name) {
+                                let now = fit_cluster(
+                                    cluster,
+                                    &world.inventory.resources,
+                                    shape,
+                                    bound_pod(),
+                                    gang,
+                                    &world.config.engine,
+                                    strategy,
+                                );
+                                debug_assert!(
+                                    !now.fits(),
+                                    "{class:?} fits in {name}, yet its misfit stood"
+                                );
+                            }
+                        }
                         if known.epoch != epoch {
                             pass.misfits.push((
                                 class.clone(),

@@ -329,6 +329,13 @@ impl Env {
 
     /// Carries out one action, or fails it (`ok == false`: the API call failed).
     fn execute(&mut self, action: &Action, ok: bool) {
+        // As the live executor does: a dispatch's placement is held before the create is
+        // written, and released by the reconciler if the create fails.
+        if let Action::Dispatch { hold, .. } = action {
+            if !hold.takes.is_empty() {
+                self.world.hold(hold.clone());
+            }
+        }
         if !ok {
             let key = match action {
                 Action::DeleteCopy { origin_uid, .. } => {
@@ -343,14 +350,10 @@ impl Env {
         }
         let now = self.now;
         match action {
-            Action::Dispatch { job, cluster, hold } => {
+            Action::Dispatch { job, cluster, .. } => {
                 self.no_duplicate(job, std::slice::from_ref(cluster));
                 if !self.create_copy(job, cluster) {
                     self.world.touch(job);
-                    return;
-                }
-                if !hold.takes.is_empty() {
-                    self.world.hold(hold.clone());
                 }
             }
             Action::Offer { job, clusters } => {
