@@ -856,10 +856,12 @@ impl Live {
                 .and_then(|j| self.world.refused_write(j));
             if refused == Some(action_name(&action)) {
                 // Refused for good while the Job was as it is: reported once, not repeated.
+                self.forgo(&action);
                 continue;
             }
             if self.in_flight.contains(&key) {
                 // Decided on an assumption still being written: decided again once it lands.
+                self.forgo(&action);
                 deferred.push(key);
                 continue;
             }
@@ -998,6 +1000,16 @@ impl Live {
                     message,
                 }],
             ));
+        }
+    }
+
+    /// A dispatch the plan decided and that is not carried out: the nodes the pass placed its
+    /// pods on keep their room, which the misfits the same pass found there did not count.
+    fn forgo(&mut self, action: &Action) {
+        if let Action::Dispatch { cluster, hold, .. } = action {
+            for t in &hold.takes {
+                self.world.capacity_changed_on(cluster, t.index);
+            }
         }
     }
 
