@@ -1040,6 +1040,18 @@ fn judge<'w>(
     let bound_pod = || &*bound;
     let strategy = shape.strategy(settings.strategy);
     let gang = job.gang() as usize;
+    // The engine's search for the whole gang in one cluster.
+    let search = |cluster: &Cluster| {
+        fit_cluster(
+            cluster,
+            &world.inventory.resources,
+            shape,
+            bound_pod(),
+            gang,
+            &world.config.engine,
+            strategy,
+        )
+    };
     let mut fits: Vec<(bool, i64, usize, &str)> = Vec::new();
     let mut reasons: Vec<(&str, String, bool)> = Vec::new();
     let mut candidates = Vec::new();
@@ -1236,15 +1248,7 @@ fn judge<'w>(
                         // the tests.
                         if cfg!(debug_assertions) {
                             if let Some(cluster) = working.cluster(name) {
-                                let now = fit_cluster(
-                                    cluster,
-                                    &world.inventory.resources,
-                                    shape,
-                                    bound_pod(),
-                                    gang,
-                                    &world.config.engine,
-                                    strategy,
-                                );
+                                let now = search(cluster);
                                 debug_assert!(
                                     !now.fits(),
                                     "{class:?} fits in {name}, yet its misfit stood"
@@ -1269,15 +1273,7 @@ fn judge<'w>(
                 let Some(cluster) = working.cluster(name) else {
                     continue;
                 };
-                let fit = fit_cluster(
-                    cluster,
-                    &world.inventory.resources,
-                    shape,
-                    bound_pod(),
-                    gang,
-                    &world.config.engine,
-                    strategy,
-                );
+                let fit = search(cluster);
                 let fit = working.remember_fit(class, name, fit);
                 match &fit.misfit {
                     None => fits.push((preferred, fit.score, order, name.as_str())),
@@ -1368,15 +1364,7 @@ fn judge<'w>(
                 Some(known) => known,
                 None => {
                     let empty = drained(base, world.inventory.resources.len());
-                    let fit = fit_cluster(
-                        &empty,
-                        &world.inventory.resources,
-                        shape,
-                        bound_pod(),
-                        gang,
-                        &world.config.engine,
-                        strategy,
-                    );
+                    let fit = search(&empty);
                     let score = fit.fits().then_some(fit.score);
                     pass.drained
                         .push((class.clone(), (*name).clone(), print, score));
