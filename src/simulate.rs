@@ -367,10 +367,9 @@ impl Simulation {
         }
         self.topology_errors += fx.topology_errors;
         if !(fx.freed.is_empty() && fx.taken.is_empty()) {
+            // The summaries to bring up to date, and the dispatcher's log of touched nodes.
             let touched = self.changed.entry(self.workers[w].index).or_default();
             touched.extend(fx.freed.iter().chain(&fx.taken));
-        }
-        if !(fx.freed.is_empty() && fx.taken.is_empty()) {
             let name = &self.workers[w].name;
             for n in &fx.freed {
                 self.world.capacity_changed_on(name, *n);

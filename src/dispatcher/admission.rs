@@ -1036,8 +1036,8 @@ fn judge<'w>(
 
     // Placement.
     // Bound to the resource table once per pass and shape.
-    let bound = working.bound(class.shape, shape);
-    let bound_pod = || &*bound;
+    let bound_shape = working.bound(class.shape, shape);
+    let bound_pod: &BoundPod = &bound_shape;
     let strategy = shape.strategy(settings.strategy);
     let gang = job.gang() as usize;
     // The engine's search for the whole gang in one cluster.
@@ -1046,7 +1046,7 @@ fn judge<'w>(
             cluster,
             &world.inventory.resources,
             shape,
-            bound_pod(),
+            bound_pod,
             gang,
             &world.config.engine,
             strategy,
@@ -1063,7 +1063,7 @@ fn judge<'w>(
                 NodeJudge::new(
                     &world.inventory.resources,
                     shape,
-                    bound_pod(),
+                    bound_pod,
                     &world.config.engine,
                     strategy,
                 )
@@ -1131,7 +1131,7 @@ fn judge<'w>(
                     &clusters,
                     &world.inventory.resources,
                     shape,
-                    bound_pod(),
+                    bound_pod,
                     gang,
                     &world.config.engine,
                     strategy,
@@ -1203,7 +1203,7 @@ fn judge<'w>(
                 if let Some(known) = misfits.get(name) {
                     let full = || {
                         world.inventory.cluster(name).is_some_and(|c| {
-                            crate::placement::fit::summary_shortfall(&c.summary, shape, bound_pod())
+                            crate::placement::fit::summary_shortfall(&c.summary, shape, bound_pod)
                                 .is_some()
                         })
                     };
@@ -1315,7 +1315,7 @@ fn judge<'w>(
                     cluster,
                     &world.inventory.resources,
                     shape,
-                    bound_pod(),
+                    bound_pod,
                     &fit,
                     world,
                 )
