@@ -14,21 +14,41 @@
 //! worker copies' `switchyard.dev/origin` and `switchyard.dev/origin-uid` labels. A restarted
 //! dispatcher rebuilds everything from them.
 
+mod action;
 mod admission;
+mod apply;
+mod caches;
+mod job;
+mod ledger;
 pub mod live;
 pub mod mirror;
-mod model;
 pub mod object;
+mod oracle;
 mod reconcile;
 pub mod remote;
+mod state;
 pub mod status;
 #[cfg(test)]
 mod tests;
+mod world;
 
-pub use admission::{admit, effective_quota, Admission};
-pub use model::*;
+pub use action::{job_after, Action};
+pub use admission::quota::effective as effective_quota;
+pub use admission::WaitReason;
+pub use apply::{apply, Outcome};
+pub use job::{
+    parse_rfc3339, rfc3339, terminal, to_system_time, ClassKey, Job, JobKey, JobResult, Rank,
+    WorkerRefusal,
+};
+pub use ledger::{Hold, Ledger, QueueUse};
 pub use reconcile::reconcile;
+pub use state::{Queue, RefusedWrite, State, Worker, WorkerCopy, WriteLog};
+pub use world::{DispatchConfig, Placement, World};
 
+use admission::{admit, Admission};
+use caches::oracle::CachedOracle;
+use oracle::PlainOracle;
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 /// The worker the manager's Job is dispatched to (claimed before the copy is created).
@@ -121,10 +141,11 @@ pub const WAIT_CATEGORIES: [&str; 5] = ["Quota", "PodsReadyGate", "NoFit", "Back
 #[derive(Debug, Default)]
 pub struct Plan {
     pub actions: Vec<Action>,
-    /// Why each class of pending Jobs that was tried waits (see [`Admission::waiting`]).
-    pub waiting: std::collections::BTreeMap<ClassKey, (&'static str, String)>,
-    /// Jobs that wait for a reason of their own (see [`Admission::job_waiting`]).
-    pub job_waiting: std::collections::BTreeMap<JobKey, (&'static str, String)>,
+    /// Why each class of pending Jobs that was tried waits: its first waiting Job's reason,
+    /// which is every later Job's of the class too.
+    pub waiting: BTreeMap<ClassKey, WaitReason>,
+    /// Jobs that wait for a reason of their own.
+    pub job_waiting: BTreeMap<JobKey, WaitReason>,
     /// When to plan again if nothing changes before.
     pub wake_at: Option<SystemTime>,
 }
@@ -135,10 +156,10 @@ pub struct Plan {
 /// requeued or finished Job's quota) is admitted from once the world shows it: the next plan.
 pub fn plan(world: &mut World, now: SystemTime) -> Plan {
     let mut out = Plan::default();
-    world.fire_timers(now);
+    world.state.fire_timers(now);
     let mut wakes = Vec::new();
     for key in world.take_dirty() {
-        let Some(job) = world.jobs.get(&key) else {
+        let Some(job) = world.state.jobs.get(&key) else {
             continue;
         };
         if let Some(at) = reconcile(world, job, now, &mut out.actions) {
@@ -146,56 +167,50 @@ pub fn plan(world: &mut World, now: SystemTime) -> Plan {
         }
     }
     for (key, at) in wakes {
-        world.wake(&key, at);
+        world.state.wake(&key, at);
     }
     // Holding and releasing placements changes only this in-memory accounting: done here,
     // before admission, so this pass already admits into the room a release gives back
     // (otherwise every release would make the next pass judge its queues' Jobs again).
     out.actions.retain(|action| match action {
-        Action::Hold(h) => {
-            world.hold(h.clone());
-            false
-        }
-        Action::Release { job_uid } => {
-            world.release(job_uid);
+        Action::Hold(_) | Action::Release { .. } => {
+            apply(world, action, Outcome::Done, now);
             false
         }
         _ => true,
     });
     reconcile::collect_garbage(world, &mut out.actions);
-    if world.jobs_synced {
-        world.forget_stale_views();
-        world.before_admission();
-        let shape_rooms = world.take_shape_rooms();
-        let admission = admit(world, now, shape_rooms);
-        world.keep_shape_rooms(admission.shape_rooms);
-        for (cluster, view) in admission.held_views {
-            world.remember_held_view(cluster, view);
-        }
-        for (class, cluster, misfit) in admission.misfits {
-            world.remember_misfit(class, cluster, misfit);
-        }
-        for (class, cluster, print, score) in admission.drained {
-            world.remember_drained(class, cluster, print, score);
-        }
-        // The reservations first: the classes that failed in this pass failed under the
-        // reservations it ended with (see `World::remember_class`).
-        let moved = world.reservations_now(admission.reservations);
-        for (class, memo) in admission.class_memos {
-            world.remember_class(class, memo);
-        }
-        if moved {
-            for class in admission.confirmed {
-                world.confirm_class(&class);
-            }
-        }
+    if world.state.jobs_synced {
+        let admission = admit_now(world, now);
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
         out.job_waiting = admission.job_waiting;
         out.wake_at = admission.wake_at;
     }
-    if let Some(t) = world.next_timer() {
+    if let Some(t) = world.state.next_timer() {
         out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t)));
     }
     out
+}
+
+/// One admission pass: its questions answered from the caches, which keep what it found
+/// (or, without memory, answered afresh).
+fn admit_now(world: &mut World, now: SystemTime) -> Admission {
+    world.caches.before_pass(&world.state, &world.ledger);
+    let (state, ledger, config) = (&world.state, &world.ledger, &world.config);
+    if !config.remember {
+        return admit(
+            state,
+            ledger,
+            config,
+            now,
+            &mut PlainOracle::new(state, ledger, config),
+        );
+    }
+    let rooms = world.caches.take_shape_rooms();
+    let mut oracle = CachedOracle::new(state, ledger, &world.caches, config, rooms);
+    let admission = admit(state, ledger, config, now, &mut oracle);
+    let found = oracle.into_findings();
+    world.caches.keep(found, &world.state, &world.ledger);
+    admission
 }

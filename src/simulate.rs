@@ -24,7 +24,9 @@ pub use report::{Report, StatusWrite, Summary};
 pub use scenario::{Scenario, ScenarioError, ScenarioJob};
 pub use worker::{Behaviour, PodEvent, SimWorker};
 
-use crate::dispatcher::{self, plan, status, Action, Job, JobKey, Placement, Queue, Worker, World};
+use crate::dispatcher::{
+    self, apply, plan, Action, Job, JobKey, Outcome, Placement, Queue, Worker, World,
+};
 use crate::placement::EngineConfig;
 use foldhash::{HashMap, HashMapExt as _};
 use std::cmp::Reverse;
@@ -170,20 +172,13 @@ impl Simulation {
             ..Default::default()
         };
         let mut world = World::new(config);
-        world.inventory = Arc::new(scenario.inventory.clone());
-        world.jobs_synced = true;
+        world.state.inventory = Arc::new(scenario.inventory.clone());
+        world.state.jobs_synced = true;
         let mut workers = Vec::new();
         let mut by_name = HashMap::new();
         let mut usage = Vec::new();
         for (i, c) in scenario.inventory.clusters.iter().enumerate() {
-            world.upsert_worker(Worker {
-                name: c.name.clone(),
-                connected: true,
-                disconnected_since: None,
-                copies_synced: true,
-                scheduler_name: None,
-                message: String::new(),
-            });
+            world.upsert_worker(Worker::named(&c.name));
             workers.push(SimWorker::new(&c.name, i));
             by_name.insert(c.name.clone(), i);
             usage.push(Usage {
@@ -277,8 +272,8 @@ impl Simulation {
         self.world.config.describe = true;
         self.world.touch_all();
         let last = plan(&mut self.world, self.now);
-        for (class, (_, message)) in last.waiting {
-            self.waiting.insert(class, message);
+        for (class, why) in last.waiting {
+            self.waiting.insert(class, why.message);
         }
         report::build(&self)
     }
@@ -354,7 +349,7 @@ impl Simulation {
             &crate::inventory::ResourceTable,
         ) -> R,
     ) -> R {
-        let inv = Arc::make_mut(&mut self.world.inventory);
+        let inv = Arc::make_mut(&mut self.world.state.inventory);
         let index = self.workers[w].index;
         let table = &inv.resources;
         let cluster = Arc::make_mut(&mut inv.clusters[index]);
@@ -372,10 +367,10 @@ impl Simulation {
             touched.extend(fx.freed.iter().chain(&fx.taken));
             let name = &self.workers[w].name;
             for n in &fx.freed {
-                self.world.capacity_changed_on(name, *n);
+                self.world.node_gained_room(name, *n);
             }
             for n in &fx.taken {
-                self.world.node_touched(name, *n);
+                self.world.node_lost_room(name, *n);
             }
         }
         let u = &mut self.usage[w];
@@ -466,7 +461,7 @@ impl Simulation {
         if self.changed.is_empty() {
             return;
         }
-        let inv = Arc::make_mut(&mut self.world.inventory);
+        let inv = Arc::make_mut(&mut self.world.state.inventory);
         let n = inv.resources.len();
         self.free_rows.resize(inv.clusters.len(), None);
         for (i, mut nodes) in std::mem::take(&mut self.changed) {
@@ -508,107 +503,98 @@ impl Simulation {
                 action,
                 Action::WriteStatus { .. } | Action::Hold(_) | Action::Release { .. }
             ) {
-                log.push(format!(
-                    "{:>9.1}s  {}",
-                    secs(now),
-                    status::describe(&action)
-                ));
+                log.push(format!("{:>9.1}s  {}", secs(now), action.describe()));
             }
         }
-        match &action {
-            Action::Dispatch { job, cluster, hold } => {
-                if !hold.takes.is_empty() {
-                    self.world.hold(hold.clone());
-                }
-                if let Some(i) = self.by_key.get(job).copied() {
-                    let r = &mut self.records[i];
-                    r.first_admitted.get_or_insert(now);
-                    r.admitted = Some(now);
-                    r.started = None;
-                    r.cluster = Some(cluster.clone());
-                }
+        apply(&mut self.world, &action, Outcome::Started, now);
+        let outcome = match &action {
+            Action::Dispatch { job, cluster, .. } => {
+                self.admitted(job, Some(cluster));
                 self.create_copy(job, cluster);
+                Outcome::Done
             }
             Action::Offer { job, clusters } => {
-                if let Some(i) = self.by_key.get(job).copied() {
-                    let r = &mut self.records[i];
-                    r.first_admitted.get_or_insert(now);
-                    r.admitted = Some(now);
-                    r.started = None;
-                }
+                self.admitted(job, None);
                 for c in clusters {
                     self.create_copy(job, c);
                 }
+                Outcome::Done
             }
-            Action::CreateCopy { job, cluster } => self.create_copy(job, cluster),
-            Action::DeleteCopy {
-                cluster,
-                uid,
-                origin_uid,
-                ..
-            } => {
+            Action::CreateCopy { job, cluster } => {
+                self.create_copy(job, cluster);
+                Outcome::Done
+            }
+            Action::DeleteCopy { cluster, uid, .. } => {
                 self.remote_writes += 1;
                 if let Some(&w) = self.by_name.get(cluster) {
                     let mut fx = worker::Effects::default();
                     self.with_cluster(w, |worker, c, table| {
                         worker.delete(c, table, uid, now, &mut fx)
                     });
-                    self.world.remove_copy(cluster, origin_uid);
                     self.effects(w, fx);
                 }
+                Outcome::Done
             }
-            Action::Hold(h) => self.world.hold(h.clone()),
-            Action::Release { job_uid } => self.world.release(job_uid),
-            Action::WriteStatus {
-                job,
-                status,
-                digest,
-            } => {
-                if let Some(j) = self.world.jobs.get(job) {
-                    if let Some(why) = dispatcher::mirror::violation(&j.status, status, j.suspended)
-                    {
-                        // The API server would refuse it: so does the simulation.
-                        tracing::warn!(job = %job, %why, "status refused");
-                        if let Some(log) = &mut self.log {
-                            log.push(format!(
-                                "{:>9.1}s  {job}: the API server would refuse its status: {why}",
-                                secs(now)
-                            ));
-                        }
-                        self.status_refusals += 1;
-                        let uid = j.uid.clone();
-                        self.world.refused_status.insert(uid, *digest);
-                        self.world.touch(job);
-                        return;
-                    }
-                }
-                if let Some(writes) = &mut self.status_writes {
-                    writes.push(StatusWrite {
-                        at: secs(now),
-                        job: job.to_string(),
-                        status: (**status).clone(),
-                    });
-                }
-            }
+            Action::WriteStatus { job, status, .. } => self.write_status(job, status),
             Action::RecordResult { job, .. } => {
                 if let Some(i) = self.by_key.get(job).copied() {
                     self.records[i].finished = Some(now);
                 }
+                Outcome::Done
             }
             Action::Choose { job, cluster } => {
                 if let Some(i) = self.by_key.get(job).copied() {
                     self.records[i].cluster = Some(cluster.clone());
                 }
+                Outcome::Done
             }
-            _ => {}
-        }
-        let Some(key) = action.job() else { return };
-        let Some(j) = self.world.jobs.get(key) else {
-            return;
+            _ => Outcome::Done,
         };
-        if let Some(new) = status::after(j, &action, now) {
-            self.world.upsert_job(new);
+        apply(&mut self.world, &action, outcome, now);
+    }
+
+    /// The Job is admitted now (to `cluster`, or offered to several).
+    fn admitted(&mut self, job: &JobKey, cluster: Option<&String>) {
+        if let Some(i) = self.by_key.get(job).copied() {
+            let r = &mut self.records[i];
+            r.first_admitted.get_or_insert(self.now);
+            r.admitted = Some(self.now);
+            r.started = None;
+            if let Some(c) = cluster {
+                r.cluster = Some(c.clone());
+            }
         }
+    }
+
+    /// A status written to a manager Job, unless the API server would refuse it: then so
+    /// does the simulation.
+    fn write_status(
+        &mut self,
+        job: &JobKey,
+        status: &k8s_openapi::api::batch::v1::JobStatus,
+    ) -> Outcome {
+        let now = self.now;
+        if let Some(j) = self.world.state.jobs.get(job) {
+            if let Some(why) = dispatcher::mirror::violation(&j.status, status, j.suspended) {
+                tracing::warn!(job = %job, %why, "status refused");
+                if let Some(log) = &mut self.log {
+                    log.push(format!(
+                        "{:>9.1}s  {job}: the API server would refuse its status: {why}",
+                        secs(now)
+                    ));
+                }
+                self.status_refusals += 1;
+                return Outcome::StatusRefused;
+            }
+        }
+        if let Some(writes) = &mut self.status_writes {
+            writes.push(StatusWrite {
+                at: secs(now),
+                job: job.to_string(),
+                status: status.clone(),
+            });
+        }
+        Outcome::Done
     }
 
     fn create_copy(&mut self, key: &JobKey, cluster: &str) {
@@ -639,10 +625,10 @@ impl Simulation {
     }
 
     fn track_quota(&mut self) {
-        for (name, q) in &self.world.queues {
+        for (name, q) in &self.world.state.queues {
             let Ok(settings) = &q.settings else { continue };
-            let quota = dispatcher::effective_quota(&self.world, settings, self.now);
-            let Some(u) = self.world.queue_use(name) else {
+            let quota = dispatcher::effective_quota(&self.world.state, settings, self.now);
+            let Some(u) = self.world.ledger.queue_use(name) else {
                 continue;
             };
             let entry = self.max_quota.entry(name.clone()).or_default();

@@ -133,16 +133,11 @@ struct Done {
     /// unknown (every write failed: the last object seen stands).
     job: Option<Option<Value>>,
     created: Vec<(String, Value)>,
-    removed: Vec<(String, String)>,
-    /// The status write the API server refused: the Job uid and the digest.
-    refused: Option<(String, u64)>,
-    /// Another write the API server refused for good: the Job uid, its resourceVersion then,
-    /// and the action.
-    refused_write: Option<(String, String, &'static str)>,
+    /// Outcomes to apply once the writes land: writes refused for good, copies removed or
+    /// not.
+    outcomes: Vec<(Action, Outcome)>,
     /// A copy delete that finished, by (cluster, copy uid).
     deleted: Option<(String, String)>,
-    /// A Job to look at again (a delete of its copy failed: it is retried from there).
-    retouch: Option<JobKey>,
     /// A Job read again before removing a copy it was thought not to keep, and found keeping
     /// it after all: newer than the view the removal was decided on.
     fresh: Option<(JobKey, Value)>,
@@ -311,6 +306,8 @@ struct Live {
     /// [`LiveOptions::wait_writes_per_second`]), and when it was last filled.
     wait_tokens: f64,
     wait_tokens_at: Instant,
+    /// When each waiting Job's reason was last written (by uid).
+    wait_written: HashMap<String, SystemTime>,
     /// The quota series last published, to drop those of resources and queues that went.
     quota_series: HashSet<(String, String)>,
     /// Copies (worker, copy uid) the workers' watches showed deleted lately: a create's late
@@ -425,6 +422,7 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
         queue_status: HashMap::new(),
         wait_tokens: 0.0,
         wait_tokens_at: Instant::now(),
+        wait_written: HashMap::new(),
         quota_series: HashSet::new(),
         gone_copies: HashSet::new(),
     };
@@ -510,6 +508,7 @@ impl Live {
                             all.iter().filter_map(|q| q.metadata.name.clone()).collect();
                         let gone: Vec<String> = self
                             .world
+                            .state
                             .queues
                             .keys()
                             .filter(|n| !names.contains(*n))
@@ -598,7 +597,7 @@ impl Live {
                 generation,
                 change,
             } => self.copies_changed(&cluster, generation, change),
-            Input::Done(done) => self.landed(*done),
+            Input::Done(done) => self.writes_landed(*done),
         }
     }
 
@@ -633,7 +632,9 @@ impl Live {
     }
 
     fn forget_job(&mut self, key: &JobKey) {
-        self.world.remove_job(key);
+        if let Some(job) = self.world.remove_job(key) {
+            self.wait_written.remove(&job.uid);
+        }
         self.raw.remove(key);
         self.written.remove(key);
     }
@@ -656,7 +657,7 @@ impl Live {
                         self.job_event(k, Some(obj));
                     }
                 }
-                self.world.jobs_synced = true;
+                self.world.state.jobs_synced = true;
                 self.synced.jobs = true;
             }
             Change::Applied(obj) => {
@@ -737,6 +738,7 @@ impl Live {
     fn set_workers(&mut self, views: &BTreeMap<String, WorkerView>) {
         let gone: Vec<String> = self
             .world
+            .state
             .workers
             .keys()
             .filter(|n| !views.contains_key(*n))
@@ -809,60 +811,42 @@ impl Live {
         self.refresh_inventory();
         let now = SystemTime::now();
         let started = std::time::Instant::now();
-        tracing::trace!(jobs = self.world.jobs.len(), "planning");
+        tracing::trace!(jobs = self.world.state.jobs.len(), "planning");
         let plan = plan(&mut self.world, now);
         if let Some(m) = &self.ctx.metrics {
             m.dispatch_plan_duration
                 .observe(started.elapsed().as_secs_f64());
         }
         tracing::debug!(
-            jobs = self.world.jobs.len(),
+            jobs = self.world.state.jobs.len(),
             actions = plan.actions.len(),
             waiting = ?plan.waiting.values().collect::<Vec<_>>(),
             "planned"
         );
         let mut groups: Vec<(JobKey, Vec<Action>)> = Vec::new();
         let mut index: HashMap<JobKey, usize> = HashMap::new();
-        let mut deferred = Vec::new();
         for action in plan.actions {
-            match &action {
-                Action::Hold(h) => {
-                    self.world.hold(h.clone());
-                    continue;
-                }
-                Action::Release { job_uid } => {
-                    self.world.release(job_uid);
-                    continue;
-                }
-                Action::DeleteCopy {
-                    cluster,
-                    job,
-                    uid,
-                    origin_uid,
-                    reason,
-                } => {
-                    self.delete_copy(cluster, job, uid, origin_uid, reason);
-                    continue;
-                }
-                _ => {}
+            if let Action::DeleteCopy { .. } = action {
+                self.delete_copy(action);
+                continue;
             }
             let Some(key) = action.job().cloned() else {
                 continue;
             };
             let refused = self
                 .world
+                .state
                 .jobs
                 .get(&key)
-                .and_then(|j| self.world.refused_write(j));
-            if refused == Some(action_name(&action)) {
+                .and_then(|j| self.world.state.refused_write(j));
+            if refused == Some(action.name()) {
                 // Refused for good while the Job was as it is: reported once, not repeated.
-                self.forgo(&action);
+                apply(&mut self.world, &action, Outcome::NotCarriedOut, now);
                 continue;
             }
             if self.in_flight.contains(&key) {
                 // Decided on an assumption still being written: decided again once it lands.
-                self.forgo(&action);
-                deferred.push(key);
+                apply(&mut self.world, &action, Outcome::NotCarriedOut, now);
                 continue;
             }
             match index.get(&key) {
@@ -873,7 +857,7 @@ impl Live {
                 }
             }
         }
-        self.waits(&plan.waiting, &plan.job_waiting, now, &mut groups, &index);
+        self.write_wait_reasons(&plan.waiting, &plan.job_waiting, now, &mut groups, &index);
         for (key, actions) in groups {
             self.execute(key, actions, now);
         }
@@ -886,15 +870,14 @@ impl Live {
     /// most every `wait_rewrite_after`; all within `wait_writes_per_second`. A Job in back-off
     /// keeps the message that says when its next attempt is. Publishes how many Jobs wait,
     /// per queue and kind of reason.
-    fn waits(
+    fn write_wait_reasons(
         &mut self,
-        waiting: &BTreeMap<ClassKey, (&'static str, String)>,
-        job_waiting: &BTreeMap<JobKey, (&'static str, String)>,
+        waiting: &BTreeMap<ClassKey, WaitReason>,
+        job_waiting: &BTreeMap<JobKey, WaitReason>,
         now: SystemTime,
         groups: &mut Vec<(JobKey, Vec<Action>)>,
         index: &HashMap<JobKey, usize>,
     ) {
-        let every = self.world.config.wait_rewrite_after;
         let rate = f64::from(self.options.wait_writes_per_second.max(1));
         let filled = Instant::now();
         let elapsed = filled.duration_since(self.wait_tokens_at).as_secs_f64();
@@ -902,45 +885,19 @@ impl Live {
         self.wait_tokens_at = filled;
 
         let mut counts: BTreeMap<&str, BTreeMap<&'static str, i64>> = BTreeMap::new();
-        // (the reason changes, rank order, the Job, reason, message)
-        let mut writes: Vec<(bool, usize, JobKey, &'static str, String)> = Vec::new();
-        for (class, ranks) in self.world.pending_classes() {
+        let mut writes: Vec<WaitWrite> = Vec::new();
+        for (class, ranks) in self.world.ledger.pending_classes() {
             for rank in ranks {
                 let key = &rank.key;
-                let Some(job) = self.world.jobs.get(key) else {
+                let Some(job) = self.world.state.jobs.get(key) else {
                     continue;
                 };
                 if self.in_flight.contains(key) || index.contains_key(key) {
                     continue;
                 }
-                let current = job.condition(condition::ADMITTED);
-                let (category, desired) = if let Some((r, m)) = job_waiting.get(key) {
-                    (wait_category(r), Some((*r, m.clone())))
-                } else if self.world.refused_write(job).is_some() {
-                    // Said in an Event; nothing more is written until the Job changes.
-                    ("Backoff", None)
-                } else if job.backing_off(now) || super::admission::still_running(&self.world, job)
-                {
-                    // The requeue's message says when the next attempt is: kept, unless the
-                    // Job does not say it waits at all.
-                    let says_waiting = current.is_some_and(|c| c.status == "False");
-                    let desired = (!says_waiting).then(|| {
-                        (
-                            reason::BACKOFF,
-                            match job.requeue_after {
-                                Some(t) if t > now => format!(
-                                    "requeued ({} so far), next attempt not before {}",
-                                    job.requeues,
-                                    rfc3339(t)
-                                ),
-                                _ => "waiting for its earlier copy to be removed".to_string(),
-                            },
-                        )
-                    });
-                    ("Backoff", desired)
-                } else if let Some((r, m)) = waiting.get(class) {
-                    (wait_category(r), Some((*r, m.clone())))
-                } else {
+                let Some((category, desired)) =
+                    self.wait_reason(job, waiting.get(class), job_waiting.get(key), now)
+                else {
                     // Not looked at in this pass (its class was admitted up to it).
                     continue;
                 };
@@ -949,91 +906,135 @@ impl Live {
                     .or_default()
                     .entry(category)
                     .or_insert(0) += 1;
-                let Some((why, message)) = desired else {
+                let Some(desired) = desired else {
                     continue;
                 };
-                let same_reason = current
-                    .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(why));
-                let same_message =
-                    same_reason && current.and_then(|c| c.message.as_deref()) == Some(&message);
-                let recent = self
-                    .world
-                    .wait_written
-                    .get(&job.uid)
-                    .is_some_and(|t| *t + every > now);
-                if same_message || (same_reason && recent) {
-                    continue;
-                }
-                writes.push((!same_reason, writes.len(), key.clone(), why, message));
-            }
-        }
-        if let Some(m) = &self.ctx.metrics {
-            for q in self.world.queues.keys() {
-                let per = counts.get(q.as_str());
-                for category in WAIT_CATEGORIES {
-                    let n = per.and_then(|p| p.get(category)).copied().unwrap_or(0);
-                    m.queue_waiting
-                        .get_or_create(&QueueReasonLabels {
-                            queue: q.clone(),
-                            reason: category.to_string(),
-                        })
-                        .set(n);
+                if let Some(write) = self.wait_write(job, desired, writes.len(), now) {
+                    writes.push(write);
                 }
             }
         }
+        self.publish_waiting(&counts);
         // New reasons first, then refreshed messages; each in admission order.
-        writes.sort_by_key(|w| (!w.0, w.1));
-        for (_, _, key, why, message) in writes {
+        writes.sort_by_key(|w| (!w.new_reason, w.rank));
+        for w in writes {
             if self.wait_tokens < 1.0 {
                 break;
             }
             self.wait_tokens -= 1.0;
-            let Some(uid) = self.world.jobs.get(&key).map(|j| j.uid.clone()) else {
+            let Some(uid) = self.world.state.jobs.get(&w.job).map(|j| j.uid.clone()) else {
                 continue;
             };
-            self.world.wait_written.insert(uid, now);
+            self.wait_written.insert(uid, now);
             groups.push((
-                key.clone(),
+                w.job.clone(),
                 vec![Action::Wait {
-                    job: key,
-                    reason: why,
-                    message,
+                    job: w.job,
+                    reason: w.why.reason,
+                    message: w.why.message,
                 }],
             ));
         }
     }
 
-    /// A dispatch the plan decided and that is not carried out: the nodes the pass placed its
-    /// pods on keep their room, which the misfits the same pass found there did not count.
-    fn forgo(&mut self, action: &Action) {
-        if let Action::Dispatch { cluster, hold, .. } = action {
-            for t in &hold.takes {
-                self.world.capacity_changed_on(cluster, t.index);
+    /// The kind of reason a pending Job waits for, and the reason to write (`None`: leave the
+    /// Job's condition as it is); `None` when the pass did not look at it.
+    fn wait_reason(
+        &self,
+        job: &Job,
+        class_waits: Option<&WaitReason>,
+        job_waits: Option<&WaitReason>,
+        now: SystemTime,
+    ) -> Option<(&'static str, Option<WaitReason>)> {
+        if let Some(w) = job_waits {
+            return Some((wait_category(w.reason), Some(w.clone())));
+        }
+        if self.world.state.refused_write(job).is_some() {
+            // Said in an Event; nothing more is written until the Job changes.
+            return Some(("Backoff", None));
+        }
+        if job.backing_off(now) || self.world.state.still_running(job) {
+            // The requeue's message says when the next attempt is: kept, unless the Job does
+            // not say it waits at all.
+            let says_waiting = job
+                .condition(condition::ADMITTED)
+                .is_some_and(|c| c.status == "False");
+            let desired = (!says_waiting).then(|| WaitReason {
+                reason: reason::BACKOFF,
+                message: match job.requeue_after {
+                    Some(t) if t > now => format!(
+                        "requeued ({} so far), next attempt not before {}",
+                        job.requeues,
+                        rfc3339(t)
+                    ),
+                    _ => "waiting for its earlier copy to be removed".to_string(),
+                },
+            });
+            return Some(("Backoff", desired));
+        }
+        class_waits.map(|w| (wait_category(w.reason), Some(w.clone())))
+    }
+
+    /// The write of `why` on the Job, unless its condition says it already, or says the same
+    /// reason and was written within `wait_rewrite_after`.
+    fn wait_write(
+        &self,
+        job: &Job,
+        why: WaitReason,
+        rank: usize,
+        now: SystemTime,
+    ) -> Option<WaitWrite> {
+        let current = job.condition(condition::ADMITTED);
+        let same_reason =
+            current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(why.reason));
+        let same_message =
+            same_reason && current.and_then(|c| c.message.as_deref()) == Some(&why.message);
+        let every = self.world.config.wait_rewrite_after;
+        let recent = self
+            .wait_written
+            .get(&job.uid)
+            .is_some_and(|t| *t + every > now);
+        if same_message || (same_reason && recent) {
+            return None;
+        }
+        Some(WaitWrite {
+            new_reason: !same_reason,
+            rank,
+            job: job.key.clone(),
+            why,
+        })
+    }
+
+    /// `switchyard_queue_waiting_jobs`, per queue and kind of reason.
+    fn publish_waiting(&self, counts: &BTreeMap<&str, BTreeMap<&'static str, i64>>) {
+        let Some(m) = &self.ctx.metrics else {
+            return;
+        };
+        for q in self.world.state.queues.keys() {
+            let per = counts.get(q.as_str());
+            for category in WAIT_CATEGORIES {
+                let n = per.and_then(|p| p.get(category)).copied().unwrap_or(0);
+                m.queue_waiting
+                    .get_or_create(&QueueReasonLabels {
+                        queue: q.clone(),
+                        reason: category.to_string(),
+                    })
+                    .set(n);
             }
         }
     }
 
     /// Assumes the actions' effects and starts writing them.
     fn execute(&mut self, key: JobKey, actions: Vec<Action>, now: SystemTime) {
-        let (Some(before), Some(raw)) = (self.world.jobs.get(&key).cloned(), self.raw.get(&key))
+        let (Some(before), Some(raw)) =
+            (self.world.state.jobs.get(&key).cloned(), self.raw.get(&key))
         else {
             return;
         };
         let raw = raw.clone();
         let mut clients = HashMap::new();
         for a in &actions {
-            match a {
-                Action::Dispatch { hold, .. } => {
-                    if !hold.takes.is_empty() {
-                        self.world.hold(hold.clone());
-                    }
-                    self.world.create_attempted.insert(before.uid.clone(), now);
-                }
-                Action::CreateCopy { .. } | Action::Offer { .. } => {
-                    self.world.create_attempted.insert(before.uid.clone(), now);
-                }
-                _ => {}
-            }
+            apply(&mut self.world, a, Outcome::Started, now);
             let clusters: Vec<&String> = match a {
                 Action::Dispatch { cluster, .. } | Action::CreateCopy { cluster, .. } => {
                     vec![cluster]
@@ -1049,17 +1050,7 @@ impl Live {
                     clients.insert(c.clone(), (v.client.clone(), v.scheduler_name.clone()));
                 }
             }
-            if let Some(j) = self.world.jobs.get(&key) {
-                if let Some(new) = status::after(j, a, now) {
-                    // Quota is given back when the write that gives it back has landed: were
-                    // it assumed and the write failed, the Job would hold it again after it
-                    // went to another.
-                    let gives_back = j.holds_quota() && !new.holds_quota();
-                    if !gives_back {
-                        self.world.upsert_job(new);
-                    }
-                }
-            }
+            apply(&mut self.world, a, Outcome::Assumed, now);
         }
         self.in_flight.insert(key.clone());
         let key = key.clone();
@@ -1094,21 +1085,24 @@ impl Live {
         });
     }
 
-    fn delete_copy(
-        &mut self,
-        cluster: &str,
-        job: &JobKey,
-        uid: &str,
-        origin_uid: &str,
-        reason: &'static str,
-    ) {
-        let id = (cluster.to_string(), uid.to_string());
+    fn delete_copy(&mut self, action: Action) {
+        let Action::DeleteCopy {
+            cluster,
+            job,
+            uid,
+            origin_uid,
+            reason,
+        } = &action
+        else {
+            return;
+        };
+        let id = (cluster.clone(), uid.clone());
         if !self.deleting.insert(id.clone()) {
             return;
         }
         let client = self.views.get(cluster).and_then(|v| v.client.clone());
         let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
-        let (job, origin_uid) = (job.clone(), origin_uid.to_string());
+        let (job, origin_uid, reason) = (job.clone(), origin_uid.clone(), *reason);
         let semaphore = self.semaphore.clone();
         tokio::spawn(async move {
             let _permit = semaphore.acquire_owned().await;
@@ -1133,7 +1127,7 @@ impl Live {
                     Err(e) => {
                         tracing::warn!(job = %job, cluster = %id.0, error = %e, "copy not removed: its Job could not be read; retrying");
                         ctx.count("delete_copy", "error");
-                        done.retouch = Some(job.clone());
+                        done.outcomes.push((action, Outcome::Failed));
                         let _ = tx.send(Input::Done(Box::new(done)));
                         return;
                     }
@@ -1151,28 +1145,29 @@ impl Live {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..Default::default()
             };
-            match api.delete(&job.name, &params).await {
+            let outcome = match api.delete(&job.name, &params).await {
                 Ok(_) => {
                     tracing::info!(job = %job, cluster = %id.0, reason, "copy removed");
                     ctx.count("delete_copy", "ok");
-                    done.removed.push((id.0.clone(), origin_uid));
+                    Outcome::Done
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                     ctx.count("delete_copy", "ok");
-                    done.removed.push((id.0.clone(), origin_uid));
+                    Outcome::Done
                 }
                 Err(e) => {
                     tracing::warn!(job = %job, cluster = %id.0, error = %e, "copy not removed; retrying");
                     ctx.count("delete_copy", "error");
-                    done.retouch = Some(job.clone());
+                    Outcome::Failed
                 }
-            }
+            };
+            done.outcomes.push((action, outcome));
             let _ = tx.send(Input::Done(Box::new(done)));
         });
     }
 
     /// A Job's writes (or a copy's removal) landed.
-    fn landed(&mut self, done: Done) {
+    fn writes_landed(&mut self, done: Done) {
         if let Some((key, obj)) = done.fresh {
             self.job_event(key.clone(), Some(obj));
             self.world.touch(&key);
@@ -1180,9 +1175,11 @@ impl Live {
         if let Some(id) = &done.deleted {
             self.deleting.remove(id);
         }
-        for (cluster, origin_uid) in &done.removed {
-            // A copy the worker still shows as terminating comes back from its watch.
-            self.world.remove_copy(cluster, origin_uid);
+        let now = SystemTime::now();
+        // A copy removed that the worker still shows as terminating comes back from its
+        // watch.
+        for (action, outcome) in done.outcomes {
+            apply(&mut self.world, &action, outcome, now);
         }
         for (cluster, obj) in &done.created {
             if let Some(c) = remote::parse_copy(cluster, obj) {
@@ -1191,6 +1188,7 @@ impl Live {
                 // than what the create returned.
                 let seen = self
                     .world
+                    .state
                     .copy_in(&c.origin_uid, cluster)
                     .is_some_and(|known| known.uid == c.uid)
                     || self.gone_copies.contains(&(cluster.clone(), c.uid.clone()));
@@ -1198,15 +1196,6 @@ impl Live {
                     self.world.upsert_copy(c);
                 }
             }
-        }
-        if let Some(key) = &done.retouch {
-            self.world.touch(key);
-        }
-        if let Some((uid, digest)) = done.refused {
-            self.world.refused_status.insert(uid, digest);
-        }
-        if let Some((uid, rv, action)) = done.refused_write {
-            self.world.refused_writes.insert(uid, (rv, action));
         }
         let Some(key) = done.key else { return };
         self.in_flight.remove(&key);
@@ -1217,12 +1206,12 @@ impl Live {
                 }
                 // Our own writes are not the change a refused write waits for.
                 if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
-                    if let Some(entry) = self.world.refused_writes.get_mut(uid) {
+                    if let Some(entry) = self.world.state.writes.refused_writes.get_mut(uid) {
                         if let Some(rv) = obj
                             .pointer("/metadata/resourceVersion")
                             .and_then(Value::as_str)
                         {
-                            entry.0 = rv.to_string();
+                            entry.resource_version = rv.to_string();
                         }
                     }
                 }
@@ -1247,11 +1236,16 @@ impl Live {
     fn write_queue_statuses(&mut self, now: SystemTime) {
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as QueueCondition;
-        let names: Vec<String> = self.world.queues.keys().cloned().collect();
+        let names: Vec<String> = self.world.state.queues.keys().cloned().collect();
         let mut series = HashSet::new();
         for name in names {
-            let q = &self.world.queues[&name];
-            let uses = self.world.queue_use(&name).cloned().unwrap_or_default();
+            let q = &self.world.state.queues[&name];
+            let uses = self
+                .world
+                .ledger
+                .queue_use(&name)
+                .cloned()
+                .unwrap_or_default();
             if let Some(m) = &self.ctx.metrics {
                 let l = QueueLabels {
                     queue: name.clone(),
@@ -1263,11 +1257,11 @@ impl Live {
             let (active, reason, message, quota) = match &q.settings {
                 Err(e) => (false, "InvalidSpec", e.clone(), BTreeMap::new()),
                 Ok(s) => {
-                    let quota = effective_quota(&self.world, s, now);
+                    let quota = effective_quota(&self.world.state, s, now);
                     let usable = s
                         .clusters
                         .iter()
-                        .filter(|c| self.world.workers.get(*c).is_some_and(|w| w.usable()))
+                        .filter(|c| self.world.state.workers.get(*c).is_some_and(|w| w.usable()))
                         .count();
                     if usable == 0 {
                         (
@@ -1376,6 +1370,16 @@ impl Live {
     }
 }
 
+/// A waiting Job's reason, to write.
+struct WaitWrite {
+    /// Its reason changes (not only its message).
+    new_reason: bool,
+    /// Its place in admission order.
+    rank: usize,
+    job: JobKey,
+    why: WaitReason,
+}
+
 /// Why a write did not happen.
 enum Failure {
     /// The object changed first (409) or is gone (404): reread.
@@ -1407,8 +1411,8 @@ struct JobWriter<'a> {
     raw: Arc<Value>,
     done: Done,
     now: SystemTime,
-    /// The action being carried out (see [`action_name`]).
-    action: &'static str,
+    /// The action being carried out.
+    action: Option<Action>,
 }
 
 impl JobWriter<'_> {
@@ -1598,9 +1602,9 @@ impl JobWriter<'_> {
             true,
             reason::WORKER_REFUSED,
             "Dispatch",
-            status::describe(&action),
+            action.describe(),
         );
-        if let Some(target) = status::after(&self.job, &action, self.now) {
+        if let Some(target) = job_after(&self.job, &action, self.now) {
             let r = self.write(&target).await;
             self.outcome("unclaim", r).await;
         }
@@ -1621,11 +1625,13 @@ impl JobWriter<'_> {
                 // Refused for good: said once, and not tried again until the Job changes.
                 tracing::warn!(job = %self.job.key, action, error = %m, "write refused");
                 self.ctx.count(action, "refused");
-                self.done.refused_write = Some((
-                    self.job.uid.clone(),
-                    self.job.resource_version.clone(),
-                    self.action,
-                ));
+                let name = self.action.as_ref().map_or("write", Action::name);
+                if let Some(action) = self.action.clone() {
+                    let refused = Outcome::Refused {
+                        resource_version: self.job.resource_version.clone(),
+                    };
+                    self.done.outcomes.push((action, refused));
+                }
                 self.ctx.event(
                     &self.job,
                     true,
@@ -1633,7 +1639,7 @@ impl JobWriter<'_> {
                     "Dispatch",
                     format!(
                         "the API server refused to {} the Job: {m}; not tried again until the Job changes",
-                        self.action.replace('_', " ")
+                        name.replace('_', " ")
                     ),
                 );
                 false
@@ -1679,7 +1685,7 @@ impl JobWriter<'_> {
             // Claimed and waiting for its copies: the next plans create them (or give up).
             return false;
         }
-        let Some(target) = status::after(&self.job, action, self.now) else {
+        let Some(target) = job_after(&self.job, action, self.now) else {
             return false;
         };
         let r = self.write(&target).await;
@@ -1690,7 +1696,7 @@ impl JobWriter<'_> {
                 false,
                 reason::DISPATCHED,
                 "Dispatch",
-                status::describe(action),
+                action.describe(),
             );
         }
         ok
@@ -1737,10 +1743,10 @@ async fn write_job(
         job,
         raw,
         now,
-        action: "",
+        action: None,
     };
     for action in &actions {
-        w.action = action_name(action);
+        w.action = Some(action.clone());
         let ok = match action {
             Action::Dispatch { cluster, .. } => {
                 w.dispatch(action, std::slice::from_ref(cluster), &clients)
@@ -1756,8 +1762,8 @@ async fn write_job(
                     }
                 }
             }
-            Action::WriteStatus { digest, .. } => {
-                let Some(target) = status::after(&w.job, action, now) else {
+            Action::WriteStatus { .. } => {
+                let Some(target) = job_after(&w.job, action, now) else {
                     continue;
                 };
                 match w.write(&target).await {
@@ -1765,7 +1771,9 @@ async fn write_job(
                         // The API server keeps Job status rules (counters never go down, ...):
                         // the same write is not tried again until the worker's status moves.
                         w.ctx.count("write_status", "refused");
-                        w.done.refused = Some((w.job.uid.clone(), *digest));
+                        w.done
+                            .outcomes
+                            .push((action.clone(), Outcome::StatusRefused));
                         w.ctx.event(
                             &w.job,
                             true,
@@ -1785,10 +1793,10 @@ async fn write_job(
                 false
             }
             other => {
-                let Some(target) = status::after(&w.job, other, now) else {
+                let Some(target) = job_after(&w.job, other, now) else {
                     continue;
                 };
-                let name = action_name(other);
+                let name = other.name();
                 let r = w.write(&target).await;
                 let ok = w.outcome(name, r).await;
                 if ok {
@@ -1802,25 +1810,6 @@ async fn write_job(
         }
     }
     w.done
-}
-
-fn action_name(a: &Action) -> &'static str {
-    match a {
-        Action::Dispatch { .. } => "dispatch",
-        Action::Offer { .. } => "offer",
-        Action::Choose { .. } => "choose",
-        Action::CreateCopy { .. } => "create_copy",
-        Action::Unsuspend { .. } => "unsuspend",
-        Action::Unclaim { .. } => "unclaim",
-        Action::WriteStatus { .. } => "write_status",
-        Action::RecordResult { .. } => "record_result",
-        Action::DeleteCopy { .. } => "delete_copy",
-        Action::Requeue { .. } => "requeue",
-        Action::Deactivate { .. } => "deactivate",
-        Action::Wait { .. } => "wait",
-        Action::Hold(_) => "hold",
-        Action::Release { .. } => "release",
-    }
 }
 
 /// The Event an action leaves on the manager Job, if any (and the requeue it counts).
@@ -1847,5 +1836,5 @@ fn announce(ctx: &Ctx, job: &Job, action: &Action) {
         Action::RecordResult { .. } => (false, reason::FINISHED),
         _ => return,
     };
-    ctx.event(job, warning, why, "Dispatch", status::describe(action));
+    ctx.event(job, warning, why, "Dispatch", action.describe());
 }

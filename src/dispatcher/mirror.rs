@@ -23,7 +23,7 @@
 //! manager's keep the larger value, since they may not go down.
 
 use super::condition;
-use super::model::{terminal, JobResult};
+use super::job::{terminal, JobResult};
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::hash::{Hash, Hasher};

@@ -2,7 +2,8 @@
 //! server returns it becomes a [`Job`]; a change of a `Job` becomes the merge patches that
 //! make the API server's copy say the same. Pure: the live executor does the I/O.
 
-use super::model::{parse_rfc3339, to_system_time, Job, JobKey, JobResult, Queue, Refusal};
+use super::job::{parse_rfc3339, rfc3339, to_system_time, Job, JobKey, JobResult, WorkerRefusal};
+use super::state::Queue;
 use super::*;
 use crate::api::dispatch_queue::DispatchQueue;
 use crate::placement::{PodShape, PodView};
@@ -163,7 +164,7 @@ pub fn parse_job(
 
 /// The refusals annotation (see [`REFUSED_ANNOTATION`]); entries that do not parse are
 /// dropped (the worker is simply tried again).
-pub fn parse_refusals(text: &str) -> BTreeMap<String, Refusal> {
+pub fn parse_refusals(text: &str) -> BTreeMap<String, WorkerRefusal> {
     let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) else {
         return BTreeMap::new();
     };
@@ -172,7 +173,7 @@ pub fn parse_refusals(text: &str) -> BTreeMap<String, Refusal> {
             let retry_at = v["retryAt"].as_str().and_then(parse_rfc3339)?;
             Some((
                 cluster,
-                Refusal {
+                WorkerRefusal {
                     count: v["count"]
                         .as_u64()
                         .unwrap_or(1)
@@ -186,7 +187,7 @@ pub fn parse_refusals(text: &str) -> BTreeMap<String, Refusal> {
 }
 
 /// The refusals annotation's value, `None` when there are none.
-pub fn refusals_annotation(refusals: &BTreeMap<String, Refusal>) -> Option<String> {
+pub fn refusals_annotation(refusals: &BTreeMap<String, WorkerRefusal>) -> Option<String> {
     if refusals.is_empty() {
         return None;
     }
@@ -195,7 +196,7 @@ pub fn refusals_annotation(refusals: &BTreeMap<String, Refusal>) -> Option<Strin
         .map(|(c, r)| {
             (
                 c.clone(),
-                json!({"count": r.count, "retryAt": super::model::rfc3339(r.retry_at),
+                json!({"count": r.count, "retryAt": rfc3339(r.retry_at),
                        "message": r.message}),
             )
         })

@@ -6,7 +6,8 @@
 //! selector, the controller labels, uid, resourceVersion, status, ...), is unsuspended, and
 //! uses the WorkerCluster's scheduler profile when it names one.
 
-use super::model::{Copy, JobKey};
+use super::job::JobKey;
+use super::state::WorkerCopy;
 use super::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
 use k8s_openapi::api::batch::v1::JobStatus;
 use serde_json::{Map, Value};
@@ -100,7 +101,7 @@ pub fn copy_of(
 }
 
 /// The copy as the dispatcher tracks it, from a worker Job labelled with our origin.
-pub fn parse_copy(cluster: &str, job: &Value) -> Option<Copy> {
+pub fn parse_copy(cluster: &str, job: &Value) -> Option<WorkerCopy> {
     let meta = job.get("metadata")?;
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let origin_uid = s(meta.pointer(&format!("/labels/{}", ORIGIN_UID_LABEL.replace('/', "~1"))))?;
@@ -109,7 +110,7 @@ pub fn parse_copy(cluster: &str, job: &Value) -> Option<Copy> {
         .cloned()
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default();
-    Some(Copy {
+    Some(WorkerCopy {
         cluster: cluster.to_string(),
         key: JobKey::new(s(meta.get("namespace"))?, s(meta.get("name"))?),
         uid: s(meta.get("uid")).unwrap_or_default(),

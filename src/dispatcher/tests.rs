@@ -1,5 +1,5 @@
 //! The dispatcher's decisions as a user sees them: a [`World`] built by hand, its plans carried
-//! out the way an executor carries them out (the manager Job becomes [`status::after`], copies
+//! out the way an executor carries them out (each outcome reported to [`apply`], copies
 //! appear in and vanish from the workers and the world hears of it), and the outcome checked
 //! after each step: where Jobs run, what their conditions say, what quota they hold.
 
@@ -185,10 +185,12 @@ struct Env {
     world: World,
     now: SystemTime,
     /// Per worker, its copies by origin uid.
-    remote: BTreeMap<String, BTreeMap<String, Copy>>,
+    remote: BTreeMap<String, BTreeMap<String, WorkerCopy>>,
     next_copy: u64,
     /// Every action carried out, with the time.
     done: Vec<(SystemTime, Action)>,
+    /// Every action planned (carried out or not), with the time.
+    planned: Vec<String>,
     /// Status writes the API server would refuse (never expected).
     refused: Vec<String>,
     /// Copies created while the Job still had a live copy in another reachable worker
@@ -207,8 +209,8 @@ impl Env {
     fn new(inventory: Inventory, queues: Vec<Queue>) -> Self {
         let mut world = World::new(DispatchConfig::default());
         let names: Vec<String> = inventory.clusters.iter().map(|c| c.name.clone()).collect();
-        world.inventory = Arc::new(inventory);
-        world.jobs_synced = true;
+        world.state.inventory = Arc::new(inventory);
+        world.state.jobs_synced = true;
         let mut remote = BTreeMap::new();
         for name in names {
             world.upsert_worker(Worker {
@@ -230,6 +232,7 @@ impl Env {
             remote,
             next_copy: 0,
             done: Vec::new(),
+            planned: Vec::new(),
             refused: Vec::new(),
             duplicates: Vec::new(),
             wake_at: None,
@@ -242,15 +245,15 @@ impl Env {
     /// Jobs, the workers' copies), nothing remembered.
     fn restart(&mut self) {
         let mut world = World::new(self.world.config.clone());
-        world.inventory = self.world.inventory.clone();
-        world.jobs_synced = true;
-        for w in self.world.workers.values() {
+        world.state.inventory = self.world.state.inventory.clone();
+        world.state.jobs_synced = true;
+        for w in self.world.state.workers.values() {
             world.upsert_worker(w.clone());
         }
-        for q in self.world.queues.values() {
+        for q in self.world.state.queues.values() {
             world.upsert_queue(q.clone());
         }
-        for j in self.world.jobs.values() {
+        for j in self.world.state.jobs.values() {
             world.upsert_job(j.clone());
         }
         for (c, copies) in &self.remote {
@@ -266,7 +269,7 @@ impl Env {
     }
 
     fn job(&self, name: &str) -> &Job {
-        &self.world.jobs[&JobKey::new("team", name)]
+        &self.world.state.jobs[&JobKey::new("team", name)]
     }
 
     fn advance(&mut self, d: Duration) {
@@ -279,7 +282,11 @@ impl Env {
     }
 
     fn plan(&mut self) -> Plan {
-        plan(&mut self.world, self.now)
+        let p = plan(&mut self.world, self.now);
+        for a in &p.actions {
+            self.planned.push(format!("{:?} {a:?}", self.now));
+        }
+        p
     }
 
     /// Plans once and carries every action out.
@@ -329,48 +336,65 @@ impl Env {
 
     /// Carries out one action, or fails it (`ok == false`: the API call failed).
     fn execute(&mut self, action: &Action, ok: bool) {
-        // As the live executor does: a dispatch's placement is held before the create is
-        // written, and released by the reconciler if the create fails.
-        if let Action::Dispatch { hold, .. } = action {
-            if !hold.takes.is_empty() {
-                self.world.hold(hold.clone());
-            }
-        }
-        if !ok {
-            let key = match action {
-                Action::DeleteCopy { origin_uid, .. } => {
-                    self.world.job_by_uid(origin_uid).map(|j| j.key.clone())
-                }
-                other => other.job().cloned(),
-            };
-            if let Some(k) = key {
-                self.world.touch(&k);
-            }
-            return;
-        }
         let now = self.now;
+        apply(&mut self.world, action, Outcome::Started, now);
+        if !ok {
+            return apply(&mut self.world, action, Outcome::Failed, now);
+        }
+        let outcome = self.carry_out(action);
+        if outcome == Outcome::Claimed {
+            self.done.push((now, action.clone()));
+        }
+        if outcome == Outcome::Done {
+            // Every status the dispatcher writes, not only the mirror's, must pass the API
+            // server's rules: one that does not is refused whole.
+            let refused = action.job().and_then(|key| {
+                let j = self.world.state.jobs.get(key)?;
+                let new = job_after(j, action, now)?;
+                mirror::violation(&j.status, &new.status, new.suspended)
+                    .map(|why| format!("{key}: {action:?}: {why}"))
+            });
+            if let Some(why) = refused {
+                self.refused.push(why);
+                return apply(&mut self.world, action, Outcome::Failed, now);
+            }
+            self.done.push((now, action.clone()));
+        }
+        apply(&mut self.world, action, outcome, now);
+    }
+
+    /// What carrying the action out in the workers came to.
+    fn carry_out(&mut self, action: &Action) -> Outcome {
         match action {
             Action::Dispatch { job, cluster, .. } => {
                 self.no_duplicate(job, std::slice::from_ref(cluster));
-                if !self.create_copy(job, cluster) {
-                    self.world.touch(job);
+                match self.create_copy(job, cluster) {
+                    true => Outcome::Done,
+                    // The claim lands; the create does not, and is tried again from there.
+                    false => Outcome::Claimed,
                 }
             }
             Action::Offer { job, clusters } => {
                 self.no_duplicate(job, clusters);
+                let mut created = 0;
                 for c in clusters {
-                    self.create_copy(job, c);
+                    created += usize::from(self.create_copy(job, c));
+                }
+                match created == clusters.len() {
+                    true => Outcome::Done,
+                    false => Outcome::Claimed,
                 }
             }
             Action::CreateCopy { job, cluster } => {
-                if let Some(j) = self.world.jobs.get(job) {
-                    let uid = j.uid.clone();
+                if let Some(j) = self.world.state.jobs.get(job) {
                     let mut allowed = j.offers.clone();
                     allowed.push(cluster.clone());
-                    self.world.create_attempted.insert(uid, now);
                     self.no_duplicate(job, &allowed);
                 }
-                self.create_copy(job, cluster);
+                match self.create_copy(job, cluster) {
+                    true => Outcome::Done,
+                    false => Outcome::Failed,
+                }
             }
             Action::DeleteCopy {
                 cluster,
@@ -379,57 +403,34 @@ impl Env {
                 ..
             } => {
                 if !self.reachable(cluster) || self.refusing.contains(cluster) {
-                    return self.execute(action, false);
+                    return Outcome::Failed;
                 }
                 let copies = self.remote.get_mut(cluster).expect("known worker");
                 if copies.get(origin_uid).is_some_and(|c| &c.uid == uid) {
                     copies.remove(origin_uid);
-                    self.world.remove_copy(cluster, origin_uid);
                 }
+                Outcome::Done
             }
-            Action::Hold(h) => self.world.hold(h.clone()),
-            Action::Release { job_uid } => self.world.release(job_uid),
             Action::WriteStatus { job, status, .. } => {
-                if let Some(j) = self.world.jobs.get(job) {
-                    if let Some(why) = mirror::violation(&j.status, status, j.suspended) {
+                let Some(j) = self.world.state.jobs.get(job) else {
+                    return Outcome::Done;
+                };
+                match mirror::violation(&j.status, status, j.suspended) {
+                    Some(why) => {
                         self.refused.push(format!("{job}: {why}"));
-                        let uid = j.uid.clone();
-                        if let Action::WriteStatus { digest, .. } = action {
-                            self.world.refused_status.insert(uid, *digest);
-                        }
-                        return;
+                        Outcome::StatusRefused
                     }
+                    None => Outcome::Done,
                 }
             }
-            _ => {}
-        }
-        let Some(key) = action.job() else {
-            self.done.push((now, action.clone()));
-            return;
-        };
-        let Some(j) = self.world.jobs.get(key) else {
-            self.done.push((now, action.clone()));
-            return;
-        };
-        if let Some(new) = status::after(j, action, now) {
-            // Every status the dispatcher writes, not only the mirror's, must pass the API
-            // server's rules: one that does not is refused whole.
-            if let Some(why) = mirror::violation(&j.status, &new.status, new.suspended) {
-                self.refused.push(format!("{key}: {action:?}: {why}"));
-                self.world.touch(key);
-                return;
-            }
-            self.done.push((now, action.clone()));
-            self.world.upsert_job(new);
-        } else {
-            self.done.push((now, action.clone()));
+            _ => Outcome::Done,
         }
     }
 
     /// Records a copy about to be created while the Job has a live copy in a reachable
     /// worker other than `allowed`.
     fn no_duplicate(&mut self, key: &JobKey, allowed: &[String]) {
-        let Some(uid) = self.world.jobs.get(key).map(|j| j.uid.clone()) else {
+        let Some(uid) = self.world.state.jobs.get(key).map(|j| j.uid.clone()) else {
             return;
         };
         let elsewhere: Vec<&String> = self
@@ -451,7 +452,11 @@ impl Env {
     }
 
     fn reachable(&self, cluster: &str) -> bool {
-        self.world.workers.get(cluster).is_some_and(|w| w.connected)
+        self.world
+            .state
+            .workers
+            .get(cluster)
+            .is_some_and(|w| w.connected)
     }
 
     /// The worker's Job controller creates the copy; its pods are not Ready yet.
@@ -459,11 +464,11 @@ impl Env {
         if !self.reachable(cluster) || self.refusing.contains(cluster) {
             return false;
         }
-        let Some(job) = self.world.jobs.get(key) else {
+        let Some(job) = self.world.state.jobs.get(key) else {
             return false;
         };
         self.next_copy += 1;
-        let copy = Copy {
+        let copy = WorkerCopy {
             cluster: cluster.to_string(),
             key: key.clone(),
             uid: format!("copy-{}", self.next_copy),
@@ -487,14 +492,14 @@ impl Env {
     }
 
     /// The copy of the Job in `cluster`, as the worker has it.
-    fn remote_copy(&self, name: &str, cluster: &str) -> Option<&Copy> {
+    fn remote_copy(&self, name: &str, cluster: &str) -> Option<&WorkerCopy> {
         let uid = &self.job(name).uid;
         self.remote.get(cluster)?.get(uid)
     }
 
     /// Changes the Job's copy in its worker (as that worker's Job controller would), and
     /// tells the world when the worker is reachable.
-    fn change_copy(&mut self, name: &str, cluster: &str, f: impl FnOnce(&mut Copy)) {
+    fn change_copy(&mut self, name: &str, cluster: &str, f: impl FnOnce(&mut WorkerCopy)) {
         let uid = self.job(name).uid.clone();
         let copy = self
             .remote
@@ -551,7 +556,7 @@ impl Env {
             self.lost_copies
                 .insert((cluster.to_string(), c.uid.clone()));
         }
-        let mut w = self.world.workers[cluster].clone();
+        let mut w = self.world.state.workers[cluster].clone();
         w.connected = false;
         w.copies_synced = false;
         w.disconnected_since = Some(self.now);
@@ -561,12 +566,12 @@ impl Env {
 
     /// The worker answers again; its copies are listed.
     fn reconnect(&mut self, cluster: &str) {
-        let mut w = self.world.workers[cluster].clone();
+        let mut w = self.world.state.workers[cluster].clone();
         w.connected = true;
         w.disconnected_since = None;
         w.message.clear();
         self.world.upsert_worker(w.clone());
-        let copies: Vec<Copy> = self.remote[cluster].values().cloned().collect();
+        let copies: Vec<WorkerCopy> = self.remote[cluster].values().cloned().collect();
         self.world.replace_copies(cluster, copies);
         w.copies_synced = true;
         self.world.upsert_worker(w);
@@ -582,7 +587,7 @@ impl Env {
     /// What the queue's admitted Jobs request together, counted from the Jobs themselves.
     fn admitted_usage(&self, queue: &str) -> BTreeMap<String, i64> {
         let mut out = BTreeMap::new();
-        for j in self.world.jobs.values() {
+        for j in self.world.state.jobs.values() {
             if j.queue == queue && j.holds_quota() {
                 for (r, v) in j.total_request() {
                     *out.entry(r).or_insert(0) += v;
@@ -594,7 +599,7 @@ impl Env {
     }
 }
 
-fn finish_copy(copy: &mut Copy, gang: i32, succeeded: bool, at: Time, new_style: bool) {
+fn finish_copy(copy: &mut WorkerCopy, gang: i32, succeeded: bool, at: Time, new_style: bool) {
     let c = |type_: &str, reason: &str| JobCondition {
         type_: type_.into(),
         status: "True".into(),
@@ -727,6 +732,7 @@ fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
     );
     let gpu = env
         .world
+        .state
         .inventory
         .resources
         .id("nvidia.com/gpu")
@@ -760,7 +766,7 @@ fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
     env.submit(job("train-2").pods(2).each(4, 2).build());
     let p = env.plan();
     assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
-    let (why, _) = p
+    let WaitReason { reason: why, .. } = p
         .waiting
         .values()
         .next()
@@ -792,11 +798,19 @@ fn a_burst_of_a_thousand_jobs_never_exceeds_the_queue_quota() {
         assert!(used <= quota, "{used}m CPU admitted, quota {quota}m");
         let seen = env
             .world
+            .ledger
             .queue_use("q")
             .map_or(0, |u| u.usage.get("cpu").copied().unwrap_or(0));
         assert_eq!(seen, used, "the queue's running total matches its Jobs");
     };
-    let admitted = |env: &Env| env.world.jobs.values().filter(|j| j.holds_quota()).count();
+    let admitted = |env: &Env| {
+        env.world
+            .state
+            .jobs
+            .values()
+            .filter(|j| j.holds_quota())
+            .count()
+    };
 
     let mut finished = 0;
     for round in 0..1000 {
@@ -812,11 +826,18 @@ fn a_burst_of_a_thousand_jobs_never_exceeds_the_queue_quota() {
             }
         }
         // floor(10 / 3) = 3 admitted whenever that many are left.
-        let left = env.world.jobs.values().filter(|j| !j.finished()).count();
+        let left = env
+            .world
+            .state
+            .jobs
+            .values()
+            .filter(|j| !j.finished())
+            .count();
         assert_eq!(admitted(&env), left.min(3), "round {round}");
         // The oldest admitted Jobs run and finish, in turn.
         let running: Vec<String> = env
             .world
+            .state
             .jobs
             .values()
             .filter(|j| j.cluster.is_some() && !j.finished())
@@ -837,6 +858,7 @@ fn a_burst_of_a_thousand_jobs_never_exceeds_the_queue_quota() {
     assert_eq!(finished, 1000);
     assert!(env
         .world
+        .state
         .jobs
         .values()
         .all(|j| j.result == Some(JobResult::Succeeded)));
@@ -902,7 +924,7 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
     assert_eq!(dispatches(&acts), [("first".into(), "a".into())]);
     let p = env.plan();
     assert_eq!(
-        p.waiting.values().map(|(r, _)| *r).collect::<Vec<_>>(),
+        p.waiting.values().map(|w| w.reason).collect::<Vec<_>>(),
         [reason::WAITING_FOR_PODS_READY]
     );
 
@@ -929,7 +951,7 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
         .expect("second dispatched");
     let ready_at = condition(env.job("first"), condition::PODS_READY)
         .and_then(|c| c.last_transition_time.clone())
-        .map(|t| model::to_system_time(&t.0))
+        .map(|t| to_system_time(&t.0))
         .expect("PodsReady has a transition time");
     assert!(is_true(env.job("first"), condition::PODS_READY));
     assert!(ready_at <= *at);
@@ -1427,7 +1449,7 @@ fn finished_job_is_mirrored_recorded_and_removed(succeeded: bool, new_style: boo
         annotation(j, RESULT_ANNOTATION).as_deref(),
         Some(expected.as_str())
     );
-    assert_eq!(model::terminal(&j.status), Some(expected));
+    assert_eq!(terminal(&j.status), Some(expected));
     if succeeded {
         assert_eq!(j.status.succeeded, Some(2));
         assert!(j.status.completion_time.is_some());
@@ -1529,6 +1551,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
         }
         let seen = env
             .world
+            .ledger
             .queue_use(q)
             .map(|u| u.usage.clone())
             .unwrap_or_default();
@@ -1541,7 +1564,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
     // until the first to have all its pods Ready keeps it and the others' copies are removed;
     // and a copy in a worker that became unreachable is given up for lost (seed 000) and may
     // run on there until the worker answers again and the copy is removed.
-    for j in env.world.jobs.values() {
+    for j in env.world.state.jobs.values() {
         let running: Vec<&String> = env
             .remote
             .iter()
@@ -1549,7 +1572,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
                 env.reachable(c)
                     && m.get(&j.uid).is_some_and(|copy| {
                         !copy.deleting
-                            && model::terminal(&copy.status).is_none()
+                            && terminal(&copy.status).is_none()
                             && copy.status.active.unwrap_or(0) > 0
                             && !env.lost_copies.contains(&((*c).clone(), copy.uid.clone()))
                     })
@@ -1558,6 +1581,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
             .collect();
         let fanout = env
             .world
+            .state
             .queues
             .get(&j.queue)
             .and_then(|q| q.settings.as_ref().ok())
@@ -1579,13 +1603,13 @@ fn check_settled(env: &Env, step: &str) {
         if env.reachable(c) {
             for uid in copies.keys() {
                 assert!(
-                    env.world.job_by_uid(uid).is_some(),
+                    env.world.state.job_by_uid(uid).is_some(),
                     "{step}: the copy of deleted Job {uid} stays in {c}"
                 );
             }
         }
     }
-    for j in env.world.jobs.values() {
+    for j in env.world.state.jobs.values() {
         let places: Vec<&String> = env
             .remote
             .iter()
@@ -1607,7 +1631,7 @@ fn check_settled(env: &Env, step: &str) {
             );
             assert!(!j.holds_quota(), "{step}: {} ended, holds quota", j.key);
         } else if let Some(c) = &j.cluster {
-            if env.world.workers[c].usable() {
+            if env.world.state.workers[c].usable() {
                 assert_eq!(
                     places,
                     [c],
@@ -1623,7 +1647,7 @@ fn check_settled(env: &Env, step: &str) {
 fn random_runs_keep_quota_single_placement_and_valid_statuses() {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for seed in 0..40u64 {
-        for (_, a) in random_run(seed, 400).done {
+        for (_, a) in random_run(seed, 400, true).done {
             let kind = match a {
                 Action::Requeue { reason, .. } => format!("Requeue {reason}"),
                 Action::DeleteCopy { reason, .. } => format!("DeleteCopy {reason}"),
@@ -1668,7 +1692,25 @@ fn random_runs_keep_quota_single_placement_and_valid_statuses() {
     }
 }
 
-fn random_run(seed: u64, steps: usize) -> Env {
+/// The caches only ever save work: random runs, with workers lost and back, writes failing,
+/// Jobs requeued, suspended and deleted, decide exactly the same actions, in the same order,
+/// whether admission's questions are answered from the caches or afresh.
+#[test]
+fn the_caches_change_no_decision_in_random_runs() {
+    for seed in 0..24u64 {
+        let cached = random_run(seed, 300, true).planned;
+        let plain = random_run(seed, 300, false).planned;
+        if let Some(i) = cached.iter().zip(&plain).position(|(a, b)| a != b) {
+            panic!(
+                "seed {seed}: decision {i} differs:\n cached: {}\n plain:  {}",
+                cached[i], plain[i]
+            );
+        }
+        assert_eq!(cached.len(), plain.len(), "seed {seed}");
+    }
+}
+
+fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
     let mut rng = Rng::new(seed + 1);
     let inv = InventoryBuilder::default()
         .cluster("a")
@@ -1697,6 +1739,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
         ("wide".to_string(), BTreeMap::from([("cpu".into(), 12_000)])),
     ]);
     let mut env = Env::new(inv, queues);
+    env.world.config.remember = remember;
     let clusters = ["a", "b", "c"];
     let mut submitted = 0;
     let mut old_workers: BTreeSet<String> = BTreeSet::new();
@@ -1744,7 +1787,8 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
                     .collect();
                 if let Some((c, uid)) = rng.pick(&copies).cloned() {
-                    let Some(name) = env.world.job_by_uid(&uid).map(|j| j.key.name.clone()) else {
+                    let Some(name) = env.world.state.job_by_uid(&uid).map(|j| j.key.name.clone())
+                    else {
                         continue;
                     };
                     let gang = env.job(&name).gang() as i32;
@@ -1754,7 +1798,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                         rng.below(gang as u64) as i32
                     };
                     let copy = &env.remote[&c][&uid];
-                    if model::terminal(&copy.status).is_none() {
+                    if terminal(&copy.status).is_none() {
                         env.change_copy(&name, &c, |copy| copy.status.ready = Some(ready));
                     }
                 }
@@ -1767,7 +1811,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
                     .collect();
                 if let Some((c, uid)) = rng.pick(&copies).cloned() {
-                    let Some(j) = env.world.job_by_uid(&uid) else {
+                    let Some(j) = env.world.state.job_by_uid(&uid) else {
                         continue;
                     };
                     let (name, gang) = (j.key.name.clone(), j.gang() as i32);
@@ -1777,7 +1821,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
                     if !new_style {
                         old_workers.insert(c.clone());
                     }
-                    if model::terminal(&env.remote[&c][&uid].status).is_none() {
+                    if terminal(&env.remote[&c][&uid].status).is_none() {
                         env.change_copy(&name, &c, |copy| {
                             finish_copy(copy, gang, ok, at, new_style)
                         });
@@ -1802,10 +1846,13 @@ fn random_run(seed: u64, steps: usize) -> Env {
                 // The user suspends an admitted Job.
                 let admitted: Vec<String> = env
                     .world
+                    .state
                     .jobs
                     .values()
                     .filter(|j| j.admitted_at.is_some() && !j.suspended)
                     .map(|j| j.key.name.clone())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
                     .collect();
                 if let Some(name) = rng.pick(&admitted).cloned() {
                     env.user_suspends(&name);
@@ -1815,9 +1862,12 @@ fn random_run(seed: u64, steps: usize) -> Env {
                 // The user deletes a Job: gone at once, or kept while its copies go.
                 let names: Vec<String> = env
                     .world
+                    .state
                     .jobs
                     .values()
                     .map(|j| j.key.name.clone())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
                     .collect();
                 if let Some(name) = rng.pick(&names).cloned() {
                     let key = JobKey::new("team", &name);
@@ -1835,6 +1885,7 @@ fn random_run(seed: u64, steps: usize) -> Env {
         // A Job being deleted goes once no worker holds a copy of it.
         let gone: Vec<JobKey> = env
             .world
+            .state
             .jobs
             .values()
             .filter(|j| j.deleting && env.remote.values().all(|m| !m.contains_key(&j.uid)))
@@ -1860,7 +1911,9 @@ fn random_run(seed: u64, steps: usize) -> Env {
         if step % 10 == 9 {
             // Every worker takes writes for a moment: the dispatcher gets all it asks for.
             let refusing = std::mem::take(&mut env.refusing);
-            env.settle();
+            // Copies whose create failed are created again once their retry is due.
+            let until = env.now + env.world.config.create_retry_after;
+            env.idle_until(until);
             check_invariants(&env, &quotas, &label);
             check_settled(&env, &label);
             env.refusing = refusing;
@@ -1941,7 +1994,10 @@ fn a_job_refused_by_its_only_worker_waits_out_the_backoff_then_tries_again() {
             "refusal {n}: {:?}",
             p.actions
         );
-        let (why, message) = &p.job_waiting[&JobKey::new("team", "run")];
+        let WaitReason {
+            reason: why,
+            message,
+        } = &p.job_waiting[&JobKey::new("team", "run")];
         assert_eq!(*why, reason::WORKER_REFUSED);
         assert!(
             message.contains("denied the request") && message.contains(&rfc3339(retry_at)),
@@ -1971,7 +2027,7 @@ fn a_job_kept_from_a_worker_for_its_own_reason_does_not_hold_back_its_class() {
     // An earlier Job named `first` is still being removed from the only worker: `first` must
     // wait, but `second` (same queue, namespace and template: the same class) must not.
     let mut env = Env::new(roomy(), vec![queue("q", "clusters: [a]")]);
-    let old = Copy {
+    let old = WorkerCopy {
         cluster: "a".into(),
         key: JobKey::new("team", "first"),
         uid: "old-copy".into(),
@@ -1988,7 +2044,7 @@ fn a_job_kept_from_a_worker_for_its_own_reason_does_not_hold_back_its_class() {
     env.submit(job("second").created(t0() + secs(1)).build());
     let p = env.plan();
     assert_eq!(dispatches(&p.actions), [("second".into(), "a".into())]);
-    let (_, message) = &p.job_waiting[&JobKey::new("team", "first")];
+    let message = &p.job_waiting[&JobKey::new("team", "first")].message;
     assert!(message.contains("still being removed"), "{message}");
     // And again once nothing changed (nothing remembered for the class from `first`).
     env.submit(job("third").created(t0() + secs(2)).build());
@@ -2065,7 +2121,7 @@ fn a_pods_ready_timeout_writes_the_requeue_before_removing_the_copy() {
 }
 
 /// The copy's Job controller decided the Job fails (FailureTarget) and has not finished it.
-fn failing(copy: &mut Copy, at: Time) {
+fn failing(copy: &mut WorkerCopy, at: Time) {
     copy.status.conditions = Some(vec![JobCondition {
         type_: "FailureTarget".into(),
         status: "True".into(),
@@ -2169,8 +2225,8 @@ fn a_short_disconnect_keeps_the_workers_share_of_the_automatic_quota() {
         inv,
         vec![queue("q", "clusters: [a, b]\nworkerLostTimeout: 10m")],
     );
-    let settings = env.world.queues["q"].settings.clone().unwrap();
-    let cpu = |env: &Env| effective_quota(&env.world, &settings, env.now)["cpu"];
+    let settings = env.world.state.queues["q"].settings.clone().unwrap();
+    let cpu = |env: &Env| effective_quota(&env.world.state, &settings, env.now)["cpu"];
     assert_eq!(cpu(&env), 24_000);
     env.disconnect("a");
     env.advance(mins(9));
@@ -2179,7 +2235,7 @@ fn a_short_disconnect_keeps_the_workers_share_of_the_automatic_quota() {
     env.submit(job("wide").each(12, 0).created(env.now).build());
     let p = env.plan();
     assert!(dispatches(&p.actions).is_empty());
-    let (why, _) = p.waiting.values().next().expect("it waits");
+    let why = &p.waiting.values().next().expect("it waits").reason;
     assert_eq!(*why, reason::NO_WORKER_FITS);
     // Lost: its share goes.
     env.advance(mins(1));
@@ -2300,7 +2356,7 @@ fn small_jobs_pass_a_big_one_until_it_starves_then_its_worker_is_kept_for_it() {
         .waiting
         .iter()
         .find(|(class, _)| *class == &env.job("late").class())
-        .map(|(_, (_, message))| message.clone())
+        .map(|(_, w)| w.message.clone())
         .expect("the late Job's class waits");
     assert!(
         late.contains("kept for team/big, which has waited longest"),
@@ -2321,111 +2377,14 @@ fn small_jobs_pass_a_big_one_until_it_starves_then_its_worker_is_kept_for_it() {
     assert_eq!(went, [("big".into(), "a".into())]);
     // The pass that dispatched the starving Job ended without its reservation, and the late
     // Job failed under that: nothing changed since, so the next pass does not judge it again.
-    let key = env.world.memo_key("q", false);
-    let memo = env.world.class_memo(&env.job("late").class(), &key);
+    let key = env.world.caches.memo_key("q", false);
+    let memo = env.world.caches.verdict(&env.job("late").class());
     assert_eq!(
-        memo.map(|m| m.reason),
+        memo.filter(|m| m.key == key).map(|m| m.reason),
         Some(reason::NO_WORKER_FITS),
         "the late Job's failure still stands"
     );
     let acts = env.settle();
     assert!(dispatches(&acts).is_empty(), "{acts:#?}");
     assert!(env.job("late").suspended);
-}
-
-#[test]
-fn the_nodes_that_gained_room_since_a_misfit_are_known_however_many_changes_came_since() {
-    let mut world = World::new(DispatchConfig::default());
-    world.capacity_changed_on("a", 3);
-    let found = world.capacity_epoch("a");
-    // A busy worker: one node's pods come and go many times.
-    for _ in 0..10_000 {
-        world.capacity_changed_on("a", 7);
-    }
-    world.capacity_changed_on("a", 1);
-    assert_eq!(world.changes_since("a", found), Some(vec![1, 7]));
-    assert_eq!(world.changes_since("a", 0), Some(vec![1, 3, 7]));
-    assert_eq!(
-        world.changes_since("a", world.capacity_epoch("a")),
-        Some(vec![])
-    );
-    // A change anywhere: the whole worker is looked at again for what was found before it.
-    world.capacity_changed("a");
-    let whole = world.capacity_epoch("a");
-    assert_eq!(world.changes_since("a", found), None);
-    world.capacity_changed_on("a", 2);
-    assert_eq!(world.changes_since("a", whole), Some(vec![2]));
-    assert_eq!(world.changes_since("b", 0), None, "a worker never seen");
-}
-
-#[test]
-fn every_node_whose_room_changed_either_way_is_told_to_whoever_counted_before() {
-    let mut world = World::new(DispatchConfig::default());
-    assert_eq!(world.touches("a", 0), Some((&[][..], 0)), "nothing yet");
-    world.capacity_changed_on("a", 3); // gained room
-    world.node_touched("a", 5); // lost room: no capacity epoch for that
-    assert_eq!(world.capacity_epoch("a"), 1);
-    let end = world.touches_end("a");
-    assert_eq!(world.touches("a", 0), Some((&[3, 5][..], end)));
-    world.node_touched("a", 3);
-    assert_eq!(world.touches("a", end), Some((&[3][..], end + 1)));
-    // A change to the whole worker: whoever counted before it counts every node again.
-    let before = world.touches_end("a");
-    world.capacity_changed("a");
-    assert_eq!(world.touches("a", before), None);
-    assert_eq!(world.touches("a", 0), None);
-    let after = world.touches_end("a");
-    assert_eq!(world.touches("a", after), Some((&[][..], after)));
-    // A long log keeps its recent half: a reader further behind counts everything again.
-    for i in 0..100_000 {
-        world.node_touched("a", i % 7);
-    }
-    assert_eq!(world.touches("a", after), None);
-    let end = world.touches_end("a");
-    assert_eq!(end, after + 100_000);
-    assert_eq!(world.touches("a", end - 2).map(|(n, _)| n.len()), Some(2));
-    assert_eq!(
-        world.touches("b", 3),
-        None,
-        "a worker never seen, asked past its start"
-    );
-}
-
-#[test]
-fn the_room_kept_per_shape_does_not_outlive_its_workers_and_shapes() {
-    let mut world = World::new(DispatchConfig::default());
-    world.inventory = Arc::new(
-        InventoryBuilder::default()
-            .cluster("a")
-            .node("a1", 8, 0)
-            .build(),
-    );
-    // Nothing pending any more: a long-running dispatcher that saw many shapes come and go,
-    // in a worker it still has and in one it no longer has.
-    let mut rooms = ShapeRooms::default();
-    for worker in ["a", "gone"] {
-        for shape in 0..40u64 {
-            rooms
-                .entry(worker.to_string())
-                .or_default()
-                .insert(shape, ShapeRoom::default());
-        }
-    }
-    world.keep_shape_rooms(rooms);
-    let kept = world.take_shape_rooms();
-    assert!(
-        !kept.contains_key("gone"),
-        "a worker no longer in the inventory"
-    );
-    assert_eq!(kept.get("a").map(|m| m.len()), Some(0), "shapes no Job has");
-    // A few shapes stay without a look at the pending Jobs.
-    let mut rooms = ShapeRooms::default();
-    for shape in 0..3u64 {
-        rooms
-            .entry("a".to_string())
-            .or_default()
-            .insert(shape, ShapeRoom::default());
-    }
-    world.keep_shape_rooms(rooms);
-    assert_eq!(world.take_shape_rooms()["a"].len(), 3);
 }

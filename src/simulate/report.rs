@@ -88,7 +88,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
     for (i, sj) in sim.scenario_jobs().iter().enumerate() {
         let rec = &sim.records[i];
         let key = crate::dispatcher::JobKey::new(&sj.namespace, &sj.name);
-        let job = world.jobs.get(&key);
+        let job = world.state.jobs.get(&key);
         requested.extend(sj.pod.node_request.keys().cloned());
         let submitted = super::epoch() + sj.submit_at;
         let (result, reason) = match job {
@@ -163,10 +163,10 @@ pub(super) fn build(sim: &Simulation) -> Report {
         num(waits.iter().sum::<f64>() / waits.len() as f64, 3)
     };
 
-    let table = &world.inventory.resources;
+    let table = &world.state.inventory.resources;
     let mut utilization = BTreeMap::new();
     for (name, integral) in sim.usage_integrals() {
-        let Some(cluster) = world.inventory.cluster(name) else {
+        let Some(cluster) = world.state.inventory.cluster(name) else {
             continue;
         };
         let mut fracs = Vec::new();
@@ -195,6 +195,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
             .flat_map(|j| j.pod.node_request.keys())
             .collect();
         let explicit = world
+            .state
             .queues
             .get(queue)
             .and_then(|q| q.settings.as_ref().ok())

@@ -8,7 +8,7 @@
 //! Node usage changes here without the cluster's summary being recomputed each time: the
 //! simulation does it once before the dispatcher plans (see `Simulation::dispatch`).
 
-use crate::dispatcher::{Copy, JobKey};
+use crate::dispatcher::{JobKey, WorkerCopy};
 use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
 use crate::placement::{
@@ -384,7 +384,7 @@ impl SimWorker {
 
     /// The copy's status as its worker's Job controller would write it, as the dispatcher's
     /// watch sees it.
-    pub fn copy(&self, uid: &str) -> Option<Copy> {
+    pub fn copy(&self, uid: &str) -> Option<WorkerCopy> {
         let job = self.jobs.get(uid)?;
         let active = if job.finished.is_some() {
             0
@@ -424,7 +424,7 @@ impl SimWorker {
                 ]
             });
         }
-        Some(Copy {
+        Some(WorkerCopy {
             cluster: self.name.clone(),
             key: job.key.clone(),
             uid: job.uid.clone(),

@@ -1,0 +1,394 @@
+//! What admission remembers between passes to answer its questions faster (see
+//! [`super::oracle`]): only ever a speed-up. Each memo here stands while nothing it was
+//! found from changed; the rules that say when it lapses are the `World`'s calls into this
+//! module ([`Caches::worker_changed`], [`Caches::capacity_changed`], ...), listed below next
+//! to the memos they lapse.
+//!
+//! - Misfits ([`KnownMisfit`]): a class's gang did not fit a worker, with the nodes that had
+//!   room for some of its pods. It stands while the worker's nodes only lose room; a node
+//!   that may have gained room is counted again ([`Caches::capacity_changed_on`]), the whole
+//!   worker when it changed as a whole ([`Caches::capacity_changed`]).
+//! - Room per pod shape ([`ShapeRoom`]): per worker, an upper bound of the pods of a shape
+//!   its nodes can take; brought up to date from the log of nodes whose room changed either
+//!   way ([`Caches::node_lost_room`], [`Caches::capacity_changed_on`]).
+//! - Drained fits: whether a class would fit a worker once it drains, kept while the worker's
+//!   nodes have the same allocatable (the inventory's capacity fingerprint).
+//! - Held views ([`HeldView`]): a worker with the placements held there taken off, kept
+//!   while neither its inventory nor its holds change ([`Caches::holds_changed`]).
+//! - Placement verdicts ([`ClassMemo`]): why a class fits no worker, kept while its queue's
+//!   workers keep their state ([`Caches::worker_changed`]), the workers it was judged
+//!   against keep their capacity, the workers it may use are the same (none newly kept for
+//!   a starving Job) and the queues stay as they were ([`Caches::queues_changed`]). Quota
+//!   is not remembered: it is checked afresh at every look, and cheaply.
+
+mod memo;
+pub(crate) mod oracle;
+mod room;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use memo::{ClassMemo, MemoKey};
+pub(crate) use room::{Changes, ShapeRoom, ShapeRooms};
+
+use super::job::ClassKey;
+use super::ledger::Ledger;
+use super::state::{Queue, State};
+use crate::inventory::{Cluster, Inventory, Node};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+/// A class of pending Jobs that did not fit in a worker: why, and at which capacity epoch
+/// and queues generation.
+#[derive(Debug, Clone)]
+pub(crate) struct KnownMisfit {
+    pub reason: String,
+    /// The worker is too small for it even empty.
+    pub never: bool,
+    pub epoch: u64,
+    pub queues: u64,
+    /// The nodes (by index) that had room for some pods of the gang, with how many. Each
+    /// node's room for identical pods is its own, so later the gang fits at most
+    /// [`KnownMisfit::fitted`], less what the nodes that gained room since had then, plus
+    /// what they have now.
+    pub counts: Arc<[(usize, usize)]>,
+}
+
+impl KnownMisfit {
+    /// At most this many pods of the gang fitted.
+    pub(crate) fn fitted(&self) -> usize {
+        self.counts.iter().map(|(_, c)| c).sum()
+    }
+}
+
+/// A worker's cluster with the placements held there taken off: what every admission pass
+/// starts from, made once and kept while neither the inventory's cluster (held as a `Weak`:
+/// a changed cluster is another allocation) nor the holds there change. When either does,
+/// the next view is made from this one: only the nodes that changed, or whose held
+/// placements did, are made again.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldView {
+    pub base: Weak<Cluster>,
+    pub holds: u64,
+    pub view: Arc<Cluster>,
+    /// The nodes placements are held on, by index: the inventory's node the view's was made
+    /// from (a `Weak`, so that the inventory's node stays its owner's to change in place) and
+    /// a digest of the placements taken off it. Every other node is the inventory's own.
+    pub held: Vec<HeldNode>,
+}
+
+/// One node of a [`HeldView`] with placements held on it.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldNode {
+    pub index: usize,
+    pub base: Weak<Node>,
+    pub digest: u64,
+}
+
+impl HeldView {
+    /// Whether the view is still `base` (the inventory's cluster now) with the placements
+    /// held at hold version `holds` taken off.
+    pub(crate) fn is_current(&self, base: &Arc<Cluster>, holds: u64) -> bool {
+        std::ptr::eq(self.base.as_ptr(), Arc::as_ptr(base)) && self.holds == holds
+    }
+}
+
+/// Whether a class would fit in a worker once it drains (its score if so), found on nodes
+/// with the worker's capacity fingerprint then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DrainedFit {
+    pub capacity_fingerprint: u64,
+    pub score: Option<i64>,
+}
+
+/// What one pass found that is worth keeping (see [`Caches::keep`]).
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub misfits: Vec<(ClassKey, String, KnownMisfit)>,
+    pub drained: Vec<(ClassKey, String, DrainedFit)>,
+    pub held_views: Vec<(String, HeldView)>,
+    pub verdicts: Vec<(ClassKey, ClassMemo)>,
+    pub shape_rooms: ShapeRooms,
+}
+
+/// What is kept across passes, and the epochs that tell when it lapses.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Caches {
+    /// Per worker, a counter bumped whenever it may have gained room (its inventory changed,
+    /// a placement held there was released): a misfit remembered at an epoch stays a misfit
+    /// until the epoch moves.
+    capacity: HashMap<String, u64>,
+    /// Per worker, when its nodes may last have gained room (see [`Changes`]).
+    changes: HashMap<String, Changes>,
+    /// Kept across passes (see [`ShapeRoom`]); a pass takes them while it runs.
+    shape_rooms: ShapeRooms,
+    /// Bumped when a queue is added, changed or removed.
+    queues_generation: u64,
+    /// Per queue, bumped whenever its Jobs may have become admissible because one of its
+    /// workers changed state (or as a whole).
+    queue_epochs: HashMap<String, u64>,
+    /// Per worker, the queues that list it, for the queues generation it was found at.
+    queues_of: (u64, HashMap<String, Arc<[String]>>),
+    /// Why each class of pending Jobs last fit no worker, and under which epochs.
+    verdicts: HashMap<ClassKey, ClassMemo>,
+    /// Misfits of a class in a worker, with the epochs they were found at.
+    misfits: HashMap<ClassKey, HashMap<String, KnownMisfit>>,
+    /// Per worker, bumped whenever a placement held there is added or released.
+    hold_versions: HashMap<String, u64>,
+    /// Per worker, its cluster with the placements held there taken off.
+    held_views: HashMap<String, HeldView>,
+    drained: HashMap<ClassKey, HashMap<String, DrainedFit>>,
+    /// The workers that held stale copies at the last admission pass.
+    stale_when_judged: Vec<String>,
+}
+
+impl Caches {
+    // ---- The rules that lapse memos, called by the `World` as things change. ----
+
+    /// A queue was added, changed or removed: every misfit and verdict lapses.
+    pub(crate) fn queues_changed(&mut self) {
+        self.queues_generation += 1;
+    }
+
+    /// Something about the worker changed that may let Jobs of its queues go there (its
+    /// state, stale copies gone): the verdicts of its queues lapse.
+    pub(crate) fn worker_changed(&mut self, cluster: &str, queues: &BTreeMap<String, Queue>) {
+        if self.queues_of.0 != self.queues_generation {
+            self.queues_of = (self.queues_generation, HashMap::default());
+        }
+        let listing = match self.queues_of.1.get(cluster) {
+            Some(q) => q.clone(),
+            None => {
+                let q: Arc<[String]> = queues
+                    .values()
+                    .filter(|q| {
+                        q.settings
+                            .as_ref()
+                            .is_ok_and(|s| s.clusters.iter().any(|c| c == cluster))
+                    })
+                    .map(|q| q.name.clone())
+                    .collect();
+                self.queues_of.1.insert(cluster.to_string(), q.clone());
+                q
+            }
+        };
+        for q in listing.iter() {
+            bump(&mut self.queue_epochs, q);
+        }
+    }
+
+    /// The worker may have gained room anywhere (its inventory, or its state, changed): its
+    /// misfits are counted again whole, and its queues' verdicts lapse.
+    pub(crate) fn capacity_changed(&mut self, cluster: &str, queues: &BTreeMap<String, Queue>) {
+        let epoch = self.next_epoch(cluster);
+        let c = self.changes.entry(cluster.to_string()).or_default();
+        c.whole_worker_changed(epoch);
+        self.worker_changed(cluster, queues);
+    }
+
+    /// Node `index` of the worker may have gained room (a pod ended, a placement held there
+    /// was released). Only the classes judged against this worker look again (see
+    /// [`ClassMemo::looked`]): its allocatable, and so its queues' automatic quota and
+    /// whether a gang could ever fit there, stay as they were.
+    pub(crate) fn capacity_changed_on(&mut self, cluster: &str, index: usize) {
+        let epoch = self.next_epoch(cluster);
+        self.changes
+            .entry(cluster.to_string())
+            .or_default()
+            .node_changed(index, epoch);
+    }
+
+    /// Node `index` of the worker lost room (a pod was bound there): nothing waiting can go
+    /// there because of it, but [`ShapeRoom`]s count it again.
+    pub(crate) fn node_lost_room(&mut self, cluster: &str, index: usize) {
+        match self.changes.get_mut(cluster) {
+            Some(c) => c.touch(index),
+            None => self
+                .changes
+                .entry(cluster.to_string())
+                .or_default()
+                .touch(index),
+        }
+    }
+
+    /// A placement held in the worker was added or released: its held view lapses.
+    pub(crate) fn holds_changed(&mut self, cluster: &str) {
+        bump(&mut self.hold_versions, cluster);
+    }
+
+    /// The inventory was replaced by `new`: workers whose data changed may have gained room.
+    pub(crate) fn inventory_replaced(
+        &mut self,
+        old: &Inventory,
+        new: &Inventory,
+        queues: &BTreeMap<String, Queue>,
+    ) {
+        for c in &new.clusters {
+            let same = old
+                .cluster(&c.name)
+                .is_some_and(|o| std::ptr::eq(o, c.as_ref()));
+            if !same {
+                self.capacity_changed(&c.name, queues);
+            }
+        }
+    }
+
+    /// Called before each admission pass: a worker that held stale copies at the last pass
+    /// and holds none now may take Jobs again. (Compared pass to pass, not copy by copy: a
+    /// finished Job's copy is stale from its final status until its removal, both carried
+    /// out between two passes, and no pass saw the worker kept for it.)
+    pub(crate) fn before_pass(&mut self, state: &State, ledger: &Ledger) {
+        let now = state.workers_with_stale_copies();
+        let then = std::mem::replace(&mut self.stale_when_judged, now);
+        for c in then {
+            if !state.has_stale_copies(&c) {
+                self.worker_changed(&c, &state.queues);
+            }
+        }
+        // Views of workers gone from the inventory or without held placements would keep old
+        // nodes shared (a node shared is a node copied when it changes). A view whose worker
+        // or holds changed is kept: the next one is made from it.
+        self.held_views.retain(|name, _| {
+            ledger.holds_any_in(name) && state.inventory.cluster_arc(name).is_some()
+        });
+    }
+
+    // ---- Keeping what a pass found. ----
+
+    /// The [`ShapeRoom`]s kept across passes, for a pass to bring up to date and hand back
+    /// in its [`Findings`].
+    pub(crate) fn take_shape_rooms(&mut self) -> ShapeRooms {
+        std::mem::take(&mut self.shape_rooms)
+    }
+
+    /// Keeps what the pass found.
+    pub(crate) fn keep(&mut self, found: Findings, state: &State, ledger: &Ledger) {
+        let pending = ledger.pending_classes();
+        self.keep_shape_rooms(found.shape_rooms, &state.inventory, pending);
+        for (cluster, view) in found.held_views {
+            self.held_views.insert(cluster, view);
+        }
+        for (class, cluster, misfit) in found.misfits {
+            self.misfits
+                .entry(class)
+                .or_default()
+                .insert(cluster, misfit);
+        }
+        prune(&mut self.misfits, pending);
+        for (class, cluster, fit) in found.drained {
+            self.drained.entry(class).or_default().insert(cluster, fit);
+        }
+        prune(&mut self.drained, pending);
+        for (class, memo) in found.verdicts {
+            self.verdicts.insert(class, memo);
+        }
+        prune(&mut self.verdicts, pending);
+    }
+
+    /// Keeps what a pass brought up to date, less the workers the inventory no longer has
+    /// and, once a worker holds more shapes than there are classes of pending Jobs, the
+    /// shapes no pending Job has (a long-running dispatcher sees many shapes come and go).
+    fn keep_shape_rooms(
+        &mut self,
+        mut rooms: ShapeRooms,
+        inventory: &Inventory,
+        pending: &BTreeMap<ClassKey, impl Sized>,
+    ) {
+        if rooms.len() > inventory.clusters.len() {
+            rooms.retain(|worker, _| inventory.cluster(worker).is_some());
+        }
+        let most = pending.len() + 16;
+        if rooms.values().any(|by_shape| by_shape.len() > most) {
+            let shapes: std::collections::HashSet<u64> =
+                pending.keys().map(|class| class.shape).collect();
+            for by_shape in rooms.values_mut() {
+                by_shape.retain(|shape, _| shapes.contains(shape));
+            }
+        }
+        self.shape_rooms = rooms;
+    }
+
+    // ---- Reading, for the cached oracle. ----
+
+    fn next_epoch(&mut self, cluster: &str) -> u64 {
+        let epoch = self.capacity.entry(cluster.to_string()).or_insert(0);
+        *epoch += 1;
+        *epoch
+    }
+
+    pub(crate) fn capacity_epoch(&self, cluster: &str) -> u64 {
+        self.capacity.get(cluster).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn queues_generation(&self) -> u64 {
+        self.queues_generation
+    }
+
+    pub(crate) fn hold_version(&self, cluster: &str) -> u64 {
+        self.hold_versions.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// What a class's placement verdict depends on, beyond its own Jobs and its queue's
+    /// workers' nodes.
+    pub(crate) fn memo_key(&self, queue: &str, starving: bool) -> MemoKey {
+        MemoKey {
+            queue_epoch: self.queue_epochs.get(queue).copied().unwrap_or(0),
+            queues: self.queues_generation,
+            starving,
+        }
+    }
+
+    pub(crate) fn verdict(&self, class: &ClassKey) -> Option<&ClassMemo> {
+        self.verdicts.get(class)
+    }
+
+    pub(crate) fn misfits_of(&self, class: &ClassKey) -> Option<&HashMap<String, KnownMisfit>> {
+        self.misfits.get(class)
+    }
+
+    pub(crate) fn drained_of(&self, class: &ClassKey) -> Option<&HashMap<String, DrainedFit>> {
+        self.drained.get(class)
+    }
+
+    pub(crate) fn held_view(&self, cluster: &str) -> Option<&HeldView> {
+        self.held_views.get(cluster)
+    }
+
+    /// The nodes (by index) of the worker that may have gained room since `epoch`, when
+    /// known node by node; `None` when anything may have changed.
+    pub(crate) fn changes_since(&self, cluster: &str, epoch: u64) -> Option<Vec<usize>> {
+        self.changes.get(cluster)?.since(epoch)
+    }
+
+    /// The nodes of the worker whose room changed since position `since` of its log (some
+    /// maybe more than once), and the position after them; `None` when the whole worker
+    /// may have changed since (or the log no longer goes back that far).
+    pub(crate) fn touches(&self, cluster: &str, since: u64) -> Option<(&[usize], u64)> {
+        match self.changes.get(cluster) {
+            None => (since == 0).then_some((&[][..], 0)),
+            Some(c) => c.touches(since),
+        }
+    }
+
+    /// Where the worker's log of touched nodes ends now.
+    pub(crate) fn touches_end(&self, cluster: &str) -> u64 {
+        self.changes.get(cluster).map_or(0, Changes::end)
+    }
+}
+
+/// Drops the classes no Job is pending in any more, now and then.
+fn prune<V>(memos: &mut HashMap<ClassKey, V>, pending: &BTreeMap<ClassKey, impl Sized>) {
+    if memos.len() > 4 * (pending.len() + 1) {
+        memos.retain(|class, _| pending.contains_key(class));
+    }
+}
+
+/// Bumps `key`'s counter in `epochs`.
+fn bump(epochs: &mut HashMap<String, u64>, key: &str) {
+    match epochs.get_mut(key) {
+        Some(e) => *e += 1,
+        None => {
+            epochs.insert(key.to_string(), 1);
+        }
+    }
+}

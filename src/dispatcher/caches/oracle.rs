@@ -1,0 +1,788 @@
+//! Admission's questions answered from what earlier passes found, and from what this pass
+//! found so far: the same answers as [`PlainOracle`](crate::dispatcher::oracle::PlainOracle),
+//! with far fewer searches.
+//!
+//! A gang's fit in a worker is searched once per pass until the pass places something there
+//! (`fits`); a misfit found in an earlier pass stands while the nodes that may have gained
+//! room since cannot make up the difference (`misfit_stands`); workers nothing is known of
+//! are searched across the cores at once (`prepare`); a class's verdict stands while nothing
+//! it depended on changed (`recall`).
+
+use super::{Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, ShapeRoom};
+use crate::dispatcher::job::ClassKey;
+use crate::dispatcher::ledger::Ledger;
+use crate::dispatcher::oracle::view::{fit_drained, node_of, takes_of, PassView};
+use crate::dispatcher::oracle::{Circumstances, Fit, Gang, Oracle, Verdict};
+use crate::dispatcher::state::State;
+use crate::dispatcher::world::{DispatchConfig, Placement};
+use crate::inventory::{Cluster, Node};
+use crate::placement::fit::{summary_shortfall, PARALLEL_NODES};
+use crate::placement::inflight::Take;
+use crate::placement::{fit_cluster, fit_clusters, BoundPod, ClusterFit, NodeJudge, PodShape};
+use foldhash::{HashMap, HashMapExt as _};
+use std::sync::Arc;
+
+/// How many pods of a shape fit on one node as the pass sees it.
+#[derive(Clone, Copy)]
+struct RoomCount {
+    /// The worker's pass version when counted.
+    version: u64,
+    /// The most pods that were asked for.
+    asked: usize,
+    fits: usize,
+}
+
+/// A node and a pod shape key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct NodeShape {
+    node: usize,
+    shape: u64,
+}
+
+/// One queue's memo inputs, fixed for the pass.
+struct QueueMemo {
+    key: MemoKey,
+    /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
+    /// the inventory does not have it.
+    epochs: Arc<[Option<u64>]>,
+    /// The nodes of its workers.
+    nodes: usize,
+}
+
+/// What is looked up once per judgement of a class.
+#[derive(Default)]
+struct Judging<'w> {
+    misfits: Option<&'w HashMap<String, KnownMisfit>>,
+    /// Whether the pass found fits of the class before.
+    may_know: bool,
+    bound: Option<Arc<BoundPod>>,
+}
+
+/// The oracle over the caches.
+pub(crate) struct CachedOracle<'w> {
+    view: PassView<'w>,
+    state: &'w State,
+    ledger: &'w Ledger,
+    caches: &'w Caches,
+    config: &'w DispatchConfig,
+    found: Findings,
+    /// The fits (and misfits) of a class in a worker found in this pass, with the worker's
+    /// pass version then: the Jobs of a class are tried one after another, and only the
+    /// worker the last one went to changed for the next.
+    fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
+    /// The nodes of a worker that may have gained room since an epoch, found once per pass:
+    /// the misfits of most classes in a worker were found at the same epochs.
+    changed: HashMap<(&'w str, u64), Option<Arc<[usize]>>>,
+    /// How many pods of a shape fit on a node as this pass sees it, by worker.
+    room: HashMap<&'w str, HashMap<NodeShape, RoomCount>>,
+    /// Per worker not looked at whole yet, the placements held there by node (index).
+    held_by_node: HashMap<&'w str, Vec<(usize, &'w Take)>>,
+    /// Nodes of such workers with the placements held on them taken off.
+    held_nodes: HashMap<&'w str, HashMap<usize, Node>>,
+    /// Pod shapes bound to the inventory's resource table, by shape key.
+    bound: HashMap<u64, Arc<BoundPod>>,
+    /// By the pass's queue slot.
+    queues: Vec<Option<QueueMemo>>,
+    judging: Judging<'w>,
+}
+
+impl<'w> CachedOracle<'w> {
+    /// `shape_rooms` are the caches' (see [`Caches::take_shape_rooms`]), handed back in the
+    /// findings.
+    pub(crate) fn new(
+        state: &'w State,
+        ledger: &'w Ledger,
+        caches: &'w Caches,
+        config: &'w DispatchConfig,
+        shape_rooms: super::ShapeRooms,
+    ) -> Self {
+        Self {
+            view: PassView::new(state, ledger),
+            state,
+            ledger,
+            caches,
+            config,
+            found: Findings {
+                shape_rooms,
+                ..Default::default()
+            },
+            fits: HashMap::new(),
+            changed: HashMap::new(),
+            room: HashMap::new(),
+            held_by_node: HashMap::new(),
+            held_nodes: HashMap::new(),
+            bound: HashMap::new(),
+            queues: Vec::new(),
+            judging: Judging::default(),
+        }
+    }
+
+    /// What the pass found that is worth keeping.
+    pub(crate) fn into_findings(self) -> Findings {
+        self.found
+    }
+
+    fn queue_memo(&mut self, now: &Circumstances) -> &QueueMemo {
+        if self.queues.len() <= now.queue_slot {
+            self.queues.resize_with(now.queue_slot + 1, || None);
+        }
+        let (state, caches) = (self.state, self.caches);
+        self.queues[now.queue_slot].get_or_insert_with(|| QueueMemo {
+            key: caches.memo_key(now.queue, false),
+            epochs: now
+                .workers
+                .iter()
+                .map(|name| {
+                    state
+                        .inventory
+                        .cluster_arc(name)
+                        .map(|_| caches.capacity_epoch(name))
+                })
+                .collect(),
+            nodes: now
+                .workers
+                .iter()
+                .filter_map(|n| state.inventory.cluster(n))
+                .map(|c| c.nodes.len())
+                .sum(),
+        })
+    }
+
+    /// The misfit of the class being judged in `worker`, found in an earlier pass under the
+    /// current queues (and described, when messages are asked for).
+    fn known_misfit(&self, worker: &str) -> Option<&'w KnownMisfit> {
+        let queues = self.caches.queues_generation();
+        let describe = self.config.describe;
+        self.judging
+            .misfits?
+            .get(worker)
+            .filter(|m| m.queues == queues && (!describe || !m.reason.is_empty()))
+    }
+
+    /// The fit of `class` in `worker` found earlier in this pass, if the pass has not placed
+    /// anything there since.
+    fn known_fit(&self, class: &ClassKey, worker: &str) -> Option<Arc<ClusterFit>> {
+        let (version, fit) = self.fits.get(class)?.get(worker)?;
+        (*version == self.view.version(worker)).then(|| fit.clone())
+    }
+
+    fn remember_fit(&mut self, class: &ClassKey, worker: &str, fit: ClusterFit) -> Arc<ClusterFit> {
+        let fit = Arc::new(fit);
+        let version = self.view.version(worker);
+        let by_worker = match self.fits.get_mut(class) {
+            Some(m) => m,
+            None => self.fits.entry(class.clone()).or_default(),
+        };
+        by_worker.insert(worker.to_string(), (version, fit.clone()));
+        fit
+    }
+
+    /// A misfit found now, to remember: the nodes the gang's pods fitted on, at the worker's
+    /// capacity `epoch`.
+    fn misfit_found(&self, fit: &ClusterFit, epoch: u64) -> Option<KnownMisfit> {
+        let m = fit.misfit.as_ref()?;
+        Some(KnownMisfit {
+            reason: describe(m, self.config.describe),
+            never: m.unresolvable(),
+            epoch,
+            queues: self.caches.queues_generation(),
+            counts: fit.placements.as_slice().into(),
+        })
+    }
+
+    /// The worker as the pass sees it: its held view when current, else made afresh (from
+    /// the last view, where nodes and holds are the same) and kept.
+    fn cluster(&mut self, name: &str) -> Option<&Cluster> {
+        let (caches, ledger) = (self.caches, self.ledger);
+        let found = &mut self.found;
+        self.view.cluster(name, |base| {
+            let holds = caches.hold_version(name);
+            if let Some(v) = caches.held_view(name).filter(|v| v.is_current(base, holds)) {
+                return v.view.clone();
+            }
+            let (c, held) = held_cluster(caches, ledger, name, base);
+            let c = Arc::new(c);
+            found.held_views.push((
+                name.to_string(),
+                HeldView {
+                    base: Arc::downgrade(base),
+                    holds,
+                    view: c.clone(),
+                    held,
+                },
+            ));
+            c
+        })
+    }
+
+    fn search(&mut self, gang: &Gang, worker: &str) -> Option<ClusterFit> {
+        let bound = self.judging.bound.clone()?;
+        let (table, engine) = (&self.state.inventory.resources, &self.config.engine);
+        let cluster = self.cluster(worker)?;
+        Some(fit_cluster(
+            cluster,
+            table,
+            gang.shape,
+            &bound,
+            gang.pods,
+            engine,
+            gang.strategy,
+        ))
+    }
+
+    /// The exact fit of the gang in `worker`.
+    fn exact(&mut self, gang: &Gang, worker: &'w str) -> Fit {
+        let Some(epoch) = self
+            .state
+            .inventory
+            .cluster_arc(worker)
+            .map(|_| self.caches.capacity_epoch(worker))
+        else {
+            return Fit::not_in_inventory();
+        };
+        if let Some(fit) = self
+            .judging
+            .may_know
+            .then(|| self.known_fit(gang.class, worker))
+            .flatten()
+        {
+            return Fit::of(&fit, self.config.describe);
+        }
+        if let Some(known) = self.known_misfit(worker) {
+            if let Some(stands) = self.misfit_stands(gang, worker, known, epoch) {
+                return stands;
+            }
+        }
+        let Some(fit) = self.search(gang, worker) else {
+            return Fit::not_in_inventory();
+        };
+        let fit = self.remember_fit(gang.class, worker, fit);
+        if let Some(known) = self.misfit_found(&fit, epoch) {
+            self.found
+                .misfits
+                .push((gang.class.clone(), worker.to_string(), known));
+        }
+        Fit::of(&fit, self.config.describe)
+    }
+
+    /// The misfit, if it still stands: the nodes that gained room since it was found (if
+    /// any) cannot make up the difference.
+    fn misfit_stands(
+        &mut self,
+        gang: &Gang,
+        worker: &'w str,
+        known: &'w KnownMisfit,
+        epoch: u64,
+    ) -> Option<Fit> {
+        let stands = Fit::Misfit {
+            reason: known.reason.clone(),
+            never: known.never,
+        };
+        let bound = self.judging.bound.clone()?;
+        let (inventory, engine) = (&self.state.inventory, &self.config.engine);
+        let mut judge: Option<NodeJudge<'_>> = None;
+        let mut count = |node: &Node, want: usize| {
+            judge
+                .get_or_insert_with(|| {
+                    NodeJudge::new(
+                        &inventory.resources,
+                        gang.shape,
+                        &bound,
+                        engine,
+                        gang.strategy,
+                    )
+                })
+                .count(node, want)
+        };
+        let full = || {
+            inventory
+                .cluster(worker)
+                .is_some_and(|c| summary_shortfall(&c.summary, gang.shape, &bound).is_some())
+        };
+        let counted = if known.epoch == epoch {
+            Some((known.fitted(), known.counts.clone()))
+        } else if full() {
+            // No node has room for one pod: none that gained some can add any.
+            Some((0, Arc::from([])))
+        } else if self
+            .room_of(worker, gang.class.shape, gang.pods, &mut count)
+            .is_some_and(|room| room < gang.pods)
+        {
+            // Too little room in the whole worker, even without what is held there: the
+            // misfit stands, as found then.
+            return Some(stands);
+        } else {
+            self.changes_since(worker, known.epoch).map(|nodes| {
+                // The nodes that gained room count for what they hold now, the others for
+                // what they held then (at most what they hold now).
+                let mut counts: Vec<(usize, usize)> = known
+                    .counts
+                    .iter()
+                    .filter(|(i, _)| nodes.binary_search(i).is_err())
+                    .copied()
+                    .collect();
+                let fitted = self.count_room(
+                    worker,
+                    &nodes,
+                    gang.class.shape,
+                    gang.pods,
+                    &mut counts,
+                    &mut count,
+                );
+                counts.sort_unstable();
+                (fitted, Arc::from(counts))
+            })
+        };
+        let (_, counts) = counted.filter(|(fitted, _)| *fitted < gang.pods)?;
+        // A misfit that stands is one a search now would find: checked in debug builds, so
+        // that room a node gained without saying so fails the tests.
+        if cfg!(debug_assertions) {
+            if let Some(now) = self.search(gang, worker) {
+                debug_assert!(
+                    !now.fits(),
+                    "{:?} fits in {worker}, yet its misfit stood",
+                    gang.class
+                );
+            }
+        }
+        if known.epoch != epoch {
+            self.found.misfits.push((
+                gang.class.clone(),
+                worker.to_string(),
+                KnownMisfit {
+                    epoch,
+                    counts,
+                    ..known.clone()
+                },
+            ));
+        }
+        Some(stands)
+    }
+
+    /// At most how many pods of shape `shape` the nodes of `worker` can take at once,
+    /// counting up to `gang` per node (see [`ShapeRoom`]): only the nodes whose room changed
+    /// since the last look are counted again. `None` when the inventory lacks the worker.
+    fn room_of(
+        &mut self,
+        worker: &str,
+        shape: u64,
+        gang: usize,
+        mut count: impl FnMut(&Node, usize) -> usize,
+    ) -> Option<usize> {
+        let caches = self.caches;
+        let base = self.state.inventory.cluster(worker)?;
+        let by_shape = match self.found.shape_rooms.get_mut(worker) {
+            Some(m) => m,
+            None => self
+                .found
+                .shape_rooms
+                .entry(worker.to_string())
+                .or_default(),
+        };
+        let room: &mut ShapeRoom = by_shape.entry(shape).or_default();
+        let touched = caches
+            .touches(worker, room.pos)
+            .filter(|_| room.cap >= gang && room.counts.len() == base.nodes.len());
+        match touched {
+            Some((nodes, end)) => {
+                for &i in nodes {
+                    let (Some(node), Some(was)) = (base.nodes.get(i), room.counts.get_mut(i))
+                    else {
+                        continue;
+                    };
+                    let now = count(node, room.cap) as u32;
+                    room.total = room.total - *was as usize + now as usize;
+                    *was = now;
+                }
+                room.pos = end;
+            }
+            None => {
+                room.cap = room.cap.max(gang);
+                room.pos = caches.touches_end(worker);
+                room.counts = base
+                    .nodes
+                    .iter()
+                    .map(|n| count(n, room.cap) as u32)
+                    .collect();
+                room.total = room.counts.iter().map(|&c| c as usize).sum();
+            }
+        }
+        // Every change to a node's room reaches the log (or marks the whole worker).
+        #[cfg(debug_assertions)]
+        for (i, node) in base.nodes.iter().enumerate() {
+            debug_assert_eq!(
+                count(node, room.cap) as u32,
+                room.counts[i],
+                "node {i} of {worker} changed without a touch"
+            );
+        }
+        Some(room.total)
+    }
+
+    /// [`Caches::changes_since`], found once per pass.
+    fn changes_since(&mut self, worker: &'w str, epoch: u64) -> Option<Arc<[usize]>> {
+        let caches = self.caches;
+        self.changed
+            .entry((worker, epoch))
+            .or_insert_with(|| caches.changes_since(worker, epoch).map(Arc::from))
+            .clone()
+    }
+
+    /// Counts how many pods of shape `shape` fit on each of `nodes` of `worker` as this pass
+    /// sees it, adding the nodes with room to `counts`, until what `counts` holds reaches
+    /// `gang`; returns what it holds then. A node's count is found once per pass and shared
+    /// by the classes of that shape. Where the nodes come from (the pass's view of the
+    /// worker, the held view, the inventory with the placements held there taken off) is
+    /// found once for them all.
+    fn count_room(
+        &mut self,
+        worker: &'w str,
+        nodes: &[usize],
+        shape: u64,
+        gang: usize,
+        counts: &mut Vec<(usize, usize)>,
+        mut count: impl FnMut(&Node, usize) -> usize,
+    ) -> usize {
+        let mut fitted: usize = counts.iter().map(|(_, c)| c).sum();
+        let (caches, ledger, inventory) = (self.caches, self.ledger, &self.state.inventory);
+        let version = self.view.version(worker);
+        let view: Option<&Cluster> = match self.view.peek(worker) {
+            Some(c) => Some(c),
+            None => inventory.cluster_arc(worker).and_then(|base| {
+                let holds = caches.hold_version(worker);
+                caches
+                    .held_view(worker)
+                    .filter(|v| v.is_current(base, holds))
+                    .map(|v| v.view.as_ref())
+            }),
+        };
+        let base = match view {
+            Some(_) => None,
+            None => inventory.cluster_arc(worker),
+        };
+        let held = match base {
+            Some(base) if ledger.holds_any_in(worker) => {
+                Some(&*self.held_by_node.entry(worker).or_insert_with(|| {
+                    let mut held: Vec<(usize, &Take)> = ledger
+                        .holds_in(worker)
+                        .flat_map(|h| &h.takes)
+                        .filter_map(|t| Some((node_of(base, t)?, t)))
+                        .collect();
+                    // Stable: a node's takes stay in the order they are held.
+                    held.sort_by_key(|(i, _)| *i);
+                    held
+                }))
+            }
+            _ => None,
+        };
+        let room = self.room.entry(worker).or_default();
+        let held_nodes = self.held_nodes.entry(worker).or_default();
+        for &i in nodes {
+            if fitted >= gang {
+                break;
+            }
+            let want = gang - fitted;
+            let key = NodeShape { node: i, shape };
+            let c = match room.get(&key) {
+                // A count below what was asked is all the room there is.
+                Some(r) if r.version == version && (r.fits < r.asked || want <= r.asked) => {
+                    r.fits.min(want)
+                }
+                _ => {
+                    let node: Option<&Node> = match (view, base, held) {
+                        (Some(v), _, _) => v.nodes.get(i).map(Arc::as_ref),
+                        (None, Some(base), None) => base.nodes.get(i).map(Arc::as_ref),
+                        (None, Some(base), Some(held)) => base.nodes.get(i).map(|node| {
+                            let from = held.partition_point(|(j, _)| *j < i);
+                            let mut on =
+                                held[from..].iter().take_while(|(j, _)| *j == i).peekable();
+                            if on.peek().is_none() {
+                                return node.as_ref();
+                            }
+                            held_nodes.entry(i).or_insert_with(|| {
+                                let mut n = Node::clone(node);
+                                for (_, t) in on {
+                                    t.apply_to(&mut n);
+                                }
+                                n
+                            })
+                        }),
+                        (None, None, _) => None,
+                    };
+                    match node {
+                        None => 0,
+                        Some(n) => {
+                            let fits = count(n, want);
+                            room.insert(
+                                key,
+                                RoomCount {
+                                    version,
+                                    asked: want,
+                                    fits,
+                                },
+                            );
+                            fits
+                        }
+                    }
+                }
+            };
+            if c > 0 {
+                counts.push((i, c));
+                fitted += c;
+            }
+        }
+        fitted
+    }
+
+    /// The workers nothing is known about yet are judged all at once, across the cores,
+    /// when they have enough nodes between them.
+    fn judge_unknown_at_once(&mut self, gang: &Gang, workers: &[&'w str]) {
+        let parallel_from = 2 * PARALLEL_NODES;
+        let mut todo: Vec<&'w str> = Vec::new();
+        let mut nodes = 0;
+        for &name in workers {
+            let Some(c) = self.state.inventory.cluster(name) else {
+                continue;
+            };
+            if self.known_fit(gang.class, name).is_some() || self.known_misfit(name).is_some() {
+                continue;
+            }
+            nodes += c.nodes.len();
+            todo.push(name);
+        }
+        if todo.len() < 2 || nodes < parallel_from {
+            return;
+        }
+        for name in &todo {
+            self.cluster(name);
+        }
+        let Some(bound) = self.judging.bound.clone() else {
+            return;
+        };
+        let clusters: Vec<&Cluster> = todo.iter().filter_map(|n| self.view.peek(n)).collect();
+        if clusters.len() != todo.len() {
+            return;
+        }
+        let found = fit_clusters(
+            &clusters,
+            &self.state.inventory.resources,
+            gang.shape,
+            &bound,
+            gang.pods,
+            &self.config.engine,
+            gang.strategy,
+        );
+        for (name, fit) in todo.iter().zip(found) {
+            let epoch = self.caches.capacity_epoch(name);
+            if let Some(known) = self.misfit_found(&fit, epoch) {
+                self.found
+                    .misfits
+                    .push((gang.class.clone(), name.to_string(), known));
+            }
+            self.remember_fit(gang.class, name, fit);
+        }
+    }
+
+    /// `shape` (whose key is `key`) bound to the inventory's resource table, once per pass.
+    fn bind(&mut self, key: u64, shape: &PodShape) -> Arc<BoundPod> {
+        let table = &self.state.inventory.resources;
+        self.bound
+            .entry(key)
+            .or_insert_with(|| Arc::new(shape.bind(table)))
+            .clone()
+    }
+}
+
+impl<'w> Oracle<'w> for CachedOracle<'w> {
+    fn prepare(&mut self, gang: &Gang, now: &Circumstances, workers: &[&'w str]) {
+        self.judging = Judging {
+            misfits: self.caches.misfits_of(gang.class),
+            may_know: false,
+            bound: Some(self.bind(gang.class.shape, gang.shape)),
+        };
+        let parallel_from = 2 * PARALLEL_NODES;
+        if self.config.placement == Placement::Exact && self.queue_memo(now).nodes >= parallel_from
+        {
+            self.judge_unknown_at_once(gang, workers);
+        }
+        // Most classes are judged once in a pass: nothing found for them earlier in it.
+        self.judging.may_know = self.fits.contains_key(gang.class);
+    }
+
+    fn fit(&mut self, gang: &Gang, worker: &'w str) -> Fit {
+        match self.config.placement {
+            Placement::SumOfFree => self.view.sum_fit(worker, &gang.job.total_request()),
+            Placement::Exact | Placement::Everywhere => self.exact(gang, worker),
+        }
+    }
+
+    fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64> {
+        let inventory = &self.state.inventory;
+        let base = inventory.cluster(worker)?;
+        let print = base.summary.capacity_print;
+        let known = self
+            .caches
+            .drained_of(gang.class)
+            .and_then(|d| d.get(worker))
+            .filter(|d| d.capacity_fingerprint == print);
+        if let Some(known) = known {
+            return known.score;
+        }
+        let score = fit_drained(base, gang, inventory, &self.config.engine);
+        self.found.drained.push((
+            gang.class.clone(),
+            worker.to_string(),
+            DrainedFit {
+                capacity_fingerprint: print,
+                score,
+            },
+        ));
+        score
+    }
+
+    fn place(&mut self, gang: &Gang, worker: &'w str) -> Option<Vec<Take>> {
+        match self.config.placement {
+            Placement::SumOfFree => {
+                self.view.sum_take(worker, &gang.job.total_request());
+                Some(Vec::new())
+            }
+            Placement::Everywhere => Some(Vec::new()),
+            Placement::Exact => {
+                // Found just now, on the worker as it still is.
+                let fit = self.known_fit(gang.class, worker)?;
+                let bound = self.judging.bound.clone()?;
+                let table = &self.state.inventory.resources;
+                let cluster = self.view.peek(worker)?;
+                let takes = takes_of(cluster, gang, &bound, &fit, &self.config.engine, table);
+                self.view.take(worker, &takes);
+                Some(takes)
+            }
+        }
+    }
+
+    fn recall(&mut self, class: &ClassKey, now: &Circumstances) -> Option<Verdict> {
+        let describe = self.config.describe;
+        let caches = self.caches;
+        let memo = self.queue_memo(now);
+        let key = MemoKey {
+            starving: now.starving,
+            ..memo.key.clone()
+        };
+        let m = caches.verdict(class).filter(|m| {
+            m.key == key
+                && (!describe || !m.message.is_empty())
+                // The workers it was judged against are the ones it may use now, and none
+                // of them gained room since.
+                && *m.usable == **now.usable
+                && m.looked
+                    .iter()
+                    .all(|&(order, epoch)| memo.epochs.get(order) == Some(&epoch))
+        })?;
+        Some(Verdict {
+            reason: m.reason,
+            message: m.message.clone(),
+            reserve: m.reserve.clone(),
+            hold_quota: m.holds_quota,
+        })
+    }
+
+    fn remember(
+        &mut self,
+        class: &ClassKey,
+        now: &Circumstances,
+        verdict: &Verdict,
+        asked: &[usize],
+    ) {
+        let memo = self.queue_memo(now);
+        let key = MemoKey {
+            starving: now.starving,
+            ..memo.key.clone()
+        };
+        let looked: Arc<[(usize, Option<u64>)]> = asked
+            .iter()
+            .map(|&order| (order, memo.epochs.get(order).copied().flatten()))
+            .collect();
+        self.found.verdicts.push((
+            class.clone(),
+            super::ClassMemo {
+                key,
+                reason: verdict.reason,
+                message: verdict.message.clone(),
+                reserve: verdict.reserve.clone(),
+                holds_quota: verdict.hold_quota,
+                usable: now.usable.clone(),
+                looked,
+            },
+        ));
+    }
+}
+
+/// `base` with the placements held in it taken off, and the nodes they were taken from.
+/// A node that is the same in the inventory as when the last view was made, with the same
+/// placements held on it, is taken from that view as it is.
+fn held_cluster(
+    caches: &Caches,
+    ledger: &Ledger,
+    name: &str,
+    base: &Arc<Cluster>,
+) -> (Cluster, Vec<HeldNode>) {
+    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+    let mut on: Vec<(usize, (u64, usize), &Take)> = ledger
+        .holds_in(name)
+        .flat_map(|h| {
+            h.takes
+                .iter()
+                .enumerate()
+                .map(move |(k, t)| ((h.serial, k), t))
+        })
+        .filter_map(|(id, t)| Some((node_of(base, t)?, id, t)))
+        .collect();
+    // Stable: a node's takes stay in the order they are held.
+    on.sort_by_key(|(i, _, _)| *i);
+    let last = caches
+        .held_view(name)
+        .filter(|v| v.view.nodes.len() == base.nodes.len());
+    let mut c = Cluster::clone(base);
+    let mut held = Vec::new();
+    let hasher = foldhash::fast::FixedState::default();
+    for group in on.chunk_by(|a, b| a.0 == b.0) {
+        let index = group[0].0;
+        let mut h = hasher.build_hasher();
+        for (_, id, _) in group {
+            id.hash(&mut h);
+        }
+        let digest = h.finish();
+        let node = HeldNode {
+            index,
+            base: Arc::downgrade(&base.nodes[index]),
+            digest,
+        };
+        let same = last.and_then(|v| {
+            let k = v.held.binary_search_by_key(&index, |n| n.index).ok()?;
+            let was = &v.held[k];
+            (was.digest == digest && was.base.ptr_eq(&node.base))
+                .then(|| v.view.nodes[index].clone())
+        });
+        match same {
+            Some(n) => c.nodes[index] = n,
+            None => {
+                let n = Arc::make_mut(&mut c.nodes[index]);
+                for (_, _, t) in group {
+                    t.apply_to(n);
+                }
+            }
+        }
+        held.push(node);
+    }
+    // The summary is left as it was (see `oracle::view::apply`).
+    (c, held)
+}
+
+/// A misfit's text, when messages are asked for.
+fn describe(m: &crate::placement::Misfit, describe: bool) -> String {
+    if describe {
+        m.to_string()
+    } else {
+        String::new()
+    }
+}

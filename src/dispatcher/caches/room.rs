@@ -1,0 +1,98 @@
+//! Which nodes of a worker changed since a memo was made, and the room per pod shape kept
+//! from node to node.
+
+use foldhash::HashMap;
+
+/// When a worker's nodes may last have gained room, in its capacity epochs: the nodes that
+/// changed since a misfit was found are those whose epoch is later. A node is remembered
+/// by its index, so finding them costs one look at each node, however many changes there
+/// were.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Changes {
+    /// The last change that may have given room anywhere (the whole worker is looked at
+    /// again for a misfit found before it).
+    anywhere: u64,
+    /// Per node index, its last change (0: none).
+    nodes: Vec<u64>,
+    /// Every node whose room changed either way (gained or lost), in order: positions
+    /// `touched_from..touched_from + touched.len()` (see [`Changes::touches`]).
+    touched: Vec<usize>,
+    touched_from: u64,
+}
+
+/// How long a worker's log of touched nodes grows before its older half is dropped (a
+/// reader that had not caught up counts every node again).
+const TOUCH_LOG: usize = 1 << 16;
+
+impl Changes {
+    /// The whole worker may have changed at `epoch`.
+    pub(super) fn whole_worker_changed(&mut self, epoch: u64) {
+        self.anywhere = epoch;
+        // Past every position handed out: whoever counted before counts everything.
+        self.touched_from += self.touched.len() as u64 + 1;
+        self.touched.clear();
+    }
+
+    /// Node `index` may have gained room at `epoch`.
+    pub(super) fn node_changed(&mut self, index: usize, epoch: u64) {
+        if self.nodes.len() <= index {
+            self.nodes.resize(index + 1, 0);
+        }
+        self.nodes[index] = epoch;
+        self.touch(index);
+    }
+
+    /// Node `index`'s room changed, either way.
+    pub(super) fn touch(&mut self, index: usize) {
+        if self.touched.len() >= TOUCH_LOG {
+            let half = TOUCH_LOG / 2;
+            self.touched.drain(..half);
+            self.touched_from += half as u64;
+        }
+        self.touched.push(index);
+    }
+
+    /// The nodes that may have gained room since `epoch`; `None` when anything may have.
+    pub(super) fn since(&self, epoch: u64) -> Option<Vec<usize>> {
+        if self.anywhere > epoch {
+            return None;
+        }
+        Some(
+            self.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| **e > epoch)
+                .map(|(i, _)| i)
+                .collect(),
+        )
+    }
+
+    /// The nodes touched since position `since` of the log, and the position after them.
+    pub(super) fn touches(&self, since: u64) -> Option<(&[usize], u64)> {
+        let skip = usize::try_from(since.checked_sub(self.touched_from)?).ok()?;
+        Some((self.touched.get(skip..)?, self.end()))
+    }
+
+    /// Where the log ends now.
+    pub(super) fn end(&self) -> u64 {
+        self.touched_from + self.touched.len() as u64
+    }
+}
+
+/// An upper bound on how many pods of one shape a worker's nodes can take at once, kept
+/// across passes and brought up to date node by node (see [`Changes::touches`]): each
+/// node's count, up to `cap` (gangs of at most `cap` pods compare the same against the sum
+/// as against uncapped counts). It is found on the inventory's nodes, without the
+/// placements held for dispatched Jobs: those only take room, so a gang that does not fit
+/// in it fits nowhere in the worker as a pass sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShapeRoom {
+    /// The worker's touch log position the counts are up to date with.
+    pub pos: u64,
+    pub cap: usize,
+    pub counts: Vec<u32>,
+    pub total: usize,
+}
+
+/// [`ShapeRoom`]s by worker, then shape key.
+pub(crate) type ShapeRooms = HashMap<String, HashMap<u64, ShapeRoom>>;

@@ -1,0 +1,270 @@
+//! A manager Job as the dispatcher sees it, and the order and classes admission takes Jobs in.
+
+use crate::placement::PodShape;
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// A Job's namespace and name: the same in the manager and in its worker.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl JobKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// How a Job ended in its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobResult {
+    Succeeded,
+    Failed,
+}
+
+impl JobResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobResult::Succeeded => "Succeeded",
+            JobResult::Failed => "Failed",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Succeeded" => Some(Self::Succeeded),
+            "Failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A Job of the manager cluster that carries a queue label, reduced to what dispatch needs.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub key: JobKey,
+    pub uid: String,
+    /// For the claim's optimistic concurrency (empty in `simulate`).
+    pub resource_version: String,
+    pub queue: String,
+    /// The pod template's PriorityClass value.
+    pub priority: i32,
+    pub created: SystemTime,
+    pub parallelism: u32,
+    pub completions: Option<u32>,
+    /// The pod template, analysed; why not when it cannot be.
+    pub pod: Result<Arc<PodShape>, String>,
+    /// Jobs with the same key have the same pod template (as far as placement sees it).
+    pub shape_key: u64,
+    /// The namespace's labels, for the queue's namespaceSelector (`None`: unknown, treated as
+    /// carrying only `kubernetes.io/metadata.name`).
+    pub namespace_labels: Option<Arc<BTreeMap<String, String>>>,
+    pub suspended: bool,
+    /// Being deleted (or gone): its copies go too.
+    pub deleting: bool,
+    /// Dispatch state, from the annotations.
+    pub cluster: Option<String>,
+    /// Workers the Job was offered to at once (`placement.fanout` > 1) while none has won yet.
+    pub offers: Vec<String>,
+    pub admitted_at: Option<SystemTime>,
+    pub requeues: u32,
+    pub requeue_after: Option<SystemTime>,
+    pub avoid: Option<String>,
+    /// Workers that refused the Job's copy, and when each may be tried again.
+    pub refusals: BTreeMap<String, WorkerRefusal>,
+    pub deactivated: Option<String>,
+    pub result: Option<JobResult>,
+    /// The manager Job's status (mirrored from the worker, plus the dispatcher's conditions).
+    pub status: JobStatus,
+}
+
+/// A worker refused the Job's copy (403, 422, an admission webhook, a missing namespace): not
+/// the Job's fault, so not a requeue, but that worker is not asked again before `retry_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerRefusal {
+    /// Refusals in a row by this worker (the back-off doubles with each).
+    pub count: u32,
+    pub retry_at: SystemTime,
+    /// What the worker said.
+    pub message: String,
+}
+
+impl Job {
+    /// The pods that must run at once: parallelism, or completions when smaller.
+    pub fn gang(&self) -> u32 {
+        match self.completions {
+            Some(c) => self.parallelism.min(c),
+            None => self.parallelism,
+        }
+    }
+
+    /// Finished as far as the dispatcher is concerned: a result recorded, or a terminal
+    /// condition in the manager Job's status.
+    pub fn finished(&self) -> bool {
+        self.result.is_some() || terminal(&self.status).is_some()
+    }
+
+    /// Waiting to be admitted.
+    pub fn is_pending(&self) -> bool {
+        self.cluster.is_none()
+            && self.offers.is_empty()
+            && !self.deleting
+            && !self.finished()
+            && self.deactivated.is_none()
+            && !self.user_suspended()
+    }
+
+    /// Admitted and holding quota: claimed for a worker and not finished.
+    pub fn holds_quota(&self) -> bool {
+        (self.cluster.is_some() || !self.offers.is_empty()) && !self.finished() && !self.deleting
+    }
+
+    /// The workers whose copies the Job keeps: its worker, or the ones it is offered to.
+    pub fn kept_clusters(&self) -> &[String] {
+        if self.deleting || self.deactivated.is_some() {
+            return &[];
+        }
+        match &self.cluster {
+            Some(c) => std::slice::from_ref(c),
+            None => &self.offers,
+        }
+    }
+
+    /// Unsuspended by the dispatcher once and suspended again by someone else.
+    pub fn user_suspended(&self) -> bool {
+        self.suspended && self.admitted_at.is_some()
+    }
+
+    /// The dispatcher's condition of this type in the Job's status.
+    pub fn condition(&self, type_: &str) -> Option<&JobCondition> {
+        self.status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+    }
+
+    /// Whether the `PodsReady` condition is True, and since when it has had its status.
+    pub fn pods_ready(&self) -> Option<(bool, Option<SystemTime>)> {
+        self.condition(super::condition::PODS_READY).map(|c| {
+            (
+                c.status == "True",
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| to_system_time(&t.0)),
+            )
+        })
+    }
+
+    /// The refusal that keeps the Job away from `cluster` at `now`, if any.
+    pub fn refused_by(&self, cluster: &str, now: SystemTime) -> Option<&WorkerRefusal> {
+        self.refusals.get(cluster).filter(|r| r.retry_at > now)
+    }
+
+    /// In requeue back-off at `now` (not admitted before [`Job::requeue_after`]).
+    pub fn backing_off(&self, now: SystemTime) -> bool {
+        self.requeue_after.is_some_and(|t| t > now)
+    }
+
+    /// When the Job started waiting: its creation, or the end of its last back-off.
+    pub fn waiting_since(&self) -> SystemTime {
+        self.requeue_after.unwrap_or(self.created).max(self.created)
+    }
+
+    /// The total request of the gang, per resource name: pods × the per-pod request.
+    pub fn total_request(&self) -> BTreeMap<String, i64> {
+        self.total_requests()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    /// [`Job::total_request`] without building a map, in resource name order.
+    pub fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        let gang = i64::from(self.gang());
+        self.pod
+            .iter()
+            .flat_map(|shape| &shape.node_request)
+            .map(move |(k, v)| (k.as_str(), v.saturating_mul(gang)))
+    }
+
+    /// Where the Job stands in admission order.
+    pub fn rank(&self) -> Rank {
+        Rank {
+            neg_priority: -i64::from(self.priority),
+            created: self.created,
+            key: self.key.clone(),
+        }
+    }
+
+    /// The Jobs it is interchangeable with for admission.
+    pub fn class(&self) -> ClassKey {
+        ClassKey {
+            queue: self.queue.as_str().into(),
+            namespace: self.key.namespace.as_str().into(),
+            shape: self.shape_key,
+            gang: self.gang(),
+        }
+    }
+}
+
+/// Pending Jobs that are interchangeable for admission: same queue, namespace, pod shape and
+/// gang size. When the first of a class cannot be admitted, none of the others can.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClassKey {
+    /// Shared: a class's key is copied into every memo, misfit and wait a pass records.
+    pub queue: Arc<str>,
+    pub namespace: Arc<str>,
+    pub shape: u64,
+    pub gang: u32,
+}
+
+/// Admission order: higher priority first, then older, then by name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    pub neg_priority: i64,
+    pub created: SystemTime,
+    pub key: JobKey,
+}
+
+/// `Complete` or `Failed` True in a Job status.
+pub fn terminal(status: &JobStatus) -> Option<JobResult> {
+    for c in status.conditions.iter().flatten() {
+        if c.status == "True" {
+            match c.type_.as_str() {
+                "Complete" => return Some(JobResult::Succeeded),
+                "Failed" => return Some(JobResult::Failed),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// RFC 3339 in UTC, whole seconds: how annotations and messages give times.
+pub fn rfc3339(t: SystemTime) -> String {
+    super::mirror::to_timestamp(t).to_string()
+}
+
+/// Reads [`rfc3339`] (and any RFC 3339 time).
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    s.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(SystemTime::from)
+}
+
+pub fn to_system_time(t: &k8s_openapi::jiff::Timestamp) -> SystemTime {
+    SystemTime::from(*t)
+}

@@ -1,0 +1,246 @@
+//! What the queues owe and hold: each queue's quota in use, its pending Jobs by class in
+//! admission order, its admitted Jobs not yet Ready, and the placements held for dispatched
+//! Jobs until their workers' inventories show them. Kept up to date Job by Job as Jobs
+//! change, so that admission never adds up every Job.
+
+use super::job::{ClassKey, Job, JobKey, Rank};
+use crate::placement::inflight::Take;
+use foldhash::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Per-queue totals kept as Jobs change.
+#[derive(Debug, Clone, Default)]
+pub struct QueueUse {
+    /// Admitted Jobs' requests, per resource name.
+    pub usage: BTreeMap<String, i64>,
+    pub pending: usize,
+    pub admitted: usize,
+    /// Admitted Jobs whose pods are all Ready.
+    pub running: usize,
+    /// Admitted Jobs not yet PodsReady (the blockAdmission gate), in rank order.
+    pub not_ready: BTreeSet<Rank>,
+}
+
+/// Placements handed out to a Job and not yet visible in its worker's inventory.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub job_uid: String,
+    pub cluster: String,
+    pub takes: Vec<Take>,
+    pub since: SystemTime,
+    /// Which hold this is, among all the ledger ever held (set by [`Ledger::hold`]): its
+    /// takes never change, so the serial stands for them.
+    pub serial: u64,
+}
+
+/// What one Job contributes to its queue's totals.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Charge {
+    queue: String,
+    usage: BTreeMap<String, i64>,
+    /// A pending Job's class and its rank there (removed by rank, not by looking through the
+    /// class: a busy queue's class holds thousands of Jobs).
+    pending: Option<(ClassKey, Rank)>,
+    admitted: bool,
+    running: bool,
+    rank: Option<Rank>,
+}
+
+impl Charge {
+    /// What `job` contributes to its queue's totals as it is now.
+    fn of(job: &Job) -> Self {
+        let mut c = Charge {
+            queue: job.queue.clone(),
+            ..Default::default()
+        };
+        if job.holds_quota() {
+            c.usage = job.total_request();
+            c.admitted = true;
+            if job.pods_ready().is_some_and(|(ready, _)| ready) {
+                c.running = true;
+            } else {
+                c.rank = Some(job.rank());
+            }
+        } else if job.is_pending() {
+            c.pending = Some((job.class(), job.rank()));
+        }
+        c
+    }
+}
+
+/// Whether two states of a Job count alike in its queue's totals and pending classes: what
+/// `Charge::of` reads is the same in both (cheaper than making both charges; debug builds
+/// check that the charge kept is the one the new state would make).
+fn charged_alike(a: &Job, b: &Job) -> bool {
+    let ready = |j: &Job| j.pods_ready().is_some_and(|(r, _)| r);
+    let same_pod = match (&a.pod, &b.pod) {
+        (Ok(x), Ok(y)) => Arc::ptr_eq(x, y) || x.node_request == y.node_request,
+        (Err(_), Err(_)) => true,
+        _ => false,
+    };
+    a.queue == b.queue
+        && a.priority == b.priority
+        && a.created == b.created
+        && a.shape_key == b.shape_key
+        && a.gang() == b.gang()
+        && same_pod
+        && a.holds_quota() == b.holds_quota()
+        && a.is_pending() == b.is_pending()
+        && ready(a) == ready(b)
+}
+
+/// The queues' totals and the placements held.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    uses: BTreeMap<String, QueueUse>,
+    charges: HashMap<JobKey, Charge>,
+    pending: BTreeMap<ClassKey, BTreeSet<Rank>>,
+    holds: BTreeMap<String, Arc<Hold>>,
+    /// Per worker, the placements held there by Job uid (shared with `holds`): going
+    /// through a worker's holds looks nothing up.
+    held_in: HashMap<String, BTreeMap<String, Arc<Hold>>>,
+    /// The serial of the last placement held (see [`Hold::serial`]).
+    hold_serial: u64,
+}
+
+impl Ledger {
+    /// Counts `job` as it is now, replacing how its earlier state `old` counted.
+    pub(super) fn recount(&mut self, old: Option<&Job>, job: &Job) {
+        // Most changes (a status mirrored, an annotation) leave the queue's totals alone.
+        if old.is_some_and(|old| charged_alike(old, job)) {
+            // What `charged_alike` compares must be all that a charge reads.
+            debug_assert_eq!(self.charges.get(&job.key), Some(&Charge::of(job)));
+            return;
+        }
+        self.uncharge(&job.key);
+        self.charge(job);
+    }
+
+    /// Stops counting the Job.
+    pub(super) fn forget(&mut self, key: &JobKey) {
+        self.uncharge(key);
+    }
+
+    pub fn queue_use(&self, queue: &str) -> Option<&QueueUse> {
+        self.uses.get(queue)
+    }
+
+    pub fn queue_uses(&self) -> impl Iterator<Item = (&String, &QueueUse)> {
+        self.uses.iter()
+    }
+
+    /// Pending Jobs by class, each class in admission order.
+    pub fn pending_classes(&self) -> &BTreeMap<ClassKey, BTreeSet<Rank>> {
+        &self.pending
+    }
+
+    fn uncharge(&mut self, key: &JobKey) {
+        let Some(c) = self.charges.remove(key) else {
+            return;
+        };
+        let u = self.uses.entry(c.queue.clone()).or_default();
+        for (r, v) in &c.usage {
+            if let Some(x) = u.usage.get_mut(r) {
+                *x -= v;
+                if *x == 0 {
+                    u.usage.remove(r);
+                }
+            }
+        }
+        if c.admitted {
+            u.admitted -= 1;
+        }
+        if c.running {
+            u.running -= 1;
+        }
+        if let Some(rank) = &c.rank {
+            u.not_ready.remove(rank);
+        }
+        if let Some((class, rank)) = &c.pending {
+            u.pending -= 1;
+            if let Some(set) = self.pending.get_mut(class) {
+                set.remove(rank);
+                if set.is_empty() {
+                    self.pending.remove(class);
+                }
+            }
+        }
+    }
+
+    fn charge(&mut self, job: &Job) {
+        let c = Charge::of(job);
+        let u = self.uses.entry(c.queue.clone()).or_default();
+        for (r, v) in &c.usage {
+            *u.usage.entry(r.clone()).or_insert(0) += v;
+        }
+        if c.admitted {
+            u.admitted += 1;
+        }
+        if c.running {
+            u.running += 1;
+        }
+        if let Some(rank) = &c.rank {
+            u.not_ready.insert(rank.clone());
+        }
+        if let Some((class, rank)) = &c.pending {
+            u.pending += 1;
+            self.pending
+                .entry(class.clone())
+                .or_default()
+                .insert(rank.clone());
+        }
+        self.charges.insert(job.key.clone(), c);
+    }
+
+    /// Holds a placement for an admitted Job (replacing any it had, which is returned).
+    pub(super) fn hold(&mut self, mut hold: Hold) -> Option<Arc<Hold>> {
+        self.hold_serial += 1;
+        hold.serial = self.hold_serial;
+        let hold = Arc::new(hold);
+        self.held_in
+            .entry(hold.cluster.clone())
+            .or_default()
+            .insert(hold.job_uid.clone(), hold.clone());
+        let cluster = hold.cluster.clone();
+        let old = self.holds.insert(hold.job_uid.clone(), hold)?;
+        if old.cluster != cluster {
+            self.unheld(&old);
+        }
+        Some(old)
+    }
+
+    /// Stops holding the Job's placement; returns it.
+    pub(super) fn release(&mut self, job_uid: &str) -> Option<Arc<Hold>> {
+        let old = self.holds.remove(job_uid)?;
+        self.unheld(&old);
+        Some(old)
+    }
+
+    fn unheld(&mut self, hold: &Hold) {
+        if let Some(uids) = self.held_in.get_mut(&hold.cluster) {
+            uids.remove(&hold.job_uid);
+            if uids.is_empty() {
+                self.held_in.remove(&hold.cluster);
+            }
+        }
+    }
+
+    /// The placements held in `cluster`, by Job uid.
+    pub fn holds_in<'l>(&'l self, cluster: &str) -> impl Iterator<Item = &'l Hold> + 'l {
+        self.held_in
+            .get(cluster)
+            .into_iter()
+            .flat_map(|holds| holds.values().map(Arc::as_ref))
+    }
+
+    /// Whether some placement is held in `cluster`.
+    pub fn holds_any_in(&self, cluster: &str) -> bool {
+        self.held_in.contains_key(cluster)
+    }
+
+    pub fn hold_of(&self, job_uid: &str) -> Option<&Hold> {
+        self.holds.get(job_uid).map(Arc::as_ref)
+    }
+}

@@ -1,0 +1,249 @@
+//! The workers as one admission pass sees them: the inventory, less the placements held for
+//! dispatched Jobs, less the placements the pass hands out as it goes.
+
+use super::{Fit, Gang};
+use crate::dispatcher::ledger::{Hold, Ledger};
+use crate::dispatcher::state::State;
+use crate::inventory::{Cluster, Inventory, Node};
+use crate::placement::inflight::Take;
+use crate::placement::{fit_cluster, fit_node, ClusterFit, EngineConfig, NodeState};
+use crate::quantity::{display, Milli};
+use foldhash::{HashMap, HashMapExt as _};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The pass's view of the workers it looked at. Shared with the inventory until the pass
+/// changes a worker.
+pub(crate) struct PassView<'a> {
+    state: &'a State,
+    ledger: &'a Ledger,
+    clusters: BTreeMap<String, Arc<Cluster>>,
+    /// Per worker, how many placements the pass took from it so far.
+    versions: HashMap<String, u64>,
+    /// Under the sum-of-free rule: what the pass gave each worker, per resource.
+    sums_taken: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+impl<'a> PassView<'a> {
+    pub(crate) fn new(state: &'a State, ledger: &'a Ledger) -> Self {
+        Self {
+            state,
+            ledger,
+            clusters: BTreeMap::new(),
+            versions: HashMap::new(),
+            sums_taken: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> &'a State {
+        self.state
+    }
+
+    pub(crate) fn ledger(&self) -> &'a Ledger {
+        self.ledger
+    }
+
+    /// The worker as the pass sees it. The first look makes it: the inventory's cluster as it
+    /// is when nothing is held there, else `make` of it (the held placements taken off).
+    pub(crate) fn cluster(
+        &mut self,
+        name: &str,
+        make: impl FnOnce(&'a Arc<Cluster>) -> Arc<Cluster>,
+    ) -> Option<&Cluster> {
+        if !self.clusters.contains_key(name) {
+            let base = self.state.inventory.cluster_arc(name)?;
+            let cluster = if self.ledger.holds_any_in(name) {
+                make(base)
+            } else {
+                base.clone()
+            };
+            self.clusters.insert(name.to_string(), cluster);
+        }
+        self.clusters.get(name).map(Arc::as_ref)
+    }
+
+    /// The worker as the pass sees it, if already looked at.
+    pub(crate) fn peek(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.get(name).map(Arc::as_ref)
+    }
+
+    /// How many placements the pass took from the worker so far: what was found there
+    /// holds while this stays.
+    pub(crate) fn version(&self, name: &str) -> u64 {
+        self.versions.get(name).copied().unwrap_or(0)
+    }
+
+    /// Takes the placement `fit` found for the gang in `name` (which the pass has looked at):
+    /// the pods' share of each node, node by node, to hold.
+    pub(crate) fn place(
+        &mut self,
+        name: &str,
+        gang: &Gang,
+        fit: &ClusterFit,
+        engine: &EngineConfig,
+    ) -> Vec<Take> {
+        let table = &self.state.inventory.resources;
+        let bound = gang.shape.bind(table);
+        let takes = match self.peek(name) {
+            Some(cluster) => takes_of(cluster, gang, &bound, fit, engine, table),
+            None => Vec::new(),
+        };
+        self.take(name, &takes);
+        takes
+    }
+
+    /// The pass hands `takes` out in `name`.
+    pub(crate) fn take(&mut self, name: &str, takes: &[Take]) {
+        *self.versions.entry(name.to_string()).or_insert(0) += 1;
+        if let Some(c) = self.clusters.get_mut(name) {
+            apply(Arc::make_mut(c), takes.iter());
+        }
+    }
+
+    /// Under the sum-of-free rule: whether the worker's free resources, summed over its
+    /// nodes, cover `need`; its LeastAllocated score on those sums (0–10) if so.
+    pub(crate) fn sum_fit(&mut self, name: &str, need: &BTreeMap<String, i64>) -> Fit {
+        let ledger = self.ledger;
+        let state = self.state;
+        let taken = self.sums_taken.get(name).cloned().unwrap_or_default();
+        let Some(cluster) = self.cluster(name, |base| {
+            Arc::new(with_holds_taken_off(base, ledger.holds_in(name)))
+        }) else {
+            return Fit::not_in_inventory();
+        };
+        let table = &state.inventory.resources;
+        let mut score = 0;
+        let mut counted = 0;
+        for (r, &n) in need {
+            let Some(id) = table.id(r) else {
+                return Fit::Misfit {
+                    reason: format!("has no {r}"),
+                    never: false,
+                };
+            };
+            // Remote amounts: sums saturate rather than wrap.
+            let free: i64 = cluster
+                .nodes
+                .iter()
+                .fold(0i64, |sum, node| sum.saturating_add(node.free(id)))
+                .saturating_sub(taken.get(r).copied().unwrap_or(0));
+            if free < n {
+                return Fit::Misfit {
+                    reason: format!(
+                        "its nodes together have {} {r} free, the gang needs {}",
+                        show(r, free.max(0)),
+                        show(r, n)
+                    ),
+                    never: false,
+                };
+            }
+            let alloc = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
+            if alloc > 0 && (r == "cpu" || r == "memory") {
+                score += free.saturating_sub(n).saturating_mul(10) / alloc;
+                counted += 1;
+            }
+        }
+        Fit::Fits(if counted == 0 { 0 } else { score / counted })
+    }
+
+    /// Under the sum-of-free rule: the pass gives `need` to the worker.
+    pub(crate) fn sum_take(&mut self, name: &str, need: &BTreeMap<String, i64>) {
+        *self.versions.entry(name.to_string()).or_insert(0) += 1;
+        let t = self.sums_taken.entry(name.to_string()).or_default();
+        for (r, v) in need {
+            *t.entry(r.clone()).or_insert(0) += v;
+        }
+    }
+}
+
+/// `base` with the placements of `holds` taken off its nodes.
+pub(crate) fn with_holds_taken_off<'h>(
+    base: &Cluster,
+    holds: impl Iterator<Item = &'h Hold>,
+) -> Cluster {
+    let mut c = Cluster::clone(base);
+    apply(&mut c, holds.flat_map(|h| &h.takes));
+    c
+}
+
+/// Where the node a take was made on is in `cluster` now.
+pub(crate) fn node_of(cluster: &Cluster, t: &Take) -> Option<usize> {
+    match cluster.nodes.get(t.index) {
+        // The same name, shared: no need to compare the text.
+        Some(n) if Arc::ptr_eq(&n.name, &t.node) || n.name == t.node => Some(t.index),
+        _ => cluster.nodes.iter().position(|n| n.name == t.node),
+    }
+}
+
+/// Takes `takes` off the cluster's nodes. The summary is left as it was: an upper bound of
+/// what is free, which only makes its early rejections rarer, never wrong, and spares a
+/// pass over every node.
+pub(crate) fn apply<'t>(cluster: &mut Cluster, takes: impl Iterator<Item = &'t Take>) {
+    for t in takes {
+        if let Some(node) = node_of(cluster, t).and_then(|i| cluster.nodes.get_mut(i)) {
+            t.apply_to(Arc::make_mut(node));
+        }
+    }
+}
+
+/// The takes of a gang placement, node by node, for holding it.
+pub(crate) fn takes_of(
+    cluster: &Cluster,
+    gang: &Gang,
+    bound: &crate::placement::BoundPod,
+    fit: &ClusterFit,
+    engine: &EngineConfig,
+    table: &crate::inventory::ResourceTable,
+) -> Vec<Take> {
+    fit.placements
+        .iter()
+        .filter_map(|&(i, count)| {
+            let node: &Node = cluster.nodes.get(i)?;
+            let after = fit_node(node, table, gang.shape, bound, count, engine, false);
+            (after.count == count)
+                .then(|| Take::between(node, &NodeState::of(node), &after.state).at(i))
+        })
+        .collect()
+}
+
+/// Whether the gang would fit in `base` with nothing running there; its score if so.
+pub(crate) fn fit_drained(
+    base: &Cluster,
+    gang: &Gang,
+    inventory: &Inventory,
+    engine: &EngineConfig,
+) -> Option<i64> {
+    let empty = drained(base, inventory.resources.len());
+    let bound = gang.shape.bind(&inventory.resources);
+    let fit = fit_cluster(
+        &empty,
+        &inventory.resources,
+        gang.shape,
+        &bound,
+        gang.pods,
+        engine,
+        gang.strategy,
+    );
+    fit.fits().then_some(fit.score)
+}
+
+/// The cluster with nothing running: what it could hold once it drains.
+fn drained(cluster: &Cluster, resources: usize) -> Cluster {
+    let mut c = cluster.clone();
+    for n in &mut c.nodes {
+        let n = Arc::make_mut(n);
+        n.requested.iter_mut().for_each(|v| *v = 0);
+        if let Some(numa) = &mut n.numa {
+            for z in &mut Arc::make_mut(numa).zones {
+                z.available.clear();
+                z.available.extend_from_slice(&z.allocatable);
+            }
+        }
+    }
+    c.summarize(resources);
+    c
+}
+
+pub(crate) fn show(resource: &str, m: i64) -> String {
+    display(resource, Milli(m))
+}

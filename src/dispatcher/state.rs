@@ -1,0 +1,391 @@
+//! What the dispatcher knows of the clusters, as plain data: the manager's Jobs, their copies
+//! in the workers, the queues, the workers and their inventory, and what the API servers
+//! answered to the dispatcher's writes. Kept with the indexes the decisions look things up
+//! by (copies by origin uid and by name, stale copies, orphans), so that no decision walks
+//! every Job.
+
+use super::job::{Job, JobKey};
+use crate::api::QueueSettings;
+use crate::inventory::Inventory;
+use foldhash::HashMap;
+use k8s_openapi::api::batch::v1::JobStatus;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// A worker's copy of a manager Job (labelled with our origin).
+#[derive(Debug, Clone)]
+pub struct WorkerCopy {
+    pub cluster: String,
+    pub key: JobKey,
+    pub uid: String,
+    /// The manager Job's uid, from the copy's `switchyard.dev/origin-uid` label.
+    pub origin_uid: String,
+    pub status: JobStatus,
+    pub deleting: bool,
+}
+
+impl WorkerCopy {
+    /// Ready + succeeded pods.
+    pub fn ready_pods(&self) -> u32 {
+        let ready = self.status.ready.unwrap_or(0).max(0) as u32;
+        let succeeded = self.status.succeeded.unwrap_or(0).max(0) as u32;
+        ready + succeeded
+    }
+}
+
+/// What the dispatcher sees of a worker.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub name: String,
+    pub connected: bool,
+    /// Since when it cannot be reached (kept across retries).
+    pub disconnected_since: Option<SystemTime>,
+    /// Its copies have been listed since it was last (re)connected: a copy missing from the
+    /// list is really missing.
+    pub copies_synced: bool,
+    pub scheduler_name: Option<String>,
+    /// Why it is not usable, for people.
+    pub message: String,
+}
+
+impl Worker {
+    /// A worker that answers and whose copies are known.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            connected: true,
+            disconnected_since: None,
+            copies_synced: true,
+            scheduler_name: None,
+            message: String::new(),
+        }
+    }
+
+    pub fn usable(&self) -> bool {
+        self.connected && self.copies_synced
+    }
+
+    /// Unreachable for `lost_after` or longer at `now`: its Jobs are given up for lost (a
+    /// shorter disconnect changes nothing).
+    pub fn lost(&self, now: SystemTime, lost_after: Duration) -> bool {
+        !self.connected && self.disconnected_since.unwrap_or(now) + lost_after <= now
+    }
+}
+
+/// A queue: its settings, or why they are unusable.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub name: String,
+    pub settings: Result<QueueSettings, String>,
+}
+
+/// A write the manager's API server refused for good: not tried again while the Job stays
+/// at this resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedWrite {
+    pub resource_version: String,
+    pub action: &'static str,
+}
+
+/// What the API servers answered to the dispatcher's writes, as far as later decisions
+/// depend on it (all by manager Job uid).
+#[derive(Debug, Clone, Default)]
+pub struct WriteLog {
+    /// The digest of the copy status whose mirror the API server refused last: the same
+    /// write is not retried forever.
+    pub refused_status: HashMap<String, u64>,
+    /// When a claimed Job's copy was last attempted.
+    pub create_attempted: HashMap<String, SystemTime>,
+    /// Writes refused for good (see [`RefusedWrite`]).
+    pub refused_writes: HashMap<String, RefusedWrite>,
+}
+
+impl WriteLog {
+    fn forget(&mut self, uid: &str) {
+        self.refused_status.remove(uid);
+        self.create_attempted.remove(uid);
+        self.refused_writes.remove(uid);
+    }
+}
+
+/// Everything the dispatcher knows of the clusters at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub jobs: HashMap<JobKey, Job>,
+    /// The manager's Jobs have been listed: a Job missing from the list is gone (copies of
+    /// missing Jobs are only removed after that).
+    pub jobs_synced: bool,
+    pub queues: BTreeMap<String, Queue>,
+    pub workers: BTreeMap<String, Worker>,
+    pub inventory: Arc<Inventory>,
+    pub writes: WriteLog,
+    /// By origin uid, then worker.
+    copies: HashMap<String, BTreeMap<String, WorkerCopy>>,
+    by_uid: HashMap<String, JobKey>,
+    /// Per namespace/name, the workers holding a copy by that name, with the copy's origin
+    /// uid (keyed by name first: admission asks "is this name taken anywhere" per Job).
+    names: HashMap<JobKey, HashMap<String, String>>,
+    /// Per worker, the origin uids of copies that should not exist and are not being deleted
+    /// yet: nothing new is dispatched there until they are (a worker that comes back first
+    /// loses the copies of the Jobs taken back from it).
+    stale: BTreeMap<String, BTreeSet<String>>,
+    /// Origin uids of copies whose Job is unknown.
+    orphan_uids: BTreeSet<String>,
+    /// Jobs changed since they were last reconciled.
+    dirty: BTreeSet<JobKey>,
+    /// Jobs to look at again at a deadline (PodsReady, worker lost, retries).
+    timers: BTreeMap<SystemTime, BTreeSet<JobKey>>,
+}
+
+impl State {
+    /// Adds or replaces a manager Job; returns the one it replaces.
+    pub(super) fn put_job(&mut self, job: Job) -> Option<Job> {
+        match self.jobs.get(&job.key) {
+            Some(old) if old.uid == job.uid => {}
+            Some(old) => {
+                self.by_uid.remove(&old.uid);
+                self.by_uid.insert(job.uid.clone(), job.key.clone());
+            }
+            None => {
+                self.by_uid.insert(job.uid.clone(), job.key.clone());
+            }
+        }
+        self.dirty.insert(job.key.clone());
+        let uid = job.uid.clone();
+        let old = self.jobs.insert(job.key.clone(), job);
+        self.restale(&uid, None);
+        old
+    }
+
+    /// Forgets a manager Job (deleted). Its copies stay until they are removed.
+    pub(super) fn take_job(&mut self, key: &JobKey) -> Option<Job> {
+        let job = self.jobs.remove(key)?;
+        self.by_uid.remove(&job.uid);
+        self.writes.forget(&job.uid);
+        self.dirty.remove(key);
+        self.restale(&job.uid, None);
+        Some(job)
+    }
+
+    pub fn job_by_uid(&self, uid: &str) -> Option<&Job> {
+        self.by_uid.get(uid).and_then(|k| self.jobs.get(k))
+    }
+
+    /// The action of the Job's that the API server refused while the Job was as it is now.
+    pub fn refused_write(&self, job: &Job) -> Option<&'static str> {
+        self.writes
+            .refused_writes
+            .get(&job.uid)
+            .filter(|w| w.resource_version == job.resource_version)
+            .map(|w| w.action)
+    }
+
+    pub(super) fn put_copy(&mut self, copy: WorkerCopy) {
+        if let Some(key) = self.by_uid.get(&copy.origin_uid) {
+            self.dirty.insert(key.clone());
+        }
+        let uid = copy.origin_uid.clone();
+        let cluster = copy.cluster.clone();
+        self.names
+            .entry(copy.key.clone())
+            .or_default()
+            .insert(cluster.clone(), uid.clone());
+        self.copies
+            .entry(uid.clone())
+            .or_default()
+            .insert(cluster.clone(), copy);
+        self.restale(&uid, Some(&cluster));
+    }
+
+    pub(super) fn take_copy(&mut self, cluster: &str, origin_uid: &str) {
+        if let Some(m) = self.copies.get_mut(origin_uid) {
+            if let Some(c) = m.remove(cluster) {
+                if let Some(names) = self.names.get_mut(&c.key) {
+                    if names.get(cluster).map(String::as_str) == Some(origin_uid) {
+                        names.remove(cluster);
+                    }
+                    if names.is_empty() {
+                        self.names.remove(&c.key);
+                    }
+                }
+            }
+            if m.is_empty() {
+                self.copies.remove(origin_uid);
+            }
+        }
+        if let Some(key) = self.by_uid.get(origin_uid) {
+            self.dirty.insert(key.clone());
+        }
+        self.restale(origin_uid, Some(cluster));
+    }
+
+    /// The origin uids of every copy known in `cluster`.
+    pub(super) fn copy_uids_in(&self, cluster: &str) -> Vec<String> {
+        self.copies
+            .iter()
+            .filter(|(_, m)| m.contains_key(cluster))
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
+    /// The copies of the Job with this uid, by cluster.
+    pub fn copies_of(&self, uid: &str) -> impl Iterator<Item = &WorkerCopy> {
+        self.copies.get(uid).into_iter().flat_map(|m| m.values())
+    }
+
+    pub fn copy_in(&self, uid: &str, cluster: &str) -> Option<&WorkerCopy> {
+        self.copies.get(uid).and_then(|m| m.get(cluster))
+    }
+
+    /// All copies in `cluster`.
+    pub fn copies_in<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a WorkerCopy> + 'a {
+        self.copies.values().filter_map(move |m| m.get(cluster))
+    }
+
+    /// A copy of the Job alive in a worker that answers. Copies in a worker that does not
+    /// are given up for lost and removed when it returns.
+    pub fn still_running(&self, job: &Job) -> bool {
+        self.copies_of(&job.uid)
+            .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
+    }
+
+    /// A copy of the Job alive in a worker that answers, other than `kept`.
+    pub fn still_running_elsewhere(&self, job: &Job, kept: &[impl AsRef<str>]) -> bool {
+        self.copies_of(&job.uid).any(|c| {
+            !c.deleting
+                && !kept.iter().any(|k| k.as_ref() == c.cluster)
+                && self.workers.get(&c.cluster).is_some_and(|w| w.connected)
+        })
+    }
+
+    /// The copy of a Job with another uid holding `key`'s name in `cluster` (an earlier Job
+    /// of the same name, not yet removed there).
+    pub fn foreign_copy(&self, key: &JobKey, uid: &str, cluster: &str) -> Option<&WorkerCopy> {
+        let origin = self.names.get(key)?.get(cluster)?;
+        if origin == uid {
+            return None;
+        }
+        self.copy_in(origin, cluster)
+    }
+
+    /// Whether some worker holds a copy named `key` of another Job than `uid` (see
+    /// [`State::foreign_copy`]).
+    pub fn has_foreign_copy(&self, key: &JobKey, uid: &str) -> bool {
+        self.names.get(key).is_some_and(|m| {
+            m.iter()
+                .any(|(cluster, origin)| origin != uid && self.copy_in(origin, cluster).is_some())
+        })
+    }
+
+    /// Copies whose origin Job is unknown.
+    pub fn orphans(&self) -> impl Iterator<Item = &WorkerCopy> {
+        self.orphan_uids
+            .iter()
+            .filter_map(|uid| self.copies.get(uid))
+            .flat_map(|m| m.values())
+    }
+
+    /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
+    pub fn has_stale_copies(&self, cluster: &str) -> bool {
+        self.stale.get(cluster).is_some_and(|s| !s.is_empty())
+    }
+
+    /// The workers holding copies that should not exist.
+    pub(super) fn workers_with_stale_copies(&self) -> Vec<String> {
+        self.stale
+            .iter()
+            .filter(|(_, uids)| !uids.is_empty())
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// Recomputes where the copies of `uid` are stale (and whether they are orphans); `also`
+    /// is a worker where one of them just went away.
+    fn restale(&mut self, uid: &str, also: Option<&str>) {
+        let clusters = self
+            .copies
+            .get(uid)
+            .into_iter()
+            .flat_map(|m| m.keys().map(String::as_str))
+            .chain(also);
+        for c in clusters {
+            if let Some(set) = self.stale.get_mut(c) {
+                set.remove(uid);
+            }
+        }
+        let job = self.by_uid.get(uid).and_then(|k| self.jobs.get(k));
+        let Some(copies) = self.copies.get(uid) else {
+            self.orphan_uids.remove(uid);
+            return;
+        };
+        if job.is_none() {
+            self.orphan_uids.insert(uid.to_string());
+        } else {
+            self.orphan_uids.remove(uid);
+        }
+        for c in copies.values() {
+            let stale = !c.deleting
+                && match job {
+                    None => true,
+                    Some(j) => !j.kept_clusters().contains(&c.cluster),
+                };
+            if stale {
+                self.stale
+                    .entry(c.cluster.clone())
+                    .or_default()
+                    .insert(uid.to_string());
+            }
+        }
+    }
+
+    /// Marks a Job for the next reconcile.
+    pub fn touch(&mut self, key: &JobKey) {
+        if self.jobs.contains_key(key) {
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// Marks every Job (a periodic resync).
+    pub fn touch_all(&mut self) {
+        self.dirty = self.jobs.keys().cloned().collect();
+    }
+
+    /// Marks the Jobs dispatched to `cluster`.
+    pub(super) fn touch_jobs_in(&mut self, cluster: &str) {
+        let keys: Vec<JobKey> = self
+            .jobs
+            .values()
+            .filter(|j| j.cluster.as_deref() == Some(cluster))
+            .map(|j| j.key.clone())
+            .collect();
+        self.dirty.extend(keys);
+    }
+
+    /// The Jobs changed since the last call.
+    pub(super) fn take_dirty(&mut self) -> BTreeSet<JobKey> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Looks at the Job again at `at` (or at the next plan after it).
+    pub(super) fn wake(&mut self, key: &JobKey, at: SystemTime) {
+        self.timers.entry(at).or_default().insert(key.clone());
+    }
+
+    /// The earliest deadline set with [`State::wake`].
+    pub(super) fn next_timer(&self) -> Option<SystemTime> {
+        self.timers.keys().next().copied()
+    }
+
+    /// Marks the Jobs whose deadlines have come.
+    pub(super) fn fire_timers(&mut self, now: SystemTime) {
+        while let Some(entry) = self.timers.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            for key in entry.remove() {
+                self.touch(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Everything the dispatcher knows at one instant: the [`State`] of the clusters, the
+//! [`Ledger`] of what the queues use and hold, and the [`Caches`] that speed admission up.
+//! Every change goes through the `World`, which keeps the three in step: what changed in
+//! the state or the ledger is told to the caches, whose memos it may lapse.
+
+use super::caches::Caches;
+use super::job::{Job, JobKey};
+use super::ledger::{Hold, Ledger};
+use super::state::{Queue, State, Worker, WorkerCopy};
+use crate::inventory::Inventory;
+use crate::placement::EngineConfig;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How admission judges whether a worker can take a Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// The placement engine's exact fit of the whole gang, node by node and NUMA zone by
+    /// NUMA zone (Switchyard).
+    #[default]
+    Exact,
+    /// The sum of the worker's free resources covers the gang, as a virtual node summing its
+    /// cluster would judge it (`simulate --strategy sum-aggregate`).
+    SumOfFree,
+    /// No judgement: the Job is offered to every worker of its queue at once and the first
+    /// to run all its pods keeps it (MultiKueue without a placement of its own;
+    /// `simulate --strategy all-at-once`).
+    Everywhere,
+}
+
+/// Tunables of the decisions.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub placement: Placement,
+    /// `switchyard.dev/origin` on worker copies: tells this manager's copies from others'.
+    pub manager_id: String,
+    pub engine: EngineConfig,
+    /// A Job waiting this long for capacity stops Jobs behind it from taking the cluster and
+    /// the quota it needs (see the admission module).
+    pub starvation_after: Duration,
+    /// The longest a placement is held for a Job whose pods never all become Ready.
+    pub hold_timeout: Duration,
+    /// How long a claimed Job may wait for its copy to be created before another attempt.
+    pub create_retry_after: Duration,
+    /// A message-only change of a waiting Job's reason is written at most this often.
+    pub wait_rewrite_after: Duration,
+    /// A worker that refused a Job's copy is not asked again for that Job before
+    /// `base × 2^(n−1)` (n: refusals in a row), at most `max`. Other workers are tried at once.
+    pub refusal_backoff_base: Duration,
+    pub refusal_backoff_max: Duration,
+    /// Build the messages that say why Jobs wait (off in `simulate` until the end).
+    pub describe: bool,
+    /// Answer admission's questions from the caches. Off only to hold the caches to the
+    /// plain answers.
+    pub remember: bool,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            manager_id: "switchyard".into(),
+            placement: Placement::Exact,
+            engine: EngineConfig::default(),
+            starvation_after: Duration::from_secs(600),
+            hold_timeout: Duration::from_secs(600),
+            create_retry_after: Duration::from_secs(10),
+            wait_rewrite_after: Duration::from_secs(30),
+            refusal_backoff_base: Duration::from_secs(5),
+            refusal_backoff_max: Duration::from_secs(300),
+            describe: true,
+            remember: true,
+        }
+    }
+}
+
+impl DispatchConfig {
+    /// How long a worker is left alone for a Job after its `n`-th refusal in a row.
+    pub fn refusal_backoff(&self, n: u32) -> Duration {
+        let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.refusal_backoff_base
+            .checked_mul(factor)
+            .map_or(self.refusal_backoff_max, |d| {
+                d.min(self.refusal_backoff_max)
+            })
+    }
+}
+
+/// The state, the ledger and the caches, kept in step.
+#[derive(Debug, Clone, Default)]
+pub struct World {
+    pub config: DispatchConfig,
+    pub state: State,
+    pub ledger: Ledger,
+    pub(super) caches: Caches,
+}
+
+impl World {
+    pub fn new(config: DispatchConfig) -> Self {
+        Self {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// Adds or replaces a manager Job.
+    pub fn upsert_job(&mut self, job: Job) {
+        self.ledger.recount(self.state.jobs.get(&job.key), &job);
+        self.state.put_job(job);
+    }
+
+    /// Forgets a manager Job (deleted). Its copies stay until they are removed.
+    pub fn remove_job(&mut self, key: &JobKey) -> Option<Job> {
+        self.ledger.forget(key);
+        let job = self.state.take_job(key)?;
+        self.release(&job.uid);
+        Some(job)
+    }
+
+    pub fn upsert_copy(&mut self, copy: WorkerCopy) {
+        if copy.deleting {
+            // Its pods are going: the room they free shows in the inventory when they are
+            // gone, and the worker may stop holding stale copies.
+            self.caches
+                .worker_changed(&copy.cluster, &self.state.queues);
+        }
+        self.state.put_copy(copy);
+    }
+
+    /// A copy is gone. Its name is free there again: that concerns only the Job of that
+    /// name, judged on its own while the copy was there. A worker whose last stale copy
+    /// this was may take Jobs again: the next pass sees it. The room its pods free is the
+    /// inventory's to show.
+    pub fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
+        self.state.take_copy(cluster, origin_uid);
+    }
+
+    /// Replaces every copy known in `cluster` (after a relist).
+    pub fn replace_copies(&mut self, cluster: &str, copies: Vec<WorkerCopy>) {
+        for uid in self.state.copy_uids_in(cluster) {
+            self.remove_copy(cluster, &uid);
+        }
+        for c in copies {
+            self.upsert_copy(c);
+        }
+    }
+
+    pub fn upsert_worker(&mut self, worker: Worker) {
+        let changed = self.state.workers.get(&worker.name).is_none_or(|w| {
+            w.connected != worker.connected || w.copies_synced != worker.copies_synced
+        });
+        if changed {
+            self.state.touch_jobs_in(&worker.name);
+            self.caches
+                .capacity_changed(&worker.name, &self.state.queues);
+        }
+        self.state.workers.insert(worker.name.clone(), worker);
+    }
+
+    pub fn remove_worker(&mut self, name: &str) {
+        self.state.workers.remove(name);
+        self.state.touch_jobs_in(name);
+        self.caches.capacity_changed(name, &self.state.queues);
+    }
+
+    pub fn upsert_queue(&mut self, queue: Queue) {
+        self.caches.queues_changed();
+        self.state.queues.insert(queue.name.clone(), queue);
+    }
+
+    pub fn remove_queue(&mut self, name: &str) {
+        self.caches.queues_changed();
+        self.state.queues.remove(name);
+    }
+
+    /// Replaces the inventory; workers whose data changed may have gained room.
+    pub fn set_inventory(&mut self, inventory: Arc<Inventory>) {
+        let old = std::mem::replace(&mut self.state.inventory, inventory);
+        self.caches
+            .inventory_replaced(&old, &self.state.inventory, &self.state.queues);
+    }
+
+    /// Holds a placement for an admitted Job (replacing any it had).
+    pub fn hold(&mut self, hold: Hold) {
+        self.caches.holds_changed(&hold.cluster);
+        if let Some(old) = self.ledger.hold(hold) {
+            self.released(&old);
+        }
+    }
+
+    /// Stops holding the Job's placement.
+    pub fn release(&mut self, job_uid: &str) {
+        if let Some(old) = self.ledger.release(job_uid) {
+            self.released(&old);
+        }
+    }
+
+    fn released(&mut self, old: &Hold) {
+        self.caches.holds_changed(&old.cluster);
+        for t in &old.takes {
+            self.caches.capacity_changed_on(&old.cluster, t.index);
+        }
+    }
+
+    /// Node `index` of the worker may have gained room (a pod ended, or a placement planned
+    /// there was not carried out).
+    pub fn node_gained_room(&mut self, cluster: &str, index: usize) {
+        self.caches.capacity_changed_on(cluster, index);
+    }
+
+    /// Node `index` of the worker lost room (a pod was bound there).
+    pub fn node_lost_room(&mut self, cluster: &str, index: usize) {
+        self.caches.node_lost_room(cluster, index);
+    }
+
+    /// Marks a Job for the next reconcile.
+    pub fn touch(&mut self, key: &JobKey) {
+        self.state.touch(key);
+    }
+
+    /// Marks every Job (a periodic resync).
+    pub fn touch_all(&mut self) {
+        self.state.touch_all();
+    }
+
+    pub(super) fn take_dirty(&mut self) -> BTreeSet<JobKey> {
+        self.state.take_dirty()
+    }
+}
