@@ -1,33 +1,24 @@
 //! Kubernetes label selector matching (metav1.LabelSelector), as the API server evaluates it.
+//!
+//! Matching is kube-core's [`Selector`]: for every selector apimachinery accepts it answers as
+//! `LabelSelectorAsSelector(s).Matches(labels)` does. [`check`] stays ours: kube-core's
+//! conversion accepts selectors apimachinery rejects, and its errors name neither the key nor
+//! the fix.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 use std::collections::BTreeMap;
 
 /// True when `labels` satisfy `selector`: every `matchLabels` pair and every expression.
-/// An empty selector matches everything, as in Kubernetes.
+/// An empty selector matches everything, as in Kubernetes; one Kubernetes rejects matches
+/// nothing.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    pairs_match
-        && selector.match_expressions.iter().flatten().all(|e| {
-            let value = labels.get(&e.key);
-            let values = e.values.as_deref().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                // The API server rejects other operators; a selector that slipped through
-                // must not match everything.
-                _ => false,
-            }
-        })
+    // `check` first: kube-core would let `NotIn: []` match everything, Kubernetes rejects it.
+    check(selector).is_ok() && Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
-/// Why a selector can never be evaluated the way its author meant; checked at start-up.
+/// Why Kubernetes would reject `selector` (apimachinery's `LabelSelectorAsSelector`), so that
+/// it can never be evaluated the way its author meant; checked at start-up.
 pub fn check(selector: &LabelSelector) -> Result<(), String> {
     for e in selector.match_expressions.iter().flatten() {
         let n = e.values.as_ref().map_or(0, Vec::len);
