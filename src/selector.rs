@@ -152,3 +152,6 @@ mod tests {
             .starts_with("matchExpressions key \"env\": \"-x\" is not a label value"));
     }
 }
+
+#[cfg(test)]
+mod kubernetes_cases;
