@@ -1,59 +1,73 @@
 //! Kubernetes label selector matching (metav1.LabelSelector), as the API server evaluates it.
+//!
+//! Matching is kube-core's [`Selector`]: for every selector apimachinery accepts it answers as
+//! `LabelSelectorAsSelector(s).Matches(labels)` does. [`check`] stays ours: kube-core's
+//! conversion accepts selectors apimachinery rejects (`NotIn: []`, `Exists` with values,
+//! malformed keys and values), and its errors name neither the key nor the fix.
 
+use crate::api::{is_label_value, is_qualified_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 use std::collections::BTreeMap;
 
 /// True when `labels` satisfy `selector`: every `matchLabels` pair and every expression.
-/// An empty selector matches everything, as in Kubernetes.
+/// An empty selector matches everything, as in Kubernetes; one Kubernetes rejects matches
+/// nothing.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    pairs_match
-        && selector.match_expressions.iter().flatten().all(|e| {
-            let value = labels.get(&e.key);
-            let values = e.values.as_deref().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                // The API server rejects other operators; a selector that slipped through
-                // must not match everything.
-                _ => false,
-            }
-        })
+    // `check` first: kube-core would let `NotIn: []` match everything, Kubernetes rejects it.
+    check(selector).is_ok() && Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
-/// Why a selector can never be evaluated the way its author meant; checked at start-up.
+/// Why Kubernetes would reject `selector` (apimachinery's `LabelSelectorAsSelector`), so that
+/// it can never be evaluated the way its author meant; checked at start-up.
 pub fn check(selector: &LabelSelector) -> Result<(), String> {
+    // Key and value syntax: apimachinery's NewRequirement checks it, kube-core does not.
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if !is_qualified_name(key) {
+            return Err(format!("matchLabels: {}", bad_key(key)));
+        }
+        if !is_label_value(value) {
+            return Err(format!("matchLabels[{key}]: {}", bad_value(value)));
+        }
+    }
     for e in selector.match_expressions.iter().flatten() {
-        let n = e.values.as_ref().map_or(0, Vec::len);
-        match e.operator.as_str() {
-            "In" | "NotIn" if n == 0 => {
-                return Err(format!(
-                    "matchExpressions key {:?}: operator {} needs at least one value",
-                    e.key, e.operator
-                ))
-            }
-            "Exists" | "DoesNotExist" if n > 0 => {
-                return Err(format!(
-                    "matchExpressions key {:?}: operator {} takes no values",
-                    e.key, e.operator
-                ))
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(format!(
-                    "matchExpressions key {:?}: unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)",
-                    e.key
-                ))
-            }
+        let values = e.values.as_deref().unwrap_or_default();
+        let problem = match e.operator.as_str() {
+            _ if !is_qualified_name(&e.key) => Some(bad_key(&e.key)),
+            "In" | "NotIn" if values.is_empty() => Some(format!(
+                "operator {} needs at least one value in values",
+                e.operator
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => Some(format!(
+                "operator {} takes no values: remove values, or use In or NotIn",
+                e.operator
+            )),
+            "In" | "NotIn" => values
+                .iter()
+                .find(|v| !is_label_value(v))
+                .map(|v| bad_value(v)),
+            "Exists" | "DoesNotExist" => None,
+            other => Some(format!(
+                "unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)"
+            )),
+        };
+        if let Some(problem) = problem {
+            return Err(format!("matchExpressions key {:?}: {problem}", e.key));
         }
     }
     Ok(())
+}
+
+fn bad_key(key: &str) -> String {
+    format!(
+        "{key:?} is not a label key (name or prefix/name: the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit; the prefix a DNS subdomain)"
+    )
+}
+
+fn bad_value(value: &str) -> String {
+    format!(
+        "{value:?} is not a label value (empty, or at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+    )
 }
 
 #[cfg(test)]
@@ -118,4 +132,26 @@ mod tests {
         };
         assert!(check(&sel).unwrap_err().contains("at least one value"));
     }
+
+    #[test]
+    fn malformed_keys_and_values_are_reported() {
+        let sel = LabelSelector {
+            match_labels: Some(labels(&[("team name", "ml")])),
+            ..Default::default()
+        };
+        assert!(!matches(&sel, &labels(&[("team name", "ml")])));
+        assert!(check(&sel)
+            .unwrap_err()
+            .contains("\"team name\" is not a label key"));
+        let sel = LabelSelector {
+            match_expressions: Some(vec![expr("env", "In", &["prod", "-x"])]),
+            ..Default::default()
+        };
+        assert!(check(&sel)
+            .unwrap_err()
+            .starts_with("matchExpressions key \"env\": \"-x\" is not a label value"));
+    }
 }
+
+#[cfg(test)]
+mod kubernetes_cases;

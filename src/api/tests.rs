@@ -126,6 +126,10 @@ fn bad_specs_are_refused_with_the_field_named() {
             "clusters: [a]\nnamespaceSelector: {matchExpressions: [{key: team, operator: In}]}",
             "namespaceSelector: matchExpressions key \"team\": operator In needs at least one value",
         ),
+        (
+            "clusters: [a]\nnamespaceSelector: {matchLabels: {team name: ml}}",
+            "namespaceSelector: matchLabels: \"team name\" is not a label key",
+        ),
     ];
     for (yaml, want) in cases {
         let errs = errors(yaml);
