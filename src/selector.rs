@@ -14,8 +14,34 @@ use std::collections::BTreeMap;
 /// An empty selector matches everything, as in Kubernetes; one Kubernetes rejects matches
 /// nothing.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    // `check` first: kube-core would let `NotIn: []` match everything, Kubernetes rejects it.
-    check(selector).is_ok() && Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    Compiled::new(selector).is_ok_and(|s| s.matches(labels))
+}
+
+/// A selector checked once, to match many label sets (a queue's namespaceSelector, against
+/// every Job's namespace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compiled {
+    /// The selector as written.
+    pub source: LabelSelector,
+    selector: Selector,
+}
+
+impl Compiled {
+    /// The selector, or why Kubernetes would reject it.
+    pub fn new(source: &LabelSelector) -> Result<Self, String> {
+        // `check` first: kube-core would let `NotIn: []` match everything, Kubernetes
+        // rejects it.
+        check(source)?;
+        let selector = Selector::try_from(source.clone()).map_err(|e| e.to_string())?;
+        Ok(Self {
+            source: source.clone(),
+            selector,
+        })
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.matches(labels)
+    }
 }
 
 /// Why Kubernetes would reject `selector` (apimachinery's `LabelSelectorAsSelector`), so that

@@ -312,7 +312,7 @@ impl NamedQueueSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueueSettings {
     pub clusters: Vec<String>,
-    pub namespace_selector: Option<LabelSelector>,
+    pub namespace_selector: Option<crate::selector::Compiled>,
     /// `None`: automatic (the sum of the active clusters' allocatable).
     pub quota: Option<BTreeMap<String, Milli>>,
     /// `None`: not waiting for pods to be Ready.
@@ -387,11 +387,18 @@ impl DispatchQueueSpec {
             }
         }
 
-        if let Some(selector) = &self.namespace_selector {
-            if let Err(e) = crate::selector::check(selector) {
+        let namespace_selector = match self
+            .namespace_selector
+            .as_ref()
+            .map(crate::selector::Compiled::new)
+        {
+            Some(Err(e)) => {
                 errors.push(format!("namespaceSelector: {e}"));
+                None
             }
-        }
+            Some(Ok(s)) => Some(s),
+            None => None,
+        };
 
         let quota = self.quota.as_ref().map(|q| {
             if q.len() > schema::MAX_MAP_KEYS as usize {
@@ -481,7 +488,7 @@ impl DispatchQueueSpec {
         }
         Ok(QueueSettings {
             clusters: self.clusters.clone(),
-            namespace_selector: self.namespace_selector.clone(),
+            namespace_selector,
             quota,
             wait_for_pods_ready: w.enabled.then_some(PodsReadySettings {
                 timeout,

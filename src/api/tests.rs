@@ -379,7 +379,10 @@ fn a_selector_is_kept() {
         match_labels: Some([("team".to_string(), "ml".to_string())].into()),
         ..Default::default()
     };
-    assert_eq!(s.resolve().unwrap().namespace_selector, Some(want));
+    assert_eq!(
+        s.resolve().unwrap().namespace_selector.map(|s| s.source),
+        Some(want)
+    );
     let s = spec(
         "clusters: [a]\nnamespaceSelector: {matchExpressions: [{key: team, operator: Gt, values: ['1']}]}",
     );

@@ -617,17 +617,19 @@ impl<'w> Pass<'w> {
                 // A worker that could not be looked at might still hold it: a short
                 // disconnect does not make a Job "never fits".
                 None if own.is_some() || unseen => {}
-                None => return wait(
-                    reason::NEVER_FITS,
-                    self.say(|| {
-                        format!(
+                None => {
+                    return wait(
+                        reason::NEVER_FITS,
+                        self.say(|| {
+                            format!(
                             "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
                             job.queue,
                             job.gang(),
                             join(&reasons)
                         )
-                    }),
-                ),
+                        }),
+                    )
+                }
                 Some((_, name)) if now.starving => {
                     let message = self.say(|| format!(
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
@@ -852,13 +854,13 @@ fn namespace_allowed(job: &Job, settings: &QueueSettings) -> bool {
         return true;
     };
     match &job.namespace_labels {
-        Some(labels) => crate::selector::matches(selector, labels),
+        Some(labels) => selector.matches(labels),
         None => {
             let labels = BTreeMap::from([(
                 crate::wellknown::NAMESPACE_NAME_LABEL.to_string(),
                 job.key.namespace.clone(),
             )]);
-            crate::selector::matches(selector, &labels)
+            selector.matches(&labels)
         }
     }
 }
