@@ -25,7 +25,7 @@ pub use dispatch_queue::{
     WaitForPodsReady,
 };
 pub use duration::{KubeDuration, DURATION_MAX_LENGTH, DURATION_PATTERN};
-pub use names::{is_dns1123_subdomain, is_label_value, is_qualified_name};
+pub use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
 pub use schema::{
     DNS1123_SUBDOMAIN_PATTERN, LABEL_VALUE_PATTERN, MAX_QUEUE_CLUSTERS, QUANTITY_PATTERN,
 };

@@ -1,9 +1,10 @@
 //! `serve` configuration: the YAML file, merged under the command-line flags, resolved into
 //! [`ServeSettings`] with every default applied.
 
-use crate::admission::{is_dns1123_label, AdmissionPolicy};
+use crate::api::is_dns1123_label;
 use crate::cli::{LogFormat, Role, ServeArgs};
 use crate::selector;
+use crate::webhook::AdmissionPolicy;
 use crate::wellknown::DEFAULT_DISPATCHER_USERNAME;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;

@@ -6,7 +6,6 @@
 //! `namespaces`) are thin shells around them.
 #![forbid(unsafe_code)]
 
-pub mod admission;
 pub mod api;
 pub mod certs;
 pub mod cli;
@@ -28,6 +27,7 @@ pub mod simulate;
 pub mod telemetry;
 pub mod tls;
 pub mod topology;
+pub mod webhook;
 pub mod wellknown;
 pub mod workers;
 

@@ -2,13 +2,13 @@
 //!
 //! Handlers are thin: read the body within limits, call the pure admission code, answer.
 
-use crate::admission::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook};
 use crate::cli::Role;
 use crate::config::{ServeSettings, TlsSource};
 use crate::inventory::InventoryStore;
 use crate::metrics::Metrics;
 use crate::namespaces::NamespaceLabels;
 use crate::tls::{self, CertificateStore};
+use crate::webhook::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook};
 use crate::wellknown::{
     HEALTHZ_PATH, METRICS_PATH, MUTATE_JOB_PATH, READYZ_PATH, VALIDATE_JOB_PATH,
 };
@@ -258,7 +258,7 @@ pub async fn start_with_client(
                     Ok(res)
                 }
             })
-            .configure(admission_routes)
+            .configure(webhook_routes)
             .configure(crate::extender::http::routes)
             .default_service(web::to(not_found))
     })
@@ -514,7 +514,7 @@ pub async fn run(settings: ServeSettings) -> crate::Result<()> {
 }
 
 /// The admission webhook routes, for the shared HTTPS app.
-pub fn admission_routes(cfg: &mut web::ServiceConfig) {
+pub fn webhook_routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         MUTATE_JOB_PATH,
         web::post().to(|s, r, p| review(Hook::Mutate, s, r, p)),
@@ -693,7 +693,7 @@ async fn review(
             return res;
         }
     };
-    let review = match admission::parse(&body) {
+    let review = match webhook::parse(&body) {
         Ok(r) => r,
         Err(BadReview::Unreadable(line)) => {
             tracing::warn!(hook = hook_name, reason = %line, "refused: unreadable review");
@@ -719,7 +719,7 @@ async fn review(
             }
         },
     };
-    let decision = admission::decide(hook, &review, &webhooks.policy, labels.as_deref());
+    let decision = webhook::decide(hook, &review, &webhooks.policy, labels.as_deref());
     match &decision.denial {
         Some(d) => tracing::info!(
             hook = hook_name,
@@ -746,10 +746,10 @@ async fn review(
     reply(&review.envelope, &decision, outcome(decision.outcome()))
 }
 
-fn reply(envelope: &admission::Envelope, d: &Decision, outcome: Outcome) -> HttpResponse {
+fn reply(envelope: &webhook::Envelope, d: &Decision, outcome: Outcome) -> HttpResponse {
     let mut res = HttpResponse::Ok()
         .content_type("application/json")
-        .body(admission::render(envelope, d));
+        .body(webhook::render(envelope, d));
     res.extensions_mut().insert(outcome);
     res
 }

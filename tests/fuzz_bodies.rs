@@ -8,8 +8,8 @@ mod common;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::time::Duration;
-use switchyard::admission::{review_body, AdmissionPolicy, BadReview, Hook};
 use switchyard::config::{ServeSettings, TlsSource};
+use switchyard::webhook::{review_body, AdmissionPolicy, BadReview, Hook};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const FIXTURES: &[&str] = &[

@@ -5,7 +5,7 @@
 use super::duration::KubeDuration;
 use super::names::{is_dns1123_subdomain, is_qualified_name};
 use super::schema;
-use crate::admission::is_dns1123_label;
+use crate::api::is_dns1123_label;
 use crate::quantity::{self, Milli};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};

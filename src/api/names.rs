@@ -1,7 +1,18 @@
 //! The API server's name rules, in Rust: for objects read without an API server (scenario
 //! files) and for what a CRD schema cannot check (map keys).
 
-use crate::admission::is_dns1123_label;
+/// RFC 1123 label, as Kubernetes validates names: at most 63 characters of lowercase letters,
+/// digits and '-', starting and ending with a letter or digit.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+    let edge_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(inner_ok)
+        && b.first().is_some_and(edge_ok)
+        && b.last().is_some_and(edge_ok)
+}
 
 /// Object names, Secret names, scheduler names: dot-separated DNS-1123 labels, 253 at most.
 pub fn is_dns1123_subdomain(s: &str) -> bool {

@@ -125,7 +125,7 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
     for (i, j) in file.jobs.into_iter().enumerate() {
         let at = |field: &str| format!("jobs[{i}] ({}): {field}", j.name);
         let namespace = j.namespace.clone().unwrap_or_else(|| "default".into());
-        if !crate::admission::is_dns1123_label(&namespace) {
+        if !crate::api::is_dns1123_label(&namespace) {
             return Err(ScenarioError::Invalid(format!(
                 "{}: {namespace:?} is not a namespace name",
                 at("namespace")

@@ -124,19 +124,6 @@ impl JobView<'_> {
     }
 }
 
-/// RFC 1123 label, as Kubernetes validates names: at most 63 characters of lowercase letters,
-/// digits and '-', starting and ending with a letter or digit.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let inner_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
-    let edge_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(inner_ok)
-        && b.first().is_some_and(edge_ok)
-        && b.last().is_some_and(edge_ok)
-}
-
 fn add(tokens: &[&str], value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation {
         path: PointerBuf::from_tokens(tokens.iter().copied()),
@@ -238,7 +225,7 @@ pub(super) fn validate(
     };
 
     if let Some(q) = queue {
-        if (old.is_none() || queue_changed) && !is_dns1123_label(q) {
+        if (old.is_none() || queue_changed) && !crate::api::is_dns1123_label(q) {
             return Decision::deny(Denial::invalid(format!(
                 "{}: Invalid value: {q:?}: a queue name must be a DNS-1123 label: at most 63 \
                  lowercase letters, digits or '-', starting and ending with a letter or digit \

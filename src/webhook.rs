@@ -12,7 +12,7 @@ mod job;
 #[cfg(test)]
 mod tests;
 
-pub use job::{is_dns1123_label, JobView, MetaView, OneKey, SpecView};
+pub use job::{JobView, MetaView, OneKey, SpecView};
 
 use crate::selector;
 use crate::wellknown::DEFAULT_DISPATCHER_USERNAME;

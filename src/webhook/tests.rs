@@ -149,10 +149,10 @@ fn namespace_labels_are_asked_for_only_when_a_default_queue_could_apply() {
 #[test]
 fn dns1123_labels() {
     for ok in ["a", "research", "team-1", "0a", &"a".repeat(63)] {
-        assert!(is_dns1123_label(ok), "{ok}");
+        assert!(crate::api::is_dns1123_label(ok), "{ok}");
     }
     for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "ünï"] {
-        assert!(!is_dns1123_label(bad), "{bad}");
+        assert!(!crate::api::is_dns1123_label(bad), "{bad}");
     }
 }
 

@@ -7,7 +7,7 @@ mod common;
 use common::{assert_echo, fixture, fixture_json, patch_of, patched_object};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use switchyard::admission::{review_body, AdmissionPolicy, Hook};
+use switchyard::webhook::{review_body, AdmissionPolicy, Hook};
 
 enum Expect {
     /// Allowed; each (JSON Pointer, value) holds in the patched object (`None`: absent).

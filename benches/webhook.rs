@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;
-use switchyard::admission::{review_body, AdmissionPolicy, Hook};
+use switchyard::webhook::{review_body, AdmissionPolicy, Hook};
 
 struct Case {
     group: &'static str,
