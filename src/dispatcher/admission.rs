@@ -41,7 +41,7 @@ use crate::placement::inflight::Take;
 use crate::placement::PodShape;
 use foldhash::{HashMap, HashMapExt as _};
 use heads::Heads;
-use quota::{add_to, QuotaCheck, QuotaUse};
+use quota::{Amounts, Quota, QuotaCheck, Resources};
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,17 +94,16 @@ enum Attempt {
 }
 
 /// One queue during a pass.
+#[derive(Default)]
 struct QueueState {
-    /// Its index among the pass's queues.
-    slot: usize,
     /// What its admitted Jobs use, and what the pass admitted so far.
-    usage: BTreeMap<String, i64>,
+    usage: Amounts,
     /// Quota held for starving Jobs earlier in the order.
-    held: BTreeMap<String, i64>,
+    held: Amounts,
     /// With `blockAdmission`: an admitted Job not yet Ready, and its worker(s).
     gate: Option<(JobKey, String)>,
     /// The quota in force, found once per pass.
-    quota: Option<Arc<BTreeMap<String, i64>>>,
+    quota: Option<Arc<Quota>>,
     usable: UsableWorkers,
 }
 
@@ -211,8 +210,9 @@ pub(crate) fn admit<'w>(
     let mut pass = Pass::new(state, ledger, config, now);
     let mut heads = Heads::new(state, ledger, now, &mut pass.out);
     while let Some(head) = heads.next() {
-        let attempt = pass.attempt(head.job, head.class, oracle);
-        if pass.record(head.job, head.class, attempt) {
+        let slot = pass.slot_of(head.job);
+        let attempt = pass.attempt(head.job, head.class, slot, oracle);
+        if pass.record(head.job, head.class, slot, attempt) {
             heads.move_on(head.index, &mut pass.out);
         }
     }
@@ -224,7 +224,10 @@ struct Pass<'w> {
     state: &'w State,
     config: &'w DispatchConfig,
     now: SystemTime,
-    queues: BTreeMap<&'w str, QueueState>,
+    /// By slot; a Job's queue's slot is found once per look.
+    queues: Vec<QueueState>,
+    slots: HashMap<&'w str, usize>,
+    resources: Resources<'w>,
     reserved: Reserved,
     /// Per worker, why no Job may go there in this pass (reservations aside), found once.
     unusable: HashMap<&'w str, Option<String>>,
@@ -238,7 +241,9 @@ impl<'w> Pass<'w> {
         config: &'w DispatchConfig,
         now: SystemTime,
     ) -> Self {
-        let mut queues = BTreeMap::new();
+        let resources = Resources::new(state, ledger);
+        let mut queues = Vec::new();
+        let mut slots = HashMap::new();
         for (name, u) in ledger.queue_uses() {
             let gate = state.queues.get(name).and_then(|q| {
                 let s = q.settings.as_ref().ok()?;
@@ -249,28 +254,40 @@ impl<'w> Pass<'w> {
                 let job = state.jobs.get(&first.key)?;
                 Some((job.key.clone(), job.cluster.clone().unwrap_or_default()))
             });
-            let slot = queues.len();
-            queues.insert(
-                name.as_str(),
-                QueueState {
-                    slot,
-                    usage: u.usage.clone(),
-                    held: BTreeMap::new(),
-                    gate,
-                    quota: None,
-                    usable: UsableWorkers::default(),
-                },
-            );
+            slots.insert(name.as_str(), queues.len());
+            queues.push(QueueState {
+                usage: resources.amounts(&u.usage),
+                held: vec![0; resources.len()],
+                gate,
+                ..Default::default()
+            });
         }
         Self {
             state,
             config,
             now,
             queues,
+            slots,
+            resources,
             reserved: Reserved::default(),
             unusable: HashMap::new(),
             out: Admission::default(),
         }
+    }
+
+    /// The slot of the Job's queue.
+    fn slot_of(&mut self, job: &'w Job) -> usize {
+        if let Some(&slot) = self.slots.get(job.queue.as_str()) {
+            return slot;
+        }
+        let slot = self.queues.len();
+        self.queues.push(QueueState {
+            usage: vec![0; self.resources.len()],
+            held: vec![0; self.resources.len()],
+            ..Default::default()
+        });
+        self.slots.insert(job.queue.as_str(), slot);
+        slot
     }
 
     /// A message for people, built only when messages are asked for (`simulate` asks only
@@ -288,9 +305,10 @@ impl<'w> Pass<'w> {
         &mut self,
         job: &'w Job,
         class: &'w ClassKey,
+        slot: usize,
         oracle: &mut impl Oracle<'w>,
     ) -> Attempt {
-        let (settings, shape) = match self.gates(job) {
+        let (settings, shape) = match self.gates(job, slot) {
             Ok(open) => open,
             Err(wait) => return Attempt::Wait(wait),
         };
@@ -303,13 +321,13 @@ impl<'w> Pass<'w> {
             self.out
                 .wake(job.waiting_since() + self.config.starvation_after);
         }
-        if let Some(wait) = self.quota_wait(job, settings, starving) {
+        if let Some(wait) = self.quota_wait(job, settings, slot, starving) {
             return Attempt::Wait(wait);
         }
-        let usable = self.usable_workers(job, settings);
+        let usable = self.usable_workers(settings, slot);
         let now = Circumstances {
             queue: &job.queue,
-            queue_slot: self.queue(job).slot,
+            queue_slot: slot,
             workers: &settings.clusters,
             starving,
             usable: &usable,
@@ -343,7 +361,11 @@ impl<'w> Pass<'w> {
 
     /// What is decided before quota and placement: the queue, the namespace, the pod
     /// template and the PodsReady gate.
-    fn gates(&self, job: &'w Job) -> Result<(&'w QueueSettings, &'w PodShape), Verdict> {
+    fn gates(
+        &self,
+        job: &'w Job,
+        slot: usize,
+    ) -> Result<(&'w QueueSettings, &'w PodShape), Verdict> {
         let wait = |reason, message| Verdict::wait(reason, message);
         let Some(queue) = self.state.queues.get(&job.queue) else {
             return Err(wait(reason::QUEUE_NOT_FOUND, self.say(|| format!(
@@ -375,11 +397,7 @@ impl<'w> Pass<'w> {
             Ok(shape) => shape,
             Err(e) => return Err(wait(reason::INVALID_JOB, e.clone())),
         };
-        if let Some((other, cluster)) = self
-            .queues
-            .get(job.queue.as_str())
-            .and_then(|q| q.gate.as_ref())
-        {
+        if let Some((other, cluster)) = &self.queues[slot].gate {
             return Err(wait(reason::WAITING_FOR_PODS_READY, self.say(|| format!(
                 "queue {:?} admits one Job at a time until its pods are Ready (blockAdmission): waiting for {other} in {cluster}",
                 job.queue
@@ -394,16 +412,21 @@ impl<'w> Pass<'w> {
         &mut self,
         job: &'w Job,
         settings: &'w QueueSettings,
+        slot: usize,
         starving: bool,
     ) -> Option<Verdict> {
-        let quota = self.quota(job, settings);
+        let quota = self.quota(settings, slot);
         let describe = self.config.describe;
-        let queue = self.queue(job);
-        let taken = QuotaUse {
-            used: &queue.usage,
-            held: &queue.held,
-        };
-        match quota::check(job, settings, &quota, taken, describe) {
+        let queue = &self.queues[slot];
+        let check = quota::check(
+            job,
+            &self.resources,
+            &quota,
+            &queue.usage,
+            &queue.held,
+            describe,
+        );
+        match check {
             QuotaCheck::Covered => None,
             QuotaCheck::Never(what) => Some(Verdict::wait(
                 reason::NEVER_FITS,
@@ -501,7 +524,7 @@ impl<'w> Pass<'w> {
             let fit = match self.config.placement {
                 // No judgement: every usable worker is offered the Job.
                 Placement::Everywhere => Fit::Fits(0),
-                Placement::Exact | Placement::SumOfFree => oracle.fit(gang, name),
+                Placement::Exact | Placement::SumOfFree => oracle.fit(gang, name, order),
             };
             match fit {
                 Fit::Fits(score) => search.fits.push(Candidate {
@@ -661,12 +684,12 @@ impl<'w> Pass<'w> {
 
     /// Carries out what the attempt decided for the pass; returns whether the class moves on
     /// to its next Job.
-    fn record(&mut self, job: &'w Job, class: &ClassKey, attempt: Attempt) -> bool {
+    fn record(&mut self, job: &'w Job, class: &ClassKey, slot: usize, attempt: Attempt) -> bool {
         let blocks = blocks_admission(self.state, job);
         match attempt {
             Attempt::Dispatch { cluster, takes } => {
-                let queue = self.queue(job);
-                add_to(&mut queue.usage, job.total_requests());
+                let queue = &mut self.queues[slot];
+                self.resources.add(&mut queue.usage, job);
                 if blocks {
                     queue.gate = Some((job.key.clone(), cluster.clone()));
                 }
@@ -684,8 +707,8 @@ impl<'w> Pass<'w> {
                 true
             }
             Attempt::Offer { clusters } => {
-                let queue = self.queue(job);
-                add_to(&mut queue.usage, job.total_requests());
+                let queue = &mut self.queues[slot];
+                self.resources.add(&mut queue.usage, job);
                 if blocks {
                     queue.gate = Some((job.key.clone(), clusters.join(", ")));
                 }
@@ -696,14 +719,14 @@ impl<'w> Pass<'w> {
                 true
             }
             Attempt::Wait(verdict) => {
-                self.hold_for(job, &verdict);
+                self.hold_for(job, slot, &verdict);
                 if self.config.describe {
                     self.out.waiting.insert(class.clone(), verdict.into());
                 }
                 false
             }
             Attempt::WaitAlone(verdict) => {
-                self.hold_for(job, &verdict);
+                self.hold_for(job, slot, &verdict);
                 self.out.job_waiting.insert(job.key.clone(), verdict.into());
                 true
             }
@@ -711,40 +734,37 @@ impl<'w> Pass<'w> {
     }
 
     /// What a starving Job's wait holds: a worker kept for it, its queue's quota.
-    fn hold_for(&mut self, job: &'w Job, verdict: &Verdict) {
+    fn hold_for(&mut self, job: &'w Job, slot: usize, verdict: &Verdict) {
         if let Some(worker) = &verdict.reserve {
             self.reserved.insert(worker.clone(), job.key.clone());
         }
         if verdict.hold_quota {
-            add_to(&mut self.queue(job).held, job.total_requests());
+            self.resources.add(&mut self.queues[slot].held, job);
         }
     }
 
-    fn queue(&mut self, job: &'w Job) -> &mut QueueState {
-        queue_state(&mut self.queues, job)
-    }
-
     /// The queue's quota in force, found once per pass.
-    fn quota(&mut self, job: &'w Job, settings: &QueueSettings) -> Arc<BTreeMap<String, i64>> {
-        let (state, now) = (self.state, self.now);
-        self.queue(job)
+    fn quota(&mut self, settings: &QueueSettings, slot: usize) -> Arc<Quota> {
+        let (state, now, resources) = (self.state, self.now, &self.resources);
+        self.queues[slot]
             .quota
-            .get_or_insert_with(|| Arc::new(quota::effective(state, settings, now)))
+            .get_or_insert_with(|| Arc::new(resources.quota(state, settings, now)))
             .clone()
     }
 
     /// The queue's workers no Job is kept from now.
-    fn usable_workers(&mut self, job: &'w Job, settings: &'w QueueSettings) -> Arc<[usize]> {
+    fn usable_workers(&mut self, settings: &'w QueueSettings, slot: usize) -> Arc<[usize]> {
         let state = self.state;
         let (unusable, reserved) = (&mut self.unusable, &self.reserved);
-        let queue = queue_state(&mut self.queues, job);
-        queue.usable.get(&settings.clusters, reserved, |name| {
-            unusable
-                .entry(name)
-                .or_insert_with(|| why_unusable(state, name))
-                .is_none()
-                && !reserved.by_worker.contains_key(name)
-        })
+        self.queues[slot]
+            .usable
+            .get(&settings.clusters, reserved, |name| {
+                unusable
+                    .entry(name)
+                    .or_insert_with(|| why_unusable(state, name))
+                    .is_none()
+                    && !reserved.by_worker.contains_key(name)
+            })
     }
 
     /// Why no Job may go to `name` now, if none may.
@@ -807,24 +827,6 @@ impl<'w> Pass<'w> {
                 || self.state.foreign_copy(&job.key, &job.uid, c).is_some()
         })
     }
-}
-
-/// The pass's state of the Job's queue.
-fn queue_state<'q, 'w>(
-    queues: &'q mut BTreeMap<&'w str, QueueState>,
-    job: &'w Job,
-) -> &'q mut QueueState {
-    let slot = queues.len();
-    queues
-        .entry(job.queue.as_str())
-        .or_insert_with(|| QueueState {
-            slot,
-            usage: BTreeMap::new(),
-            held: BTreeMap::new(),
-            gate: None,
-            quota: None,
-            usable: UsableWorkers::default(),
-        })
 }
 
 impl Verdict {

@@ -68,9 +68,10 @@ pub(crate) trait Oracle<'w> {
     /// oracle may answer them all at once). Called once per judgement, before any question.
     fn prepare(&mut self, _gang: &Gang, _now: &Circumstances, _workers: &[&'w str]) {}
 
-    /// Whether the whole gang fits in `worker` as the pass sees it now (placements held and
-    /// handed out earlier in the pass taken off).
-    fn fit(&mut self, gang: &Gang, worker: &'w str) -> Fit;
+    /// Whether the whole gang fits in `worker`, the queue's worker at position `order` in
+    /// its list, as the pass sees it now (placements held and handed out earlier in the pass
+    /// taken off).
+    fn fit(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit;
 
     /// Whether the gang would fit in `worker` were its nodes empty; the score there if so.
     fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64>;
@@ -132,7 +133,7 @@ impl<'a> PlainOracle<'a> {
 }
 
 impl<'w> Oracle<'w> for PlainOracle<'w> {
-    fn fit(&mut self, gang: &Gang, worker: &'w str) -> Fit {
+    fn fit(&mut self, gang: &Gang, worker: &'w str, _order: usize) -> Fit {
         match self.config.placement {
             Placement::SumOfFree => self.view.sum_fit(worker, &gang.job.total_request()),
             // Admission asks nothing under `Everywhere`.

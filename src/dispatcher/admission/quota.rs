@@ -1,9 +1,14 @@
 //! A queue's quota: what is in force, and whether it covers a gang's whole request.
+//!
+//! A pass counts quota in amounts indexed by resource ([`Resources`]): every Job looked at is
+//! checked against its queue's quota, so the check is a walk over a few numbers.
 
 use crate::api::QueueSettings;
 use crate::dispatcher::job::Job;
+use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::oracle::view::show;
 use crate::dispatcher::state::State;
+use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -20,8 +25,17 @@ pub fn effective(
         return q.iter().map(|(k, v)| (k.clone(), v.0)).collect();
     }
     let table = &state.inventory.resources;
-    // Summed by resource id, named once at the end.
-    let mut sums: Vec<Option<i64>> = vec![None; table.len()];
+    automatic(state, settings, now)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(r, sum)| Some((table.name(r).to_string(), sum?)))
+        .collect()
+}
+
+/// The sum of the allocatable of the queue's workers not lost, by the inventory's resource
+/// ids (`None`: none of them has the resource).
+fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Vec<Option<i64>> {
+    let mut sums: Vec<Option<i64>> = vec![None; state.inventory.resources.len()];
     for name in &settings.clusters {
         let Some(c) = state.inventory.cluster(name) else {
             continue;
@@ -39,10 +53,113 @@ pub fn effective(
             }
         }
     }
-    sums.into_iter()
-        .enumerate()
-        .filter_map(|(r, sum)| Some((table.name(r).to_string(), sum?)))
-        .collect()
+    sums
+}
+
+/// The resources a pass counts quota in, each with an index: the inventory's (with the
+/// inventory's ids), then any other that a queue's quota or use names. A Job asking for a
+/// resource none of them names asks for one no quota limits and no admitted Job uses.
+pub(crate) struct Resources<'w> {
+    ids: HashMap<&'w str, usize>,
+    names: Vec<&'w str>,
+}
+
+impl<'w> Resources<'w> {
+    pub(crate) fn new(state: &'w State, ledger: &'w Ledger) -> Self {
+        let table = &state.inventory.resources;
+        let mut r = Self {
+            ids: HashMap::default(),
+            names: Vec::with_capacity(table.len()),
+        };
+        for id in 0..table.len() {
+            r.intern(table.name(id));
+        }
+        for q in state.queues.values() {
+            if let Some(quota) = q.settings.as_ref().ok().and_then(|s| s.quota.as_ref()) {
+                for name in quota.keys() {
+                    r.intern(name);
+                }
+            }
+        }
+        for (_, u) in ledger.queue_uses() {
+            for name in u.usage.keys() {
+                r.intern(name);
+            }
+        }
+        r
+    }
+
+    fn intern(&mut self, name: &'w str) {
+        if !self.ids.contains_key(name) {
+            self.ids.insert(name, self.names.len());
+            self.names.push(name);
+        }
+    }
+
+    pub(crate) fn id(&self, name: &str) -> Option<usize> {
+        self.ids.get(name).copied()
+    }
+
+    /// How many resources there are.
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// `amounts` by name as amounts by index.
+    pub(crate) fn amounts(&self, amounts: &BTreeMap<String, i64>) -> Amounts {
+        let mut out = vec![0; self.names.len()];
+        for (name, v) in amounts {
+            if let Some(id) = self.id(name) {
+                out[id] = *v;
+            }
+        }
+        out
+    }
+
+    /// The queue's quota in force (see [`effective`]), by index.
+    pub(crate) fn quota(&self, state: &State, settings: &QueueSettings, now: SystemTime) -> Quota {
+        let mut limits = vec![None; self.names.len()];
+        match &settings.quota {
+            Some(own) => {
+                for (name, v) in own {
+                    if let Some(id) = self.id(name) {
+                        limits[id] = Some(v.0);
+                    }
+                }
+            }
+            // The inventory's resources come first, with its ids.
+            None => {
+                for (id, sum) in automatic(state, settings, now).into_iter().enumerate() {
+                    limits[id] = sum;
+                }
+            }
+        }
+        Quota {
+            limits,
+            automatic: settings.quota.is_none(),
+        }
+    }
+
+    /// Adds the Job's whole request to `totals`.
+    pub(crate) fn add(&self, totals: &mut Amounts, job: &Job) {
+        for (name, v) in job.total_requests() {
+            if let Some(id) = self.id(name) {
+                totals[id] += v;
+            }
+        }
+    }
+}
+
+/// Amounts by resource index (see [`Resources`]).
+pub(crate) type Amounts = Vec<i64>;
+
+/// A queue's quota during a pass.
+pub(crate) struct Quota {
+    /// The limit per resource.
+    pub limits: Vec<Option<i64>>,
+    /// The queue sets no quota of its own: it is the sum of its workers' allocatable, and a
+    /// resource none of them has can never be given.
+    pub automatic: bool,
 }
 
 /// Whether a queue's quota covers a gang now.
@@ -54,18 +171,14 @@ pub(crate) enum QuotaCheck {
     Never(String),
 }
 
-/// What a queue has handed out: to its admitted Jobs, and held for starving ones.
-pub(crate) struct QuotaUse<'a> {
-    pub used: &'a BTreeMap<String, i64>,
-    pub held: &'a BTreeMap<String, i64>,
-}
-
-/// Whether `quota` covers the whole gang of `job` on top of `taken`.
+/// Whether `quota` covers the whole gang of `job` on top of what the queue's admitted Jobs
+/// use (`used`) and what it holds for starving Jobs (`held`).
 pub(crate) fn check(
     job: &Job,
-    settings: &QueueSettings,
-    quota: &BTreeMap<String, i64>,
-    taken: QuotaUse,
+    resources: &Resources<'_>,
+    quota: &Quota,
+    used: &[i64],
+    held: &[i64],
     describe: bool,
 ) -> QuotaCheck {
     // The texts are only written when messages are asked for; the flags decide.
@@ -73,8 +186,9 @@ pub(crate) fn check(
     let mut short = String::new();
     let mut never = String::new();
     for (r, n) in job.total_requests() {
-        let Some(&limit) = quota.get(r) else {
-            if settings.quota.is_none() && n > 0 {
+        let id = resources.id(r);
+        let Some(limit) = id.and_then(|id| quota.limits[id]) else {
+            if quota.automatic && n > 0 {
                 is_never = true;
                 if describe {
                     let _ = write!(never, "{}{} {r}", sep(&never), show(r, n));
@@ -95,9 +209,8 @@ pub(crate) fn check(
             }
             continue;
         }
-        let used =
-            taken.used.get(r).copied().unwrap_or(0) + taken.held.get(r).copied().unwrap_or(0);
-        if used + n > limit {
+        let taken = id.map_or(0, |id| used[id] + held[id]);
+        if taken + n > limit {
             is_short = true;
             if describe {
                 let _ = write!(
@@ -105,7 +218,7 @@ pub(crate) fn check(
                     "{}{} {r} ({} of {} free)",
                     sep(&short),
                     show(r, n),
-                    show(r, (limit - used).max(0)),
+                    show(r, (limit - taken).max(0)),
                     show(r, limit)
                 );
             }
@@ -125,20 +238,5 @@ fn sep(s: &str) -> &'static str {
         ""
     } else {
         ", "
-    }
-}
-
-/// Adds `amounts` to `totals`, resource by resource.
-pub(crate) fn add_to<'a>(
-    totals: &mut BTreeMap<String, i64>,
-    amounts: impl Iterator<Item = (&'a str, i64)>,
-) {
-    for (r, v) in amounts {
-        match totals.get_mut(r) {
-            Some(t) => *t += v,
-            None => {
-                totals.insert(r.to_string(), v);
-            }
-        }
     }
 }

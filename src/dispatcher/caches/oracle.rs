@@ -49,9 +49,31 @@ struct QueueMemo {
     nodes: usize,
 }
 
+impl QueueMemo {
+    fn new(state: &State, caches: &Caches, now: &Circumstances) -> Self {
+        let mut nodes = 0;
+        let epochs = now
+            .workers
+            .iter()
+            .map(|name| {
+                let cluster = state.inventory.cluster(name)?;
+                nodes += cluster.nodes.len();
+                Some(caches.capacity_epoch(name))
+            })
+            .collect();
+        Self {
+            key: caches.memo_key(now.queue, false),
+            epochs,
+            nodes,
+        }
+    }
+}
+
 /// What is looked up once per judgement of a class.
 #[derive(Default)]
 struct Judging<'w> {
+    /// The pass's slot of the class's queue.
+    slot: usize,
     misfits: Option<&'w HashMap<String, KnownMisfit>>,
     /// Whether the pass found fits of the class before.
     may_know: bool,
@@ -127,25 +149,7 @@ impl<'w> CachedOracle<'w> {
             self.queues.resize_with(now.queue_slot + 1, || None);
         }
         let (state, caches) = (self.state, self.caches);
-        self.queues[now.queue_slot].get_or_insert_with(|| QueueMemo {
-            key: caches.memo_key(now.queue, false),
-            epochs: now
-                .workers
-                .iter()
-                .map(|name| {
-                    state
-                        .inventory
-                        .cluster_arc(name)
-                        .map(|_| caches.capacity_epoch(name))
-                })
-                .collect(),
-            nodes: now
-                .workers
-                .iter()
-                .filter_map(|n| state.inventory.cluster(n))
-                .map(|c| c.nodes.len())
-                .sum(),
-        })
+        self.queues[now.queue_slot].get_or_insert_with(|| QueueMemo::new(state, caches, now))
     }
 
     /// The misfit of the class being judged in `worker`, found in an earlier pass under the
@@ -230,14 +234,12 @@ impl<'w> CachedOracle<'w> {
         ))
     }
 
-    /// The exact fit of the gang in `worker`.
-    fn exact(&mut self, gang: &Gang, worker: &'w str) -> Fit {
-        let Some(epoch) = self
-            .state
-            .inventory
-            .cluster_arc(worker)
-            .map(|_| self.caches.capacity_epoch(worker))
-        else {
+    /// The exact fit of the gang in `worker`, the queue's worker at `order`.
+    fn exact(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit {
+        let epoch = self.queues[self.judging.slot]
+            .as_ref()
+            .and_then(|q| q.epochs.get(order).copied().flatten());
+        let Some(epoch) = epoch else {
             return Fit::not_in_inventory();
         };
         if let Some(fit) = self
@@ -596,6 +598,7 @@ impl<'w> CachedOracle<'w> {
 impl<'w> Oracle<'w> for CachedOracle<'w> {
     fn prepare(&mut self, gang: &Gang, now: &Circumstances, workers: &[&'w str]) {
         self.judging = Judging {
+            slot: now.queue_slot,
             misfits: self.caches.misfits_of(gang.class),
             may_know: false,
             bound: Some(self.bind(gang.class.shape, gang.shape)),
@@ -609,10 +612,10 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         self.judging.may_know = self.fits.contains_key(gang.class);
     }
 
-    fn fit(&mut self, gang: &Gang, worker: &'w str) -> Fit {
+    fn fit(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit {
         match self.config.placement {
             Placement::SumOfFree => self.view.sum_fit(worker, &gang.job.total_request()),
-            Placement::Exact | Placement::Everywhere => self.exact(gang, worker),
+            Placement::Exact | Placement::Everywhere => self.exact(gang, worker, order),
         }
     }
 
