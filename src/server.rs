@@ -427,17 +427,20 @@ fn start_manager(
         },
         ..Default::default()
     };
-    background.push(crate::dispatcher::live::start(
-        crate::dispatcher::live::Inputs {
-            client: client.clone(),
-            workers: workers.clone(),
-            leader: leader.clone(),
-            inventory: store.clone(),
-            metrics: Some(metrics.clone()),
-        },
-        options,
-        dispatcher_stop,
-    ));
+    background.push(
+        crate::dispatcher::live::start(
+            crate::dispatcher::live::Inputs {
+                client: client.clone(),
+                workers: workers.clone(),
+                leader: leader.clone(),
+                inventory: store.clone(),
+                metrics: Some(metrics.clone()),
+            },
+            options,
+            dispatcher_stop,
+        )
+        .task,
+    );
     notes.push(format!(
         "dispatcher: queued Jobs to worker clusters, copies labelled {}={} (the leader dispatches)",
         crate::dispatcher::ORIGIN_LABEL,

@@ -248,7 +248,10 @@ async fn a_worker_that_fails_transiently_keeps_the_claim_and_gets_the_copy_later
         annotation(&fleet.job("train"), CLAIM) == Some("only")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    eventually(10, "the create is tried again", || {
+        fleet.workers["only"].count("POST", "/jobs") >= 2
+    })
+    .await;
     let j = fleet.job("train");
     assert_eq!(
         j["spec"]["suspend"], true,
@@ -284,13 +287,14 @@ async fn two_dispatchers_at_once_never_run_a_job_twice() {
     // Writes take a moment, so both dispatchers' claims are in flight together.
     fleet.manager.set_write_delay(Duration::from_millis(50));
     // Split brain: both believe they lead.
-    let _a = fleet.dispatcher(true);
-    let _b = fleet.dispatcher(true);
+    let a = fleet.dispatcher(true);
+    let b = fleet.dispatcher(true);
     eventually(20, "every Job is dispatched", || {
         (0..24).all(|i| dispatched_to(&fleet, &format!("job-{i}")).is_some())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.settled().await;
+    b.settled().await;
     for i in 0..24 {
         let name = format!("job-{i}");
         let copies = fleet.copies(&name);
@@ -340,7 +344,7 @@ async fn quota_holds_jobs_back_until_others_finish_and_says_why() {
         queue("research", &["only"], json!({"quota": {"cpu": "8"}})),
     )
     .await;
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     for i in 0..5 {
         fleet.submit(job(&format!("q-{i}"), "research", 1, 4));
     }
@@ -362,20 +366,30 @@ async fn quota_holds_jobs_back_until_others_finish_and_says_why() {
             == 3
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.settled().await;
     let running: Vec<String> = (0..5)
         .map(|i| format!("q-{i}"))
         .filter(|n| dispatched_to(&fleet, n).is_some())
         .collect();
     assert_eq!(running.len(), 2, "never more than the quota: {running:?}");
     assert_eq!(running, vec!["q-0", "q-1"], "oldest first (then by name)");
-    let queue_status = fleet
-        .manager
-        .get(common::fake_api::DISPATCH_QUEUES, "", "research")
-        .unwrap()["status"]
-        .clone();
-    assert_eq!(queue_status["admitted"], 2, "{queue_status}");
-    assert_eq!(queue_status["pending"], 3, "{queue_status}");
+    // The queue's status is written on its own, at most every `queue_status_every`.
+    let queue_status = || {
+        fleet
+            .manager
+            .get(common::fake_api::DISPATCH_QUEUES, "", "research")
+            .unwrap()["status"]
+            .clone()
+    };
+    eventually(
+        10,
+        "the queue's status counts 2 admitted and 3 pending",
+        || {
+            let s = queue_status();
+            s["admitted"] == 2 && s["pending"] == 3
+        },
+    )
+    .await;
 
     // One fails in its worker: its quota goes to the next.
     fleet.copy_status(
@@ -556,7 +570,7 @@ async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
     fleet.workers["only"].upsert(JOBS, copy);
     fleet.submit(job("fresh", "research", 1, 4));
     let d = fleet.dispatcher(false);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    d.settled().await;
     assert!(
         fleet.copies("fresh").is_empty() && fleet.copies("half-done").is_empty(),
         "a replica that does not lead writes nothing"
@@ -652,14 +666,14 @@ async fn a_worker_that_refuses_every_copy_is_retried_with_backoff_and_says_why()
         "Forbidden",
         "jobs.batch is forbidden: User \"system:serviceaccount:switchyard-system:switchyard\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"research\"",
     ));
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("train", "research", 1, 8));
     eventually(10, "the refusal is on the Job", || {
         condition(&fleet.job("train"), "Admitted")
             .is_some_and(|c| c["status"] == "False" && c["reason"] == "WorkerRefused")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    d.settled().await;
     let creates = fleet.workers["only"].count("POST", "/jobs");
     assert!(
         (1..=2).contains(&creates),
@@ -709,9 +723,9 @@ async fn two_workers_that_deny_the_job_by_webhook_are_not_alternated_in_a_loop()
         "Forbidden",
         "admission webhook \"quota.example.com\" denied the request: research is over its GPU budget",
     ));
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("train", "research", 1, 8));
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    d.settled().await;
     for w in ["east", "west"] {
         let creates = fleet.workers[w].count("POST", "/jobs");
         assert!(
@@ -756,13 +770,13 @@ async fn a_webhook_denial_sends_the_job_to_the_worker_that_takes_it() {
     ];
     let fleet = Fleet::start(&workers, queue("research", &["picky", "easy"], json!({}))).await;
     fleet.workers["picky"].refuse(refusal(400, "", WEBHOOK_DENIAL));
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("train", "research", 1, 8));
     eventually(10, "the Job runs in the worker that takes it", || {
         dispatched_to(&fleet, "train").as_deref() == Some("easy")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.settled().await;
     assert_eq!(fleet.workers["picky"].count("POST", "/jobs"), 1);
     assert_eq!(fleet.copies("train").len(), 1);
     let events = fleet.manager.list(EVENTS);
@@ -917,7 +931,7 @@ async fn a_claim_the_manager_refuses_is_reported_once_and_retried_when_the_job_c
         reason: "Forbidden",
         message: "admission webhook \"freeze.example.com\" denied the request: changes to Jobs are frozen".into(),
     });
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("train", "research", 1, 4));
     eventually(10, "the refusal is reported", || {
         fleet
@@ -927,7 +941,7 @@ async fn a_claim_the_manager_refuses_is_reported_once_and_retried_when_the_job_c
             .any(|e| e["reason"] == "WriteRefused")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    d.settled().await;
     let patches = |fleet: &Fleet| {
         fleet
             .manager
@@ -968,7 +982,7 @@ async fn a_claim_the_manager_refuses_is_reported_once_and_retried_when_the_job_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
-    let (mut fleet, _d) = train_in_east("30s").await;
+    let (mut fleet, d) = train_in_east("30s").await;
     let uid = fleet.copies("train")[0].1["metadata"]["uid"].clone();
     fleet.disconnect("east");
     // A Job that only east can hold arrives while it is away: the queue's automatic quota
@@ -978,7 +992,7 @@ async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
         condition(&fleet.job("wide"), "Admitted").is_some_and(|c| c["status"] == "False")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    d.settled().await;
     let wide = condition(&fleet.job("wide"), "Admitted").unwrap().clone();
     assert_eq!(wide["reason"], "NoWorkerFits", "{wide}");
     let q = fleet
@@ -1028,7 +1042,7 @@ async fn block_admission_admits_one_job_at_a_time_in_priority_order() {
     ] {
         fleet.submit(j);
     }
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     let running = |fleet: &Fleet| -> Vec<&str> {
         ["a-first", "b-urgent", "c-later"]
             .into_iter()
@@ -1044,7 +1058,7 @@ async fn block_admission_admits_one_job_at_a_time_in_priority_order() {
             running(&fleet) == expected
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        d.settled().await;
         assert_eq!(
             running(&fleet),
             expected,
@@ -1176,7 +1190,7 @@ async fn a_leader_that_loses_the_lease_between_claim_and_create_leaves_exactly_o
         dispatched_to(&fleet, "train").is_some()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    new.settled().await;
     let copies = fleet.copies("train");
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert_eq!(
@@ -1324,12 +1338,12 @@ async fn a_restart_after_the_final_status_was_mirrored_only_removes_the_copy() {
     let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
     copy["status"] = complete.clone();
     fleet.workers["only"].upsert(JOBS, copy);
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     eventually(10, "the finished Job's copy is removed", || {
         fleet.copies("done").is_empty()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.settled().await;
     let j = fleet.job("done");
     assert_eq!(j["status"]["succeeded"], 1);
     assert!(condition(&j, "Complete").is_some_and(|c| c["status"] == "True"));
@@ -1557,6 +1571,15 @@ async fn every_waiting_job_says_why_at_a_bounded_rate_and_the_metrics_count_them
         waiting_for_quota(&fleet) == 38
     })
     .await;
+    // The counts are published at each plan; a Job whose condition is being written when
+    // one plan runs is counted by the next.
+    eventually(5, "the metrics count the 38 waiting Jobs", || {
+        series(
+            &metrics.encode(),
+            "switchyard_queue_waiting_jobs{queue=\"research\",reason=\"Quota\"}",
+        ) == Some(38.0)
+    })
+    .await;
     let text = metrics.encode();
     let q = |m: &str, l: &str| series(&text, &format!("switchyard_{m}{{queue=\"research\",{l}}}"));
     assert_eq!(q("queue_quota", "resource=\"cpu\""), Some(8.0), "{text}");
@@ -1606,7 +1629,7 @@ async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
         ),
     )
     .await;
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("a-slow", "research", 1, 4));
     eventually(10, "requeued after its timeout", || {
         annotation(&fleet.job("a-slow"), "switchyard.dev/requeues") == Some("1")
@@ -1619,7 +1642,7 @@ async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
         condition(&fleet.job("c-last"), "Admitted").is_some_and(|c| c["reason"] == "QuotaExceeded")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    d.settled().await;
     let a = condition(&fleet.job("a-slow"), "Admitted")
         .cloned()
         .unwrap();
@@ -1644,7 +1667,7 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
     // view falls behind, as a second dispatcher's (or a cached list's) would.
     fleet.manager.hang_watches(JOBS, true);
     fleet.submit(job("claimed", "elsewhere", 1, 4));
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     eventually(10, "the dispatcher has seen the Job wait", || {
         condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
     })
@@ -1665,7 +1688,7 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
             || fleet.workers["east"].count("DELETE", "/jobs") > 0
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    d.settled().await;
     assert_eq!(
         fleet.workers["east"].count("DELETE", "/jobs"),
         0,

@@ -100,9 +100,20 @@ pub fn job_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
 }
 
+/// A running dispatcher.
+pub struct Handle {
+    pub task: JoinHandle<()>,
+    /// How many times the dispatcher found itself settled: every input taken, no write in
+    /// flight, and its last look (a plan when it leads) decided nothing new. Tests wait on it
+    /// to see that something did not happen, instead of sleeping.
+    pub settled: watch::Receiver<u64>,
+}
+
 /// Starts the dispatcher; it stops when `stop` turns true.
-pub fn start(inputs: Inputs, options: LiveOptions, stop: watch::Receiver<bool>) -> JoinHandle<()> {
-    tokio::spawn(run(inputs, options, stop))
+pub fn start(inputs: Inputs, options: LiveOptions, stop: watch::Receiver<bool>) -> Handle {
+    let (settled_tx, settled) = watch::channel(0);
+    let task = tokio::spawn(run(inputs, options, stop, settled_tx));
+    Handle { task, settled }
 }
 
 enum Change<K> {
@@ -313,9 +324,16 @@ struct Live {
     /// Copies (worker, copy uid) the workers' watches showed deleted lately: a create's late
     /// answer must not bring one back.
     gone_copies: HashSet<(String, String)>,
+    /// Writes and removals the last look started.
+    decided: usize,
 }
 
-async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<bool>) {
+async fn run(
+    inputs: Inputs,
+    options: LiveOptions,
+    mut stop: watch::Receiver<bool>,
+    settled: watch::Sender<u64>,
+) {
     let Inputs {
         client,
         mut workers,
@@ -335,6 +353,62 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
     });
+    let sources = watch_manager(&client, &tx);
+    let mut live = Live::new(options, ctx, tx, inventory);
+    live.sync_workers(&workers);
+    let mut leading = *leader.borrow();
+    let mut workers_open = true;
+    let mut leader_open = true;
+    let mut next = Instant::now();
+    tracing::info!(manager_id = %live.ctx.manager_id, "dispatcher started");
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            input = rx.recv() => {
+                let Some(input) = input else { break };
+                live.apply(input);
+                // Take whatever else arrived, so one plan sees it all.
+                while let Ok(input) = rx.try_recv() {
+                    live.apply(input);
+                }
+                next = next.min(Instant::now() + live.options.debounce);
+            }
+            open = workers.changed(), if workers_open => {
+                workers_open = open;
+                live.sync_workers(&workers);
+                next = next.min(Instant::now() + live.options.debounce);
+            }
+            open = leader.changed(), if leader_open => {
+                leader_open = open.is_ok();
+                let now_leading = *leader.borrow();
+                if now_leading && !leading {
+                    tracing::info!("leading: dispatching");
+                    // Deadlines and waits are recomputed from the objects.
+                    live.world.touch_all();
+                    next = Instant::now();
+                } else if !now_leading && leading {
+                    tracing::info!("no longer leading: dispatching stops");
+                }
+                leading = now_leading;
+            }
+            _ = tokio::time::sleep_until(next) => {
+                next = live.tick(leading);
+                if live.settled() && rx.is_empty() {
+                    settled.send_modify(|n| *n += 1);
+                }
+            }
+        }
+    }
+    for s in sources {
+        s.abort();
+    }
+    live.copy_watches.clear();
+    tracing::info!("dispatcher stopped");
+}
+
+/// The watches on the manager: its queued Jobs, the DispatchQueues, the Namespaces and the
+/// PriorityClasses, each forwarded to the dispatcher's channel.
+fn watch_manager(client: &kube::Client, tx: &mpsc::UnboundedSender<Input>) -> Vec<JoinHandle<()>> {
     let mut sources = Vec::new();
     let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
     let cfg = watcher::Config::default().labels(crate::wellknown::QUEUE_LABEL);
@@ -399,92 +473,67 @@ async fn run(inputs: Inputs, options: LiveOptions, mut stop: watch::Receiver<boo
         Input::Priorities,
     ));
 
-    let concurrency = options.concurrency.max(1);
-    let mut live = Live {
-        world: World::new(options.config.clone()),
-        options,
-        ctx,
-        tx,
-        raw: HashMap::new(),
-        namespaces: HashMap::new(),
-        priorities: Priorities::default(),
-        priority_classes: BTreeMap::new(),
-        synced: Synced::default(),
-        views: Arc::new(BTreeMap::new()),
-        copy_watches: HashMap::new(),
-        in_flight: HashSet::new(),
-        stashed: HashMap::new(),
-        written: HashMap::new(),
-        deleting: HashSet::new(),
-        inventory,
-        inventory_seen: None,
-        semaphore: Arc::new(Semaphore::new(concurrency)),
-        queue_status: HashMap::new(),
-        wait_tokens: 0.0,
-        wait_tokens_at: Instant::now(),
-        wait_written: HashMap::new(),
-        quota_series: HashSet::new(),
-        gone_copies: HashSet::new(),
-    };
-    live.sync_workers(&workers);
-    let mut leading = *leader.borrow();
-    let mut workers_open = true;
-    let mut leader_open = true;
-    let mut next = Instant::now();
-    tracing::info!(manager_id = %live.ctx.manager_id, "dispatcher started");
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            input = rx.recv() => {
-                let Some(input) = input else { break };
-                live.apply(input);
-                // Take whatever else arrived, so one plan sees it all.
-                while let Ok(input) = rx.try_recv() {
-                    live.apply(input);
-                }
-                next = next.min(Instant::now() + live.options.debounce);
-            }
-            open = workers.changed(), if workers_open => {
-                workers_open = open;
-                live.sync_workers(&workers);
-                next = next.min(Instant::now() + live.options.debounce);
-            }
-            open = leader.changed(), if leader_open => {
-                leader_open = open.is_ok();
-                let now_leading = *leader.borrow();
-                if now_leading && !leading {
-                    tracing::info!("leading: dispatching");
-                    // Deadlines and waits are recomputed from the objects.
-                    live.world.touch_all();
-                    next = Instant::now();
-                } else if !now_leading && leading {
-                    tracing::info!("no longer leading: dispatching stops");
-                }
-                leading = now_leading;
-            }
-            _ = tokio::time::sleep_until(next) => {
-                tracing::trace!(leading, ready = live.ready(), "tick");
-                let wake = if leading && live.ready() {
-                    live.plan_and_execute()
-                } else {
-                    None
-                };
-                let tick = Instant::now() + live.options.tick;
-                next = match wake.and_then(|w| w.duration_since(SystemTime::now()).ok()) {
-                    Some(d) => tick.min(Instant::now() + d.max(Duration::from_millis(10))),
-                    None => tick,
-                };
-            }
-        }
-    }
-    for s in sources {
-        s.abort();
-    }
-    live.copy_watches.clear();
-    tracing::info!("dispatcher stopped");
+    sources
 }
 
 impl Live {
+    fn new(
+        options: LiveOptions,
+        ctx: Arc<Ctx>,
+        tx: mpsc::UnboundedSender<Input>,
+        inventory: Arc<InventoryStore>,
+    ) -> Self {
+        let concurrency = options.concurrency.max(1);
+        Live {
+            world: World::new(options.config.clone()),
+            options,
+            ctx,
+            tx,
+            raw: HashMap::new(),
+            namespaces: HashMap::new(),
+            priorities: Priorities::default(),
+            priority_classes: BTreeMap::new(),
+            synced: Synced::default(),
+            views: Arc::new(BTreeMap::new()),
+            copy_watches: HashMap::new(),
+            in_flight: HashSet::new(),
+            stashed: HashMap::new(),
+            written: HashMap::new(),
+            deleting: HashSet::new(),
+            inventory,
+            inventory_seen: None,
+            semaphore: Arc::new(Semaphore::new(concurrency)),
+            queue_status: HashMap::new(),
+            wait_tokens: 0.0,
+            wait_tokens_at: Instant::now(),
+            wait_written: HashMap::new(),
+            quota_series: HashSet::new(),
+            gone_copies: HashSet::new(),
+            decided: 0,
+        }
+    }
+
+    /// Plans when leading and ready; returns when to look again.
+    fn tick(&mut self, leading: bool) -> Instant {
+        tracing::trace!(leading, ready = self.ready(), "tick");
+        self.decided = 0;
+        let wake = if leading && self.ready() {
+            self.plan_and_execute()
+        } else {
+            None
+        };
+        let tick = Instant::now() + self.options.tick;
+        match wake.and_then(|w| w.duration_since(SystemTime::now()).ok()) {
+            Some(d) => tick.min(Instant::now() + d.max(Duration::from_millis(10))),
+            None => tick,
+        }
+    }
+
+    /// Nothing in flight, and the last look decided nothing new.
+    fn settled(&self) -> bool {
+        self.decided == 0 && self.in_flight.is_empty() && self.deleting.is_empty()
+    }
+
     fn ready(&self) -> bool {
         self.synced.jobs && self.synced.queues && self.synced.namespaces && self.synced.priorities
     }
@@ -1053,6 +1102,7 @@ impl Live {
             apply(&mut self.world, a, Outcome::Assumed, now);
         }
         self.in_flight.insert(key.clone());
+        self.decided += 1;
         let key = key.clone();
         let ctx = self.ctx.clone();
         let tx = self.tx.clone();
@@ -1100,6 +1150,7 @@ impl Live {
         if !self.deleting.insert(id.clone()) {
             return;
         }
+        self.decided += 1;
         let client = self.views.get(cluster).and_then(|v| v.client.clone());
         let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
         let (job, origin_uid, reason) = (job.clone(), origin_uid.clone(), *reason);

@@ -35,6 +35,26 @@ pub struct Running {
     pub stop: watch::Sender<bool>,
     pub leader: watch::Sender<bool>,
     pub task: tokio::task::JoinHandle<()>,
+    settled: watch::Receiver<u64>,
+}
+
+impl Running {
+    /// Waits until the dispatcher has settled twice more (every input taken, nothing in
+    /// flight, nothing new decided): what it does not do by then, it does not do at all
+    /// until something changes. Panics after 10 s.
+    pub async fn settled(&self) {
+        let mut rx = self.settled.clone();
+        let from = *rx.borrow_and_update();
+        let settled =
+            match tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= from + 2))
+                .await
+            {
+                Ok(Ok(_)) => true,
+                Ok(Err(_)) => panic!("the dispatcher stopped"),
+                Err(_) => false,
+            };
+        assert!(settled, "the dispatcher never settled within 10 s");
+    }
 }
 
 impl Drop for Running {
@@ -160,7 +180,7 @@ impl Fleet {
     ) -> Running {
         let (stop, stop_rx) = watch::channel(false);
         let (leader, leader_rx) = watch::channel(leading);
-        let task = live::start(
+        let handle = live::start(
             Inputs {
                 client: self.manager.client(),
                 workers: self.publisher.subscribe(),
@@ -171,7 +191,12 @@ impl Fleet {
             options,
             stop_rx,
         );
-        Running { stop, leader, task }
+        Running {
+            stop,
+            leader,
+            task: handle.task,
+            settled: handle.settled,
+        }
     }
 
     pub fn submit(&self, job: Value) -> Value {
