@@ -358,7 +358,7 @@ fn in_process(
     let (warmup, pods) = p;
     let mut s = Samples::default();
     let inventory = extender.store.snapshot();
-    let inflight = Arc::new(InFlight::new(Duration::from_secs(30)));
+    let inflight = Arc::new(InFlight::default());
     let view: PodView = serde_json::from_value(bodies.template["Pod"].clone())?;
     let shape = Arc::new(PodShape::from_view(&view)?);
     let names: Vec<String> = serde_json::from_value(bodies.template["NodeNames"].clone())?;

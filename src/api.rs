@@ -10,80 +10,75 @@
 //! may serve a newer schema than the one compiled in.
 
 mod duration;
-pub mod names;
+pub(crate) mod names;
 mod schema;
 
-pub mod dispatch_queue;
-pub mod worker_cluster;
+pub(crate) mod dispatch_queue;
+pub(crate) mod worker_cluster;
 
 #[cfg(test)]
 mod tests;
 
-pub use dispatch_queue::{
-    DispatchQueue, DispatchQueueSpec, DispatchQueueStatus, NamedQueueSpec, Placement,
-    PlacementStrategy, PodsReadySettings, QueueSettings, Requeuing, RequeuingSettings,
-    WaitForPodsReady,
-};
-pub use duration::{KubeDuration, DURATION_MAX_LENGTH, DURATION_PATTERN};
-pub use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
-pub use schema::{
-    DNS1123_SUBDOMAIN_PATTERN, LABEL_VALUE_PATTERN, MAX_QUEUE_CLUSTERS, QUANTITY_PATTERN,
-};
-pub use worker_cluster::{
-    validate_worker_cluster, ClusterSummary, ConnectionStatus, KubeConfig, LocationType,
-    WorkerCluster, WorkerClusterSpec, WorkerClusterStatus, KUBECONFIG_SECRET_KEY,
-    WORKER_CLUSTER_NAME_MAX_LENGTH,
+pub use dispatch_queue::{DispatchQueue, DispatchQueueSpec, NamedQueueSpec};
+pub(crate) use dispatch_queue::{DispatchQueueStatus, QueueSettings};
+pub(crate) use duration::KubeDuration;
+pub use duration::DURATION_PATTERN;
+pub use names::is_qualified_name;
+pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain, is_label_value};
+pub use schema::DNS1123_SUBDOMAIN_PATTERN;
+pub use worker_cluster::{validate_worker_cluster, WorkerCluster, WorkerClusterSpec};
+pub(crate) use worker_cluster::{
+    ClusterSummary, ConnectionStatus, KubeConfig, LocationType, WorkerClusterStatus,
+    KUBECONFIG_SECRET_KEY,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResourceExt;
-use serde::{de::DeserializeOwned, Serialize};
-use serde_json::Value;
 
-pub const GROUP: &str = "switchyard.dev";
-pub const VERSION: &str = "v1alpha1";
+pub(crate) const GROUP: &str = "switchyard.dev";
 
 /// The condition type both kinds report: whether the dispatcher can use the object.
-pub const CONDITION_ACTIVE: &str = "Active";
+pub(crate) const CONDITION_ACTIVE: &str = "Active";
 
 /// Reasons of a WorkerCluster's `Active` condition.
-pub mod cluster_reason {
+pub(crate) mod cluster_reason {
     /// Unknown: the first connection attempt is in progress.
-    pub const CONNECTING: &str = "Connecting";
+    pub(crate) const CONNECTING: &str = "Connecting";
     /// True: the client works and the inventory is fresh.
-    pub const CONNECTED: &str = "Connected";
+    pub(crate) const CONNECTED: &str = "Connected";
     /// False: the kubeconfig is missing (Secret, key or file) or does not parse.
-    pub const BAD_KUBE_CONFIG: &str = "BadKubeConfig";
+    pub(crate) const BAD_KUBE_CONFIG: &str = "BadKubeConfig";
     /// False: the kubeconfig runs a command or reads local files, which Switchyard refuses.
-    pub const INSECURE_KUBE_CONFIG: &str = "InsecureKubeConfig";
+    pub(crate) const INSECURE_KUBE_CONFIG: &str = "InsecureKubeConfig";
     /// False: the API server cannot be reached or refuses the credentials.
-    pub const CLIENT_CONNECTION_FAILED: &str = "ClientConnectionFailed";
+    pub(crate) const CLIENT_CONNECTION_FAILED: &str = "ClientConnectionFailed";
     /// False: connected, but the inventory has not been refreshed in time.
-    pub const STALE: &str = "Stale";
+    pub(crate) const STALE: &str = "Stale";
     /// False: the object fails a check its schema should have made (an older CRD, or a
     /// check no schema can make); the message names the field.
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub(crate) const INVALID_SPEC: &str = "InvalidSpec";
 }
 
 /// Reasons of a DispatchQueue's `Active` condition.
-pub mod queue_reason {
+pub(crate) mod queue_reason {
     /// True: the queue admits Jobs.
-    pub const READY: &str = "Ready";
+    pub(crate) const READY: &str = "Ready";
     /// False: the spec fails a check the schema could not make (the message says which).
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub(crate) const INVALID_SPEC: &str = "InvalidSpec";
     /// False: none of the queue's clusters exists and is Active.
-    pub const NO_ACTIVE_CLUSTER: &str = "NoActiveCluster";
+    pub(crate) const NO_ACTIVE_CLUSTER: &str = "NoActiveCluster";
 }
 
 /// A condition, `now` being its transition time (kept by [`set_condition`] when the status
 /// does not change).
-pub fn condition(
+#[cfg(test)]
+pub(crate) fn condition(
     type_: &str,
     status: bool,
     reason: &str,
     message: impl Into<String>,
-    now: Time,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     observed_generation: Option<i64>,
 ) -> Condition {
     Condition {
@@ -99,7 +94,7 @@ pub fn condition(
 /// Puts `new` in `conditions` in place of the condition of its type, keeping that one's
 /// `lastTransitionTime` when the status is unchanged. Returns whether anything changed, so a
 /// caller can skip a status write that would change nothing.
-pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+pub(crate) fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         None => {
             conditions.push(new);
@@ -123,26 +118,31 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
 }
 
 /// The condition of type `type_`, if any.
-pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+pub(crate) fn find_condition<'a>(
+    conditions: &'a [Condition],
+    type_: &str,
+) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
 impl WorkerClusterStatus {
     /// Whether the `Active` condition is True.
-    pub fn is_active(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_active(&self) -> bool {
         find_condition(&self.conditions, CONDITION_ACTIVE).is_some_and(|c| c.status == "True")
     }
 }
 
 impl DispatchQueueStatus {
     /// Whether the `Active` condition is True.
-    pub fn is_active(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_active(&self) -> bool {
         find_condition(&self.conditions, CONDITION_ACTIVE).is_some_and(|c| c.status == "True")
     }
 }
 
 /// Both CRDs, WorkerCluster first.
-pub fn crds() -> Vec<CustomResourceDefinition> {
+pub(crate) fn crds() -> Vec<CustomResourceDefinition> {
     vec![WorkerCluster::crd(), DispatchQueue::crd()]
 }
 
@@ -156,53 +156,4 @@ pub fn crds_yaml() -> String {
             format!("---\n{yaml}")
         })
         .collect()
-}
-
-/// The paths of the fields in `raw` that `T` does not read (a misspelt `fanuot:` in a
-/// scenario file, say). Reading ignores unknown fields, as it must for objects from a newer
-/// API server; a reader of user-written files can warn about or refuse these instead.
-/// A field set to null, `{}` or `[]` counts as absent (empty maps and lists are not
-/// written back).
-pub fn unknown_fields<T: DeserializeOwned + Serialize>(
-    raw: &Value,
-) -> Result<Vec<String>, serde_json::Error> {
-    let parsed: T = serde_json::from_value(raw.clone())?;
-    let known = serde_json::to_value(&parsed)?;
-    let mut out = Vec::new();
-    collect_unknown(raw, &known, "", &mut out);
-    Ok(out)
-}
-
-fn collect_unknown(raw: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
-    match (raw, known) {
-        (Value::Object(raw), Value::Object(known)) => {
-            for (key, value) in raw {
-                let child = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                match known.get(key) {
-                    Some(k) => collect_unknown(value, k, &child, out),
-                    None if is_empty(value) => {}
-                    None => out.push(child),
-                }
-            }
-        }
-        (Value::Array(raw), Value::Array(known)) => {
-            for (i, (r, k)) in raw.iter().zip(known).enumerate() {
-                collect_unknown(r, k, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        _ => false,
-    }
 }

@@ -26,7 +26,6 @@ pub enum CertsError {
 /// PEM texts of a freshly made CA and serving certificate.
 pub struct Generated {
     pub ca_cert_pem: String,
-    pub ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
 }
@@ -50,7 +49,7 @@ pub fn generate(dns: &[String], ips: &[IpAddr]) -> Result<Generated, CertsError>
 }
 
 /// [`generate`] with a serving certificate valid for `validity` from now.
-pub fn generate_valid_for(
+pub(crate) fn generate_valid_for(
     dns: &[String],
     ips: &[IpAddr],
     validity: time::Duration,
@@ -102,7 +101,6 @@ pub fn generate_valid_for(
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
     Ok(Generated {
         ca_cert_pem: ca_cert.pem(),
-        ca_key_pem: ca_key.serialize_pem(),
         cert_pem: leaf_cert.pem(),
         key_pem: leaf_key.serialize_pem(),
     })
@@ -143,7 +141,8 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), CertsError> {
 
 /// A development certificate is replaced this long before it expires, so a restarted
 /// `serve --dev-tls` never starts with one about to stop working.
-pub const DEV_RENEW_BEFORE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+pub(crate) const DEV_RENEW_BEFORE: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Paths of a development certificate in `dir`, created unless a usable pair is already
 /// there (so a restarted `serve --dev-tls` keeps the CA that clients trust). Usable: the key

@@ -134,37 +134,37 @@ pub struct ServeArgs {
     pub probe_listen: Option<SocketAddr>,
     /// Serving certificate chain (PEM); re-read periodically, so renewals need no restart.
     #[arg(long, env = "SWITCHYARD_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// Serving private key (PEM).
     #[arg(long, env = "SWITCHYARD_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// Create (or reuse) a development CA and a certificate for localhost and 127.0.0.1 in DIR.
     #[arg(long, env = "SWITCHYARD_DEV_TLS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
-    pub dev_tls: Option<PathBuf>,
+    pub(crate) dev_tls: Option<PathBuf>,
     /// Require client certificates signed by this CA (PEM).
     #[arg(long, env = "SWITCHYARD_CLIENT_CA")]
-    pub client_ca: Option<PathBuf>,
+    pub(crate) client_ca: Option<PathBuf>,
     /// Never contact a Kubernetes API server; surfaces that need one are off.
     #[arg(long, env = "SWITCHYARD_STANDALONE")]
-    pub standalone: bool,
+    pub(crate) standalone: bool,
     /// Queue given to unlabelled Jobs in namespaces matching `managedNamespaces` (config file).
     #[arg(long, env = "SWITCHYARD_DEFAULT_QUEUE")]
-    pub default_queue: Option<String>,
+    pub(crate) default_queue: Option<String>,
     /// User allowed to unsuspend Jobs (repeatable) [default: system:serviceaccount:switchyard-system:switchyard].
     #[arg(long = "dispatcher-username", value_name = "USER")]
     pub dispatcher_usernames: Vec<String>,
     /// HTTPS worker threads [default: number of CPUs].
     #[arg(long)]
-    pub workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
     /// How long in-flight requests may take to finish after SIGTERM (e.g. 25s) [default: 25s].
     #[arg(long)]
-    pub shutdown_timeout: Option<String>,
+    pub(crate) shutdown_timeout: Option<String>,
     /// How often the certificate files are re-read (e.g. 10s) [default: 10s].
     #[arg(long)]
-    pub tls_reload_interval: Option<String>,
+    pub(crate) tls_reload_interval: Option<String>,
     /// Inventory file (clusters, nodes, NUMA zones) the scheduler extender judges nodes against.
     #[arg(long, env = "SWITCHYARD_INVENTORY")]
-    pub inventory: Option<PathBuf>,
+    pub(crate) inventory: Option<PathBuf>,
     /// manager: WorkerClusters, leader election, virtual nodes; worker: the extender over the
     /// local cluster [default: worker].
     #[arg(long, env = "SWITCHYARD_ROLE", value_enum)]
@@ -172,14 +172,14 @@ pub struct ServeArgs {
     /// Switchyard's namespace (kubeconfig Secrets, the leader Lease) [default: POD_NAMESPACE,
     /// else the service account's namespace, else switchyard-system].
     #[arg(long, env = "SWITCHYARD_NAMESPACE")]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Do not keep one virtual node per worker cluster in the manager cluster.
     #[arg(long)]
-    pub no_virtual_nodes: bool,
+    pub(crate) no_virtual_nodes: bool,
     /// This manager's name on the worker copies it creates (label `switchyard.dev/origin`)
     /// [default: switchyard].
     #[arg(long, env = "SWITCHYARD_MANAGER_ID")]
-    pub manager_id: Option<String>,
+    pub(crate) manager_id: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -35,55 +35,55 @@ pub enum ConfigError {
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub probe_listen: Option<SocketAddr>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub dev_tls: Option<PathBuf>,
-    pub client_ca: Option<PathBuf>,
-    pub standalone: Option<bool>,
+    pub(crate) tls_cert: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
+    pub(crate) dev_tls: Option<PathBuf>,
+    pub(crate) client_ca: Option<PathBuf>,
+    pub(crate) standalone: Option<bool>,
     pub log_format: Option<LogFormat>,
     pub log: Option<String>,
-    pub default_queue: Option<String>,
-    pub managed_namespaces: Option<LabelSelector>,
+    pub(crate) default_queue: Option<String>,
+    pub(crate) managed_namespaces: Option<LabelSelector>,
     pub dispatcher_usernames: Option<Vec<String>>,
-    pub workers: Option<usize>,
-    pub shutdown_timeout: Option<String>,
-    pub tls_reload_interval: Option<String>,
-    pub max_review_bytes: Option<usize>,
-    pub namespace_cache_ttl: Option<String>,
-    pub inventory: Option<PathBuf>,
-    pub virtual_node_prefix: Option<String>,
-    pub numa_unknown: Option<crate::placement::NumaUnknown>,
-    pub placement_strategy: Option<crate::placement::Strategy>,
-    pub inflight_ttl: Option<String>,
-    pub stale_after: Option<String>,
+    pub(crate) workers: Option<usize>,
+    pub(crate) shutdown_timeout: Option<String>,
+    pub(crate) tls_reload_interval: Option<String>,
+    pub(crate) max_review_bytes: Option<usize>,
+    pub(crate) namespace_cache_ttl: Option<String>,
+    pub(crate) inventory: Option<PathBuf>,
+    pub(crate) virtual_node_prefix: Option<String>,
+    pub(crate) numa_unknown: Option<crate::placement::NumaUnknown>,
+    pub(crate) placement_strategy: Option<crate::placement::Strategy>,
+    pub(crate) inflight_ttl: Option<String>,
+    pub(crate) stale_after: Option<String>,
     pub role: Option<Role>,
-    pub namespace: Option<String>,
-    pub leader_election: Option<LeaderElectionFile>,
-    pub virtual_nodes: Option<bool>,
-    pub worker_qps: Option<f64>,
-    pub worker_burst: Option<u32>,
-    pub manager_id: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) leader_election: Option<LeaderElectionFile>,
+    pub(crate) virtual_nodes: Option<bool>,
+    pub(crate) worker_qps: Option<f64>,
+    pub(crate) worker_burst: Option<u32>,
+    pub(crate) manager_id: Option<String>,
 }
 
 /// `leaderElection` in the configuration file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct LeaderElectionFile {
-    pub enabled: Option<bool>,
-    pub lease_name: Option<String>,
-    pub lease_duration: Option<String>,
-    pub renew_deadline: Option<String>,
-    pub retry_period: Option<String>,
+pub(crate) struct LeaderElectionFile {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) lease_name: Option<String>,
+    pub(crate) lease_duration: Option<String>,
+    pub(crate) renew_deadline: Option<String>,
+    pub(crate) retry_period: Option<String>,
 }
 
 /// Leader election among manager replicas, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LeaderElectionSettings {
-    pub enabled: bool,
-    pub lease_name: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
+pub(crate) struct LeaderElectionSettings {
+    pub(crate) enabled: bool,
+    pub(crate) lease_name: String,
+    pub(crate) lease_duration: Duration,
+    pub(crate) renew_deadline: Duration,
+    pub(crate) retry_period: Duration,
 }
 
 impl Default for LeaderElectionSettings {
@@ -99,14 +99,14 @@ impl Default for LeaderElectionSettings {
 }
 
 /// Where the service account's namespace is mounted in a pod.
-pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+pub(crate) const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-pub const DEFAULT_NAMESPACE: &str = "switchyard-system";
-pub const DEFAULT_MANAGER_ID: &str = "switchyard";
+pub(crate) const DEFAULT_NAMESPACE: &str = "switchyard-system";
+pub(crate) const DEFAULT_MANAGER_ID: &str = "switchyard";
 
 /// Switchyard's namespace: the flag (or `SWITCHYARD_NAMESPACE`), the file, `POD_NAMESPACE`,
 /// the service account's namespace, else `switchyard-system`. Empty values are skipped.
-pub fn resolve_namespace(
+pub(crate) fn resolve_namespace(
     flag: Option<&str>,
     file: Option<&str>,
     pod_namespace: Option<&str>,
@@ -172,26 +172,26 @@ pub struct ServeSettings {
     pub tls_reload_interval: Duration,
     /// The largest AdmissionReview body accepted.
     pub max_review_bytes: usize,
-    pub namespace_cache_ttl: Duration,
+    pub(crate) namespace_cache_ttl: Duration,
     /// How long a request body may take to arrive before the request is refused.
     pub body_timeout: Duration,
     /// The inventory file the extender judges nodes against.
     pub inventory: Option<PathBuf>,
-    pub extender: crate::extender::ExtenderConfig,
+    pub(crate) extender: crate::extender::ExtenderConfig,
     /// A live inventory silent for this long makes its cluster unschedulable.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
     pub role: Role,
     /// Switchyard's namespace: kubeconfig Secrets and the leader Lease live there.
-    pub namespace: String,
-    pub leader_election: LeaderElectionSettings,
+    pub(crate) namespace: String,
+    pub(crate) leader_election: LeaderElectionSettings,
     /// Keep one virtual node per worker cluster (manager only).
-    pub virtual_nodes: bool,
+    pub(crate) virtual_nodes: bool,
     /// Per-worker client rate limit: requests per second and burst.
-    pub worker_qps: f64,
-    pub worker_burst: u32,
+    pub(crate) worker_qps: f64,
+    pub(crate) worker_burst: u32,
     /// Names this manager on the worker copies it creates (`switchyard.dev/origin`), so two
     /// managers sharing a worker never touch each other's copies.
-    pub manager_id: String,
+    pub(crate) manager_id: String,
 }
 
 /// The ports `serve` listens on unless `listen` and `probeListen` say otherwise.
@@ -200,7 +200,7 @@ pub const DEFAULT_PROBE_PORT: u16 = 8080;
 
 /// The API server refuses request bodies over 3 MiB, and an UPDATE review carries the object
 /// twice (`object` and `oldObject`) plus the envelope: 7 MiB leaves room for both.
-pub const DEFAULT_MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
 
 impl ServeSettings {
     /// Settings for tests and benchmarks: loopback, ephemeral ports, the given certificate.

@@ -21,29 +21,28 @@ mod caches;
 mod job;
 mod ledger;
 pub mod live;
-pub mod mirror;
-pub mod object;
+pub(crate) mod mirror;
+pub(crate) mod object;
 mod oracle;
 mod reconcile;
 pub mod remote;
 mod state;
-pub mod status;
+pub(crate) mod status;
 #[cfg(test)]
 mod tests;
 mod world;
 
-pub use action::{job_after, Action};
-pub use admission::quota::effective as effective_quota;
-pub use admission::WaitReason;
-pub use apply::{apply, Outcome};
-pub use job::{
-    parse_rfc3339, rfc3339, terminal, to_system_time, ClassKey, Job, JobKey, JobResult, Rank,
-    WorkerRefusal,
-};
-pub use ledger::{Hold, Ledger, QueueUse};
-pub use reconcile::reconcile;
-pub use state::{Queue, RefusedWrite, State, Worker, WorkerCopy, WriteLog};
-pub use world::{DispatchConfig, Placement, World};
+pub(crate) use action::{job_after, Action};
+pub(crate) use admission::quota::effective as effective_quota;
+pub(crate) use admission::WaitReason;
+pub(crate) use apply::{apply, Outcome};
+pub use job::rfc3339;
+pub(crate) use job::Job;
+pub(crate) use job::{ClassKey, JobKey, JobResult};
+pub(crate) use reconcile::reconcile;
+pub(crate) use state::{Queue, Worker, WorkerCopy};
+pub use world::DispatchConfig;
+pub(crate) use world::{Placement, World};
 
 use admission::{admit, Admission};
 use caches::oracle::CachedOracle;
@@ -52,78 +51,77 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 /// The worker the manager's Job is dispatched to (claimed before the copy is created).
-pub const CLUSTER_ANNOTATION: &str = crate::wellknown::CLUSTER_ANNOTATION;
+pub(crate) const CLUSTER_ANNOTATION: &str = crate::wellknown::CLUSTER_ANNOTATION;
 /// When the Job was unsuspended by the dispatcher (RFC 3339); the PodsReady timeout counts from
 /// it. Present with `spec.suspend: true` only when someone else suspended the Job since.
-pub const ADMITTED_AT_ANNOTATION: &str = "switchyard.dev/admitted-at";
+pub(crate) const ADMITTED_AT_ANNOTATION: &str = "switchyard.dev/admitted-at";
 /// How many times the Job was requeued.
-pub const REQUEUES_ANNOTATION: &str = "switchyard.dev/requeues";
+pub(crate) const REQUEUES_ANNOTATION: &str = "switchyard.dev/requeues";
 /// The Job is not admitted again before this time (RFC 3339): requeue back-off.
-pub const REQUEUE_AFTER_ANNOTATION: &str = "switchyard.dev/requeue-after";
+pub(crate) const REQUEUE_AFTER_ANNOTATION: &str = "switchyard.dev/requeue-after";
 /// The workers the Job is offered to at once (comma-separated), until one wins.
-pub const OFFERED_ANNOTATION: &str = "switchyard.dev/offered-to";
+pub(crate) const OFFERED_ANNOTATION: &str = "switchyard.dev/offered-to";
 /// The worker the next attempt avoids when another can take the Job.
-pub const AVOID_ANNOTATION: &str = "switchyard.dev/avoid-cluster";
+pub(crate) const AVOID_ANNOTATION: &str = "switchyard.dev/avoid-cluster";
 /// Workers that refused the Job's copy (JSON: worker → `{count, retryAt, message}`); each is
 /// not asked again for this Job before its `retryAt`.
-pub const REFUSED_ANNOTATION: &str = "switchyard.dev/refused-by";
+pub(crate) const REFUSED_ANNOTATION: &str = "switchyard.dev/refused-by";
 /// The Job is given up (requeuing limit reached); the value says why.
-pub const DEACTIVATED_ANNOTATION: &str = "switchyard.dev/deactivated";
+pub(crate) const DEACTIVATED_ANNOTATION: &str = "switchyard.dev/deactivated";
 /// The Job's outcome in its worker (`Succeeded` or `Failed`), recorded before the copy is
 /// removed, so the result is known even if the API server refused the final status.
-pub const RESULT_ANNOTATION: &str = "switchyard.dev/result";
+pub(crate) const RESULT_ANNOTATION: &str = "switchyard.dev/result";
 /// On worker copies: the manager that created them.
-pub const ORIGIN_LABEL: &str = "switchyard.dev/origin";
+pub(crate) const ORIGIN_LABEL: &str = "switchyard.dev/origin";
 /// On worker copies (and their pods): the uid of the manager's Job.
-pub const ORIGIN_UID_LABEL: &str = "switchyard.dev/origin-uid";
+pub(crate) const ORIGIN_UID_LABEL: &str = "switchyard.dev/origin-uid";
 
 /// Status condition types the dispatcher owns on the manager's Job.
-pub mod condition {
+pub(crate) mod condition {
     /// False while the Job waits (the reason says why), True once dispatched.
-    pub const ADMITTED: &str = "Admitted";
+    pub(crate) const ADMITTED: &str = "Admitted";
     /// Whether all the Job's pods are Ready (or done) in its worker.
-    pub const PODS_READY: &str = "PodsReady";
+    pub(crate) const PODS_READY: &str = "PodsReady";
     /// The last requeue: why, how many, when the next attempt is.
-    pub const REQUEUED: &str = "Requeued";
+    pub(crate) const REQUEUED: &str = "Requeued";
     /// The Job was given up after too many requeues.
-    pub const DEACTIVATED: &str = "Deactivated";
+    pub(crate) const DEACTIVATED: &str = "Deactivated";
 
-    pub const OURS: [&str; 4] = [ADMITTED, PODS_READY, REQUEUED, DEACTIVATED];
+    pub(crate) const OURS: [&str; 4] = [ADMITTED, PODS_READY, REQUEUED, DEACTIVATED];
 }
 
 /// Reasons the dispatcher gives, in conditions, Events and `simulate` output.
 pub mod reason {
-    pub const DISPATCHED: &str = "Dispatched";
-    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
-    pub const QUOTA_RESERVED_FOR_OLDER: &str = "QuotaHeldForOlderJob";
-    pub const WAITING_FOR_PODS_READY: &str = "WaitingForPodsReady";
-    pub const NO_WORKER_FITS: &str = "NoWorkerFits";
-    pub const NEVER_FITS: &str = "NeverFits";
-    pub const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
-    pub const QUEUE_NOT_FOUND: &str = "QueueNotFound";
-    pub const QUEUE_INVALID: &str = "QueueInvalid";
-    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
-    pub const INVALID_JOB: &str = "InvalidJob";
-    pub const BACKOFF: &str = "Backoff";
-    pub const WORKER_REFUSED: &str = "WorkerRefused";
-    pub const PODS_READY_TIMEOUT: &str = "PodsReadyTimeout";
-    pub const PODS_READY_LOST: &str = "PodsReadyRecoveryTimeout";
-    pub const WORKER_LOST: &str = "WorkerLost";
-    pub const REMOTE_DELETED: &str = "DeletedInWorker";
-    pub const SUSPENDED_BY_USER: &str = "Suspended";
-    pub const REQUEUING_LIMIT: &str = "RequeuingLimitExceeded";
-    pub const STALE_COPY: &str = "StaleCopy";
-    pub const ORPHANED_COPY: &str = "OrphanedCopy";
-    pub const FINISHED: &str = "Finished";
-    pub const PODS_READY: &str = "PodsReady";
-    pub const PODS_NOT_READY: &str = "PodsNotReady";
+    pub(crate) const DISPATCHED: &str = "Dispatched";
+    pub(crate) const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+    pub(crate) const QUOTA_RESERVED_FOR_OLDER: &str = "QuotaHeldForOlderJob";
+    pub(crate) const WAITING_FOR_PODS_READY: &str = "WaitingForPodsReady";
+    pub(crate) const NO_WORKER_FITS: &str = "NoWorkerFits";
+    pub(crate) const NEVER_FITS: &str = "NeverFits";
+    pub(crate) const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
+    pub(crate) const QUEUE_NOT_FOUND: &str = "QueueNotFound";
+    pub(crate) const QUEUE_INVALID: &str = "QueueInvalid";
+    pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    pub(crate) const INVALID_JOB: &str = "InvalidJob";
+    pub(crate) const BACKOFF: &str = "Backoff";
+    pub(crate) const WORKER_REFUSED: &str = "WorkerRefused";
+    pub(crate) const PODS_READY_TIMEOUT: &str = "PodsReadyTimeout";
+    pub(crate) const PODS_READY_LOST: &str = "PodsReadyRecoveryTimeout";
+    pub(crate) const WORKER_LOST: &str = "WorkerLost";
+    pub(crate) const REMOTE_DELETED: &str = "DeletedInWorker";
+    pub(crate) const SUSPENDED_BY_USER: &str = "Suspended";
+    pub(crate) const REQUEUING_LIMIT: &str = "RequeuingLimitExceeded";
+    pub(crate) const STALE_COPY: &str = "StaleCopy";
+    pub(crate) const ORPHANED_COPY: &str = "OrphanedCopy";
+    pub(crate) const FINISHED: &str = "Finished";
+    pub(crate) const PODS_READY: &str = "PodsReady";
 }
 
 /// What a waiting reason comes to, for `switchyard_queue_waiting_jobs{reason}`: `Quota`,
 /// `PodsReadyGate`, `NoFit`, `Backoff` (a requeue or refusal back-off, or an old copy still
 /// being removed) or `Inactive` (the queue cannot admit anything: missing, invalid, no usable
 /// worker, namespace not allowed).
-pub fn wait_category(why: &str) -> &'static str {
+pub(crate) fn wait_category(why: &str) -> &'static str {
     use reason::*;
     match why {
         QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER => "Quota",
@@ -135,26 +133,27 @@ pub fn wait_category(why: &str) -> &'static str {
 }
 
 /// Every value of [`wait_category`].
-pub const WAIT_CATEGORIES: [&str; 5] = ["Quota", "PodsReadyGate", "NoFit", "Backoff", "Inactive"];
+pub(crate) const WAIT_CATEGORIES: [&str; 5] =
+    ["Quota", "PodsReadyGate", "NoFit", "Backoff", "Inactive"];
 
 /// What the dispatcher decided at one instant.
 #[derive(Debug, Default)]
-pub struct Plan {
-    pub actions: Vec<Action>,
+pub(crate) struct Plan {
+    pub(crate) actions: Vec<Action>,
     /// Why each class of pending Jobs that was tried waits: its first waiting Job's reason,
     /// which is every later Job's of the class too.
-    pub waiting: BTreeMap<ClassKey, WaitReason>,
+    pub(crate) waiting: BTreeMap<ClassKey, WaitReason>,
     /// Jobs that wait for a reason of their own.
-    pub job_waiting: BTreeMap<JobKey, WaitReason>,
+    pub(crate) job_waiting: BTreeMap<JobKey, WaitReason>,
     /// When to plan again if nothing changes before.
-    pub wake_at: Option<SystemTime>,
+    pub(crate) wake_at: Option<SystemTime>,
 }
 
 /// Everything the dispatcher decides at `now`: first the Jobs that changed or whose deadline
 /// came (mirror, timeouts, lost workers, finished Jobs, copies to remove), then admission of
 /// pending Jobs against the capacity the world shows. What the first part gives back (a
 /// requeued or finished Job's quota) is admitted from once the world shows it: the next plan.
-pub fn plan(world: &mut World, now: SystemTime) -> Plan {
+pub(crate) fn plan(world: &mut World, now: SystemTime) -> Plan {
     let mut out = Plan::default();
     world.state.fire_timers(now);
     let mut wakes = Vec::new();

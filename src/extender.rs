@@ -5,7 +5,7 @@
 //! is a cluster's virtual node (`switchyard-<cluster>`) is judged as the whole cluster for a
 //! gang of `switchyard.dev/gang-size` pods; other names are real nodes of the inventory.
 
-pub mod http;
+pub(crate) mod http;
 
 use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
@@ -27,11 +27,11 @@ pub const BIND_PATH: &str = "/scheduler/bind";
 
 #[derive(Debug, Clone)]
 pub struct ExtenderConfig {
-    pub engine: EngineConfig,
+    pub(crate) engine: EngineConfig,
     /// Virtual node names are this prefix followed by the cluster name.
-    pub virtual_node_prefix: String,
+    pub(crate) virtual_node_prefix: String,
     /// How long a bound placement is held in the in-flight accounting.
-    pub inflight_ttl: Duration,
+    pub(crate) inflight_ttl: Duration,
 }
 
 impl Default for ExtenderConfig {
@@ -46,7 +46,7 @@ impl Default for ExtenderConfig {
 
 /// A node's verdict, as the extender reports it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict<'a> {
+pub(crate) enum Verdict<'a> {
     Fits { score: i64 },
     Fails { reason: &'a str, unresolvable: bool },
 }
@@ -87,15 +87,12 @@ pub struct Judged {
 }
 
 impl Judged {
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.slots.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
-    pub fn verdicts(&self) -> impl ExactSizeIterator<Item = Verdict<'_>> + '_ {
+    pub(crate) fn verdicts(&self) -> impl ExactSizeIterator<Item = Verdict<'_>> + '_ {
         self.slots.iter().map(|s| self.verdict(*s))
     }
 
@@ -743,7 +740,7 @@ impl Extender {
     ) -> Self {
         Self {
             store,
-            inflight: Mutex::new(Arc::new(InFlight::new(config.inflight_ttl))),
+            inflight: Mutex::new(Arc::new(InFlight::default())),
             config,
             memo: moka::sync::Cache::builder()
                 .max_capacity(10_000)
@@ -1026,10 +1023,6 @@ impl Extender {
             ));
         }
     }
-
-    pub fn inflight_len(&self) -> usize {
-        self.inflight().len()
-    }
 }
 
 async fn post_binding(
@@ -1090,7 +1083,7 @@ mod tests {
             .to_vec();
         let verdicts = judge(
             &inventory,
-            &Arc::new(InFlight::new(Duration::from_secs(30))),
+            &Arc::new(InFlight::default()),
             &shape,
             &names,
             &ExtenderConfig::default(),
@@ -1326,7 +1319,7 @@ mod tests {
         .unwrap();
         let shape = Arc::new(PodShape::from_view(&view).unwrap());
         let names: Vec<String> = (0..1600).rev().map(|i| format!("n{i}")).collect();
-        let inflight = Arc::new(InFlight::new(Duration::from_secs(30)));
+        let inflight = Arc::new(InFlight::default());
         let config = ExtenderConfig::default();
         let now = Instant::now();
         let all = judge(&inventory, &inflight, &shape, &names, &config, now);

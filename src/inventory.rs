@@ -10,16 +10,16 @@
 
 pub(crate) mod file;
 
-pub use file::{load_file, parse_yaml, InventoryError};
+pub(crate) use file::InventoryError;
+pub use file::{load_file, parse_yaml};
 
-use crate::quantity::Milli;
 use crate::topology::{NumaInfo, Policy, PolicyOptions};
 use arc_swap::ArcSwap;
 use foldhash::{HashMap, HashMapExt as _};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub type ResourceId = usize;
+pub(crate) type ResourceId = usize;
 
 /// Resource names seen in an inventory, each with a dense id.
 #[derive(Debug, Clone, Default)]
@@ -43,11 +43,8 @@ impl ResourceTable {
     pub fn name(&self, id: ResourceId) -> &str {
         self.names.get(id).map_or("?", String::as_str)
     }
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.names.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
     }
 }
 
@@ -82,9 +79,9 @@ pub struct NumaZone {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
-    pub key: String,
-    pub value: Option<String>,
-    pub effect: String,
+    pub(crate) key: String,
+    pub(crate) value: Option<String>,
+    pub(crate) effect: String,
 }
 
 /// One label, `key=value`. The live inventory keeps one per distinct pair and cluster, shared
@@ -98,20 +95,20 @@ pub struct Label {
 }
 
 impl Label {
-    pub fn new(key: &str, value: &str) -> Self {
+    pub(crate) fn new(key: &str, value: &str) -> Self {
         Self {
             text: format!("{key}={value}").into_boxed_str(),
             split: u32::try_from(key.len()).unwrap_or(u32::MAX),
         }
     }
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.text[..self.split as usize]
     }
-    pub fn value(&self) -> &str {
+    pub(crate) fn value(&self) -> &str {
         &self.text[self.split as usize + 1..]
     }
     /// `key=value`.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 }
@@ -142,16 +139,14 @@ impl Labels {
             .map(|i| self.0[i].value())
     }
     /// (key, value) in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|l| (l.key(), l.value()))
     }
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-    pub fn to_map(&self) -> BTreeMap<String, String> {
+    pub(crate) fn to_map(&self) -> BTreeMap<String, String> {
         self.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
@@ -203,34 +198,34 @@ impl Node {
 /// Per-cluster bounds for O(1) rejection: no pod needing more than these fits anywhere.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterSummary {
-    pub nodes: usize,
-    pub numa_nodes: usize,
-    pub allocatable: Vec<i64>,
+    pub(crate) nodes: usize,
+    pub(crate) numa_nodes: usize,
+    pub(crate) allocatable: Vec<i64>,
     /// The largest free amount of each resource on one node.
-    pub max_free_on_node: Vec<i64>,
+    pub(crate) max_free_on_node: Vec<i64>,
     /// The largest allocatable amount of each resource on one node (preemption cannot beat it).
-    pub max_allocatable_on_node: Vec<i64>,
+    pub(crate) max_allocatable_on_node: Vec<i64>,
     /// The largest available amount of each resource in one NUMA zone.
-    pub max_free_in_zone: Vec<i64>,
-    pub max_allocatable_in_zone: Vec<i64>,
+    pub(crate) max_free_in_zone: Vec<i64>,
+    pub(crate) max_allocatable_in_zone: Vec<i64>,
     /// Every node is NUMA-aware with the single-numa-node policy, so the zone bounds above
     /// bound every aligned resource request.
-    pub single_numa_everywhere: bool,
+    pub(crate) single_numa_everywhere: bool,
     /// Each node's free amount of every resource, node after node (`allocatable.len()`
     /// wide), in one block: a search skips the nodes without room for one pod without
     /// reading them. Never less than a node has free: taking from a node without
     /// summarizing again leaves it an upper bound, which only skips fewer nodes.
-    pub node_free: Arc<Vec<i64>>,
+    pub(crate) node_free: Arc<Vec<i64>>,
     /// A digest of what the nodes can hold when empty: their number and the allocatable
     /// totals and maxima above. Found when the cluster is summarized (free amounts do not
     /// enter it), so that comparing it costs nothing.
-    pub capacity_print: u64,
+    pub(crate) capacity_print: u64,
 }
 
 impl ClusterSummary {
     /// Node `i`'s row of [`ClusterSummary::node_free`], if the summary is one of a cluster
     /// with `nodes` nodes.
-    pub fn free_row(&self, nodes: usize, i: usize) -> Option<&[i64]> {
+    pub(crate) fn free_row(&self, nodes: usize, i: usize) -> Option<&[i64]> {
         let width = self.allocatable.len();
         if self.nodes != nodes || self.node_free.len() != nodes * width {
             return None;
@@ -253,7 +248,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn summarize(&mut self, resources: usize) {
+    pub(crate) fn summarize(&mut self, resources: usize) {
         let mut s = ClusterSummary {
             nodes: self.nodes.len(),
             allocatable: vec![0; resources],
@@ -311,7 +306,7 @@ impl Cluster {
 /// re-reading only the nodes that changed, and a whole column only when the node that held
 /// its maximum lost some.
 #[derive(Debug, Clone, Default)]
-pub struct FreeRows {
+pub(crate) struct FreeRows {
     width: usize,
     node: Vec<i64>,
     zone: Vec<i64>,
@@ -366,7 +361,7 @@ impl Columns {
 
 impl FreeRows {
     /// Rows for every node of `cluster`, `resources` wide.
-    pub fn new(cluster: &Cluster, resources: usize) -> Self {
+    pub(crate) fn new(cluster: &Cluster, resources: usize) -> Self {
         let mut rows = Self {
             width: resources,
             node: vec![0; cluster.nodes.len() * resources],
@@ -382,7 +377,7 @@ impl FreeRows {
 
     /// Re-reads node `i` of `cluster` (the cluster the rows were made for, with the same
     /// nodes in the same order). An index past the rows is ignored.
-    pub fn update(&mut self, cluster: &Cluster, i: usize) {
+    pub(crate) fn update(&mut self, cluster: &Cluster, i: usize) {
         let width = self.width.max(1);
         let (Some(node), Some(free), Some(zone)) = (
             cluster.nodes.get(i),
@@ -410,7 +405,7 @@ impl FreeRows {
 
     /// Sets the summary's free maxima from the rows; what does not depend on free amounts
     /// (totals, allocatable maxima, NUMA counts) is left as it is.
-    pub fn apply(&mut self, summary: &mut ClusterSummary) {
+    pub(crate) fn apply(&mut self, summary: &mut ClusterSummary) {
         let set = |out: &mut Vec<i64>, max: &[i64]| {
             out.clear();
             out.extend_from_slice(max);
@@ -480,7 +475,7 @@ impl Inventory {
 
     /// An inventory from clusters that are already summarised (the live inventory publishes
     /// this way: clusters that did not change are shared with the previous snapshot).
-    pub fn from_shared(resources: ResourceTable, clusters: Vec<Arc<Cluster>>) -> Self {
+    pub(crate) fn from_shared(resources: ResourceTable, clusters: Vec<Arc<Cluster>>) -> Self {
         let mut node_index = HashMap::new();
         let mut cluster_index = HashMap::new();
         for (ci, cluster) in clusters.iter().enumerate() {
@@ -504,7 +499,7 @@ impl Inventory {
     /// The cluster as shared between snapshots. A snapshot that changes a cluster gets a new
     /// allocation for it (`Arc::make_mut` clones a shared cluster, and moves one that
     /// someone keeps a `Weak` to), so a `Weak` kept to it tells whether it is still the same.
-    pub fn cluster_arc(&self, name: &str) -> Option<&Arc<Cluster>> {
+    pub(crate) fn cluster_arc(&self, name: &str) -> Option<&Arc<Cluster>> {
         // The index is built by `finish` / `from_shared`; a cluster list changed since
         // without them is still answered right, by a scan.
         let indexed = self
@@ -524,10 +519,6 @@ impl Inventory {
         let cluster = self.clusters.get(ci)?;
         Some((cluster, cluster.nodes.get(ni)?))
     }
-
-    pub fn quantity(&self, name: &str, m: Milli) -> String {
-        crate::quantity::display(name, m)
-    }
 }
 
 /// Many readers, one writer: readers get an `Arc` snapshot that never changes under them.
@@ -545,7 +536,7 @@ impl InventoryStore {
     pub fn snapshot(&self) -> Arc<Inventory> {
         self.current.load_full()
     }
-    pub fn replace(&self, inventory: Inventory) {
+    pub(crate) fn replace(&self, inventory: Inventory) {
         self.current.store(Arc::new(inventory));
     }
 }

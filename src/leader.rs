@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LeaderError {
+pub(crate) enum LeaderError {
     #[error("leader-election Lease {namespace}/{name}: {source}; check that Switchyard may get, create and update Leases in {namespace}")]
     Api {
         namespace: String,
@@ -61,7 +61,7 @@ impl ElectionConfig {
 
 /// What to do with the Lease.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub(crate) enum Step {
     /// There is none: create it, held by us.
     Create(LeaseSpec),
     /// It expired or was released: take it over.
@@ -72,15 +72,7 @@ pub enum Step {
     Follow { holder: String, expires: SystemTime },
 }
 
-impl Step {
-    /// The spec to write, unless there is nothing to write.
-    pub fn spec(&self) -> Option<&LeaseSpec> {
-        match self {
-            Step::Create(s) | Step::Acquire(s) | Step::Renew(s) => Some(s),
-            Step::Follow { .. } => None,
-        }
-    }
-}
+impl Step {}
 
 /// A MicroTime at `t` (microsecond precision, as the API server requires).
 pub fn micro_time(t: SystemTime) -> MicroTime {
@@ -100,7 +92,7 @@ fn seconds(d: Duration) -> i32 {
 /// Without either time it is taken as expired. Candidates compare against their own clock,
 /// as client-go's do against the renewal they observed; replicas keep their clocks in sync
 /// (NTP) and the renew deadline leaves the leader margin to step down first.
-pub fn expiry(lease: &LeaseSpec) -> Option<SystemTime> {
+pub(crate) fn expiry(lease: &LeaseSpec) -> Option<SystemTime> {
     let renewed = lease
         .renew_time
         .as_ref()
@@ -112,7 +104,7 @@ pub fn expiry(lease: &LeaseSpec) -> Option<SystemTime> {
 
 /// Decides what `me` does with `lease` at `now`, holding it for `lease_duration` when it
 /// writes.
-pub fn step(
+pub(crate) fn step(
     lease: Option<&LeaseSpec>,
     me: &str,
     now: SystemTime,
@@ -145,7 +137,7 @@ pub fn step(
 
 /// This replica's identity: the pod's name (or the host's), and a random suffix so two
 /// processes on one host never share one.
-pub fn identity(pod_name: Option<&str>, hostname: Option<&str>, random: u64) -> String {
+pub(crate) fn identity(pod_name: Option<&str>, hostname: Option<&str>, random: u64) -> String {
     let base = pod_name
         .filter(|s| !s.is_empty())
         .or(hostname.filter(|s| !s.is_empty()))
@@ -154,7 +146,7 @@ pub fn identity(pod_name: Option<&str>, hostname: Option<&str>, random: u64) -> 
 }
 
 /// [`identity`] from the environment: `POD_NAME`, else the hostname.
-pub fn identity_from_env() -> String {
+pub(crate) fn identity_from_env() -> String {
     use std::hash::{BuildHasher, Hasher};
     let pod = std::env::var("POD_NAME").ok();
     let host = std::env::var("HOSTNAME").ok().or_else(|| {
@@ -389,7 +381,7 @@ impl Jitter {
 }
 
 /// A receiver that always says "leading": for a single replica with leader election off.
-pub fn always() -> watch::Receiver<bool> {
+pub(crate) fn always() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(true);
     drop(tx);
     rx

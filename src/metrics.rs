@@ -10,79 +10,79 @@ use prometheus_client::registry::Registry;
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// The route, never the raw URL, so a scanner cannot blow up the label space.
-    pub path: &'static str,
+    pub(crate) path: &'static str,
     /// `allowed`, `patched`, `denied`, `bad_request`, `error` or the HTTP status class.
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
+pub(crate) struct ResultLabels {
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabels {
+pub(crate) struct ActionLabels {
     /// `dispatch`, `create_copy`, `unsuspend`, `requeue`, `write_status`, `delete_copy`, ...
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// `ok`, `conflict` (someone else changed the Job first), `refused` (the API server said
     /// no: the Job waits or is requeued) or `error` (unreachable, retried).
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub queue: String,
+pub(crate) struct QueueLabels {
+    pub(crate) queue: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueResourceLabels {
-    pub queue: String,
+pub(crate) struct QueueResourceLabels {
+    pub(crate) queue: String,
     /// A resource name (`cpu`, `memory`, `nvidia.com/gpu`, ...).
-    pub resource: String,
+    pub(crate) resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueReasonLabels {
-    pub queue: String,
-    pub reason: String,
+pub(crate) struct QueueReasonLabels {
+    pub(crate) queue: String,
+    pub(crate) reason: String,
 }
 
 /// A gauge with a fractional value (quota in cores, bytes, ...).
-pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+pub(crate) type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClusterLabels {
+pub(crate) struct ClusterLabels {
     /// The WorkerCluster's name.
-    pub cluster: String,
+    pub(crate) cluster: String,
 }
 
 /// One worker's series, handed to its connection.
 #[derive(Clone, Debug)]
-pub struct WorkerMetrics {
-    pub watch_restarts: Counter,
-    pub request_duration: Histogram,
+pub(crate) struct WorkerMetrics {
+    pub(crate) watch_restarts: Counter,
+    pub(crate) request_duration: Histogram,
 }
 
 pub struct Metrics {
     registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: Family<RequestLabels, Histogram>,
-    pub tls_reloads: Family<ResultLabels, Counter>,
-    pub worker_connected: Family<ClusterLabels, Gauge>,
-    pub worker_watch_restarts: Family<ClusterLabels, Counter>,
-    pub worker_request_duration: Family<ClusterLabels, Histogram>,
-    pub leader: Gauge,
-    pub dispatch_actions: Family<ActionLabels, Counter>,
-    pub dispatch_plan_duration: Histogram,
-    pub queue_pending: Family<QueueLabels, Gauge>,
-    pub queue_admitted: Family<QueueLabels, Gauge>,
-    pub queue_running: Family<QueueLabels, Gauge>,
-    pub queue_quota: Family<QueueResourceLabels, FloatGauge>,
-    pub queue_quota_used: Family<QueueResourceLabels, FloatGauge>,
-    pub queue_waiting: Family<QueueReasonLabels, Gauge>,
-    pub dispatch_requeues: Family<QueueReasonLabels, Counter>,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) request_duration: Family<RequestLabels, Histogram>,
+    pub(crate) tls_reloads: Family<ResultLabels, Counter>,
+    pub(crate) worker_connected: Family<ClusterLabels, Gauge>,
+    pub(crate) worker_watch_restarts: Family<ClusterLabels, Counter>,
+    pub(crate) worker_request_duration: Family<ClusterLabels, Histogram>,
+    pub(crate) leader: Gauge,
+    pub(crate) dispatch_actions: Family<ActionLabels, Counter>,
+    pub(crate) dispatch_plan_duration: Histogram,
+    pub(crate) queue_pending: Family<QueueLabels, Gauge>,
+    pub(crate) queue_admitted: Family<QueueLabels, Gauge>,
+    pub(crate) queue_running: Family<QueueLabels, Gauge>,
+    pub(crate) queue_quota: Family<QueueResourceLabels, FloatGauge>,
+    pub(crate) queue_quota_used: Family<QueueResourceLabels, FloatGauge>,
+    pub(crate) queue_waiting: Family<QueueReasonLabels, Gauge>,
+    pub(crate) dispatch_requeues: Family<QueueReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -224,14 +224,14 @@ impl Metrics {
         }
     }
 
-    pub fn dispatch_action(&self, action: &'static str, result: &'static str) {
+    pub(crate) fn dispatch_action(&self, action: &'static str, result: &'static str) {
         self.dispatch_actions
             .get_or_create(&ActionLabels { action, result })
             .inc();
     }
 
     /// The series of one worker cluster (created if missing).
-    pub fn worker(&self, cluster: &str) -> WorkerMetrics {
+    pub(crate) fn worker(&self, cluster: &str) -> WorkerMetrics {
         let labels = ClusterLabels {
             cluster: cluster.to_string(),
         };
@@ -241,7 +241,7 @@ impl Metrics {
         }
     }
 
-    pub fn worker_connected(&self, cluster: &str, connected: bool) {
+    pub(crate) fn worker_connected(&self, cluster: &str, connected: bool) {
         self.worker_connected
             .get_or_create(&ClusterLabels {
                 cluster: cluster.to_string(),
@@ -250,7 +250,7 @@ impl Metrics {
     }
 
     /// Drops a removed worker's series, so a deleted WorkerCluster leaves none behind.
-    pub fn remove_worker(&self, cluster: &str) {
+    pub(crate) fn remove_worker(&self, cluster: &str) {
         let labels = ClusterLabels {
             cluster: cluster.to_string(),
         };
@@ -259,7 +259,12 @@ impl Metrics {
         self.worker_request_duration.remove(&labels);
     }
 
-    pub fn observe_request(&self, path: &'static str, result: &'static str, elapsed: Duration) {
+    pub(crate) fn observe_request(
+        &self,
+        path: &'static str,
+        result: &'static str,
+        elapsed: Duration,
+    ) {
         let labels = RequestLabels { path, result };
         self.requests.get_or_create(&labels).inc();
         self.request_duration
@@ -267,7 +272,7 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn tls_reload(&self, result: &'static str) {
+    pub(crate) fn tls_reload(&self, result: &'static str) {
         self.tls_reloads
             .get_or_create(&ResultLabels { result })
             .inc();

@@ -15,7 +15,7 @@ pub type Labels = Arc<BTreeMap<String, String>>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot read Namespace {namespace:?} from the API server: {message}")]
 pub struct NamespaceError {
-    pub namespace: String,
+    pub(crate) namespace: String,
     pub message: String,
 }
 

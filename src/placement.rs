@@ -2,25 +2,25 @@
 //! this node or in this cluster, and how well. Pure: an inventory snapshot and a pod in, a
 //! verdict out. The extender serves it; the dispatcher calls it in-process.
 
-pub mod fit;
+pub(crate) mod fit;
 pub mod inflight;
-pub mod parallel;
+pub(crate) mod parallel;
 pub mod pod;
 pub mod score;
 #[cfg(test)]
 mod tests;
 
-pub use fit::{
-    fit_cluster, fit_clusters, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge,
-    NodeState, Refusal, UnitTrace,
-};
-pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
+pub use fit::ClusterFit;
+pub use fit::{fit_cluster, fit_clusters, Refusal};
+pub(crate) use fit::{fit_node, node_accepts, Misfit, NodeFit, NodeJudge, NodeState};
+pub use pod::{BoundPod, PodSpecView};
+pub use pod::{PodShape, PodView};
 pub use score::Strategy;
 
 /// Annotation a pod uses to pick a scoring strategy.
-pub const STRATEGY_ANNOTATION: &str = "switchyard.dev/placement-strategy";
+pub(crate) const STRATEGY_ANNOTATION: &str = "switchyard.dev/placement-strategy";
 /// Annotation giving the number of identical pods that must fit at once.
-pub const GANG_SIZE_ANNOTATION: &str = "switchyard.dev/gang-size";
+pub(crate) const GANG_SIZE_ANNOTATION: &str = "switchyard.dev/gang-size";
 
 /// What to do with a node that publishes no NUMA data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -57,7 +57,7 @@ impl PodShape {
     }
 
     /// The gang size from the pod's annotation (default 1).
-    pub fn gang_size(&self) -> Result<usize, String> {
+    pub(crate) fn gang_size(&self) -> Result<usize, String> {
         match self.annotations.get(GANG_SIZE_ANNOTATION) {
             None => Ok(1),
             Some(v) => match v.trim().parse::<usize>() {

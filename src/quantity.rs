@@ -6,23 +6,21 @@ use std::fmt;
 
 /// A quantity in thousandths of its unit: 1 CPU = 1000, 1 byte of memory = 1000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Milli(pub i64);
+pub(crate) struct Milli(pub i64);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a Kubernetes quantity (e.g. 500m, 2, 64Gi, 1.5G)")]
-pub struct QuantityError(pub String);
+pub(crate) struct QuantityError(pub String);
 
 impl Milli {
-    pub const ZERO: Milli = Milli(0);
-
     /// Whole units (e.g. an integer CPU count), when the quantity is one.
-    pub fn whole(self) -> Option<i64> {
+    pub(crate) fn whole(self) -> Option<i64> {
         (self.0 % 1000 == 0).then_some(self.0 / 1000)
     }
 }
 
 /// Parses a quantity. Fractions below a milli-unit round up, as Kubernetes does for requests.
-pub fn parse(text: &str) -> Result<Milli, QuantityError> {
+pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
     let err = || QuantityError(text.to_string());
     let s = text.trim();
     let split = s
@@ -91,7 +89,7 @@ impl fmt::Display for Milli {
 }
 
 /// Renders an amount of `resource` for people: bytes as Gi/Mi when exact, CPUs as cores.
-pub fn display(resource: &str, m: Milli) -> String {
+pub(crate) fn display(resource: &str, m: Milli) -> String {
     let is_bytes = resource == "memory"
         || resource == "ephemeral-storage"
         || resource.starts_with("hugepages-");
@@ -110,14 +108,14 @@ pub fn display(resource: &str, m: Milli) -> String {
 /// A quantity written as a string ("64Gi") or a bare YAML number (8).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum QuantityText {
+pub(crate) enum QuantityText {
     Text(String),
     Int(i64),
     Float(f64),
 }
 
 impl QuantityText {
-    pub fn parse(&self) -> Result<i64, QuantityError> {
+    pub(crate) fn parse(&self) -> Result<i64, QuantityError> {
         match self {
             Self::Text(t) => parse(t).map(|m| m.0),
             Self::Int(n) => parse(&n.to_string()).map(|m| m.0),

@@ -24,7 +24,7 @@ pub enum Role {
 impl Role {
     /// Whether an entry of this role applies to calls made as `identity`. `Both` as an
     /// identity means "as Manager and as Worker", so only `Both` entries apply to it.
-    pub fn applies_to(self, identity: Role) -> bool {
+    pub(crate) fn applies_to(self, identity: Role) -> bool {
         self == identity || (self == Role::Both && matches!(identity, Role::Manager | Role::Worker))
     }
 }
@@ -62,7 +62,7 @@ const NODE_LEASE_NAMESPACE: &str = crate::workers::virtual_node::NODE_LEASE_NAME
 
 /// What the code does and what the roles being built will do (the dispatcher, the
 /// WorkerCluster controller, leader election), per identity.
-pub const API_USES: &[ApiUse] = &[
+pub(crate) const API_USES: &[ApiUse] = &[
     // --- manager: admission webhooks
     ApiUse {
         role: Role::Manager,
@@ -252,7 +252,7 @@ pub const API_USES: &[ApiUse] = &[
 /// Non-resource paths every authenticated identity may GET through the default
 /// `system:discovery` and `system:public-info-viewer` ClusterRoles (the worker probe uses
 /// `/version`). A trailing `*` matches any rest.
-pub const DEFAULT_NON_RESOURCE_URLS: &[&str] = &[
+pub(crate) const DEFAULT_NON_RESOURCE_URLS: &[&str] = &[
     "/version",
     "/version/",
     "/healthz",
@@ -268,7 +268,7 @@ pub const DEFAULT_NON_RESOURCE_URLS: &[&str] = &[
 
 /// A kube-apiserver request as authorization sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     Resource(ResourceRequest),
     /// A path outside `/api` and `/apis` resources (discovery, `/version`), with its verb.
     NonResource {
@@ -278,14 +278,14 @@ pub enum Request {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceRequest {
-    pub group: String,
+pub(crate) struct ResourceRequest {
+    pub(crate) group: String,
     /// With the subresource after a slash, as RBAC names it (`jobs/status`).
-    pub resource: String,
-    pub verb: &'static str,
+    pub(crate) resource: String,
+    pub(crate) verb: &'static str,
     /// `None` for cluster-scoped resources and for requests across all namespaces.
-    pub namespace: Option<String>,
-    pub name: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 /// Maps a method and a path with its query (`GET /apis/batch/v1/namespaces/a/jobs?watch=true`)
@@ -293,7 +293,7 @@ pub struct ResourceRequest {
 /// `watch` with `watch=true`; a DELETE without a name is `deletecollection`; the legacy
 /// `/watch/` prefix is `watch`; `namespaces/<name>/status` and `/finalize` are subresources
 /// of the Namespace. `None` when the method is not one the API server serves.
-pub fn parse_request(method: &str, path_and_query: &str) -> Option<Request> {
+pub(crate) fn parse_request(method: &str, path_and_query: &str) -> Option<Request> {
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
@@ -382,7 +382,8 @@ pub fn request_is_covered(identity: Role, method: &str, path_and_query: &str) ->
 }
 
 /// [`request_is_covered`] with Switchyard's namespace known.
-pub fn request_is_covered_in(
+#[cfg(test)]
+pub(crate) fn request_is_covered_in(
     identity: Role,
     own_namespace: &str,
     method: &str,
@@ -413,7 +414,7 @@ fn covered(identity: Role, own: Option<&str>, method: &str, path_and_query: &str
 }
 
 /// Whether one table entry allows a parsed request.
-pub fn use_covers(u: &ApiUse, r: &ResourceRequest, own_namespace: Option<&str>) -> bool {
+pub(crate) fn use_covers(u: &ApiUse, r: &ResourceRequest, own_namespace: Option<&str>) -> bool {
     let in_scope = match (u.scope, r.namespace.as_deref()) {
         (Scope::Cluster, ns) => ns.is_none(),
         (Scope::AllNamespaces, _) => true,

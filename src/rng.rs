@@ -11,7 +11,7 @@ impl Rng {
         Self(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -25,12 +25,13 @@ impl Rng {
     }
 
     /// An index into a slice of `len` items (0 when it is empty).
-    pub fn index(&mut self, len: usize) -> usize {
+    #[cfg(test)]
+    pub(crate) fn index(&mut self, len: usize) -> usize {
         usize::try_from(self.below(len as u64)).unwrap_or(0)
     }
 
     /// In [0, 1).
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -44,7 +45,8 @@ impl Rng {
         self.below(100) < percent
     }
 
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+    #[cfg(test)]
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         if items.is_empty() {
             None
         } else {

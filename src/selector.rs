@@ -20,15 +20,15 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 /// A selector checked once, to match many label sets (a queue's namespaceSelector, against
 /// every Job's namespace).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Compiled {
+pub(crate) struct Compiled {
     /// The selector as written.
-    pub source: LabelSelector,
+    pub(crate) source: LabelSelector,
     selector: Selector,
 }
 
 impl Compiled {
     /// The selector, or why Kubernetes would reject it.
-    pub fn new(source: &LabelSelector) -> Result<Self, String> {
+    pub(crate) fn new(source: &LabelSelector) -> Result<Self, String> {
         // `check` first: kube-core would let `NotIn: []` match everything, Kubernetes
         // rejects it.
         check(source)?;
@@ -39,7 +39,7 @@ impl Compiled {
         })
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.selector.matches(labels)
     }
 }

@@ -22,18 +22,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The name the cluster `serve` runs in has in its own live inventory.
-pub const LOCAL_CLUSTER: &str = "local";
+pub(crate) const LOCAL_CLUSTER: &str = "local";
 
 /// The admission surface's state.
-pub struct Webhooks {
-    pub policy: AdmissionPolicy,
-    pub namespaces: NamespaceLabels,
-    pub max_body: usize,
-    pub body_timeout: Duration,
+pub(crate) struct Webhooks {
+    pub(crate) policy: AdmissionPolicy,
+    pub(crate) namespaces: NamespaceLabels,
+    pub(crate) max_body: usize,
+    pub(crate) body_timeout: Duration,
 }
 
 /// What `/readyz` reports.
-pub struct Readiness {
+pub(crate) struct Readiness {
     shutting_down: AtomicBool,
     /// One line per surface that is off, and why.
     notes: Vec<String>,
@@ -55,9 +55,6 @@ pub struct Manager {
     /// Whether this replica leads: only the leader may write (statuses, virtual nodes,
     /// dispatch decisions).
     pub leader: tokio::sync::watch::Receiver<bool>,
-    /// Every worker's live inventory, the one the extender judges nodes against.
-    pub inventory: Arc<InventoryStore>,
-    pub metrics: Arc<Metrics>,
 }
 
 pub(crate) struct State {
@@ -68,16 +65,15 @@ pub(crate) struct State {
 
 /// The route and result labels a handler leaves for the metrics middleware.
 #[derive(Clone, Copy)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     pub(crate) path: &'static str,
-    pub(crate) result: &'static str,
+    pub result: &'static str,
 }
 
 /// A started server. Dropping it does not stop it; call [`Running::shutdown`].
 pub struct Running {
     pub https_addr: SocketAddr,
     pub probe_addr: SocketAddr,
-    pub certificates: Arc<CertificateStore>,
     pub metrics: Arc<Metrics>,
     https: ServerHandle,
     probe: ServerHandle,
@@ -306,7 +302,6 @@ pub async fn start_with_client(
     Ok(Running {
         https_addr,
         probe_addr,
-        certificates,
         metrics,
         https: https_handle,
         probe: probe_handle,
@@ -452,8 +447,6 @@ fn start_manager(
             namespace,
             workers,
             leader,
-            inventory: store,
-            metrics,
         },
         notes,
         election,
@@ -517,7 +510,7 @@ pub async fn run(settings: ServeSettings) -> crate::Result<()> {
 }
 
 /// The admission webhook routes, for the shared HTTPS app.
-pub fn webhook_routes(cfg: &mut web::ServiceConfig) {
+pub(crate) fn webhook_routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         MUTATE_JOB_PATH,
         web::post().to(|s, r, p| review(Hook::Mutate, s, r, p)),

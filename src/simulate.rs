@@ -20,9 +20,10 @@ pub mod scenario;
 pub mod synthetic;
 pub mod worker;
 
-pub use report::{Report, StatusWrite, Summary};
-pub use scenario::{Scenario, ScenarioError, ScenarioJob};
-pub use worker::{Behaviour, PodEvent, SimWorker};
+pub(crate) use report::StatusWrite;
+pub use report::{Report, Summary};
+pub(crate) use scenario::{Scenario, ScenarioJob};
+pub(crate) use worker::{Behaviour, PodEvent, SimWorker};
 
 use crate::dispatcher::{
     self, apply, plan, Action, Job, JobKey, Outcome, Placement, Queue, Worker, World,
@@ -107,12 +108,12 @@ impl Ord for PodEventOrd {
 /// What the report needs of one Job.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Record {
-    pub first_admitted: Option<SystemTime>,
-    pub admitted: Option<SystemTime>,
-    pub started: Option<SystemTime>,
-    pub finished: Option<SystemTime>,
-    pub cluster: Option<String>,
-    pub topology_errors: u64,
+    pub(crate) first_admitted: Option<SystemTime>,
+    pub(crate) admitted: Option<SystemTime>,
+    pub(crate) started: Option<SystemTime>,
+    pub(crate) finished: Option<SystemTime>,
+    pub(crate) cluster: Option<String>,
+    pub(crate) topology_errors: u64,
 }
 
 struct Usage {
@@ -652,7 +653,7 @@ impl Simulation {
     pub(crate) fn scenario_jobs(&self) -> &[ScenarioJob] {
         &self.jobs
     }
-    pub(crate) fn strategy(&self) -> Strategy {
+    pub fn strategy(&self) -> Strategy {
         self.strategy
     }
     pub(crate) fn usage_integrals(&self) -> impl Iterator<Item = (&str, &[f64])> {

@@ -6,7 +6,10 @@ use tracing_subscriber::EnvFilter;
 /// The log filter: `filter` (the `--log` flag or the file's `log`) wins over `rust_log` (the
 /// `RUST_LOG` variable); the default is `info`. A filter that does not parse is an error, not
 /// a quiet fallback: a mistyped `debug` would otherwise hide the very lines someone asked for.
-pub fn env_filter(filter: Option<&str>, rust_log: Option<&str>) -> Result<EnvFilter, String> {
+pub(crate) fn env_filter(
+    filter: Option<&str>,
+    rust_log: Option<&str>,
+) -> Result<EnvFilter, String> {
     let (text, source) = match (filter, rust_log.filter(|v| !v.trim().is_empty())) {
         (Some(f), _) => (f, "log filter"),
         (None, Some(env)) => (env, "RUST_LOG"),

@@ -56,7 +56,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 }
 
 /// Builds a certificate/key pair from PEM bytes, checking that the key matches.
-pub fn certified_key_from_pem(
+pub(crate) fn certified_key_from_pem(
     cert_pem: &[u8],
     key_pem: &[u8],
     cert_path: &Path,
@@ -98,7 +98,7 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsEr
 
 /// The serving certificate, swappable while connections are open.
 #[derive(Debug)]
-pub struct CertificateStore {
+pub(crate) struct CertificateStore {
     current: ArcSwap<CertifiedKey>,
     cert_path: PathBuf,
     key_path: PathBuf,
@@ -145,7 +145,7 @@ fn read_consistent(
 }
 
 impl CertificateStore {
-    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
+    pub(crate) fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
         let files = read_consistent(cert_path, key_path, &mut |p| read(p))?.ok_or_else(|| {
             TlsError::Read {
                 path: cert_path.into(),
@@ -162,7 +162,8 @@ impl CertificateStore {
     }
 
     /// The leaf certificate being served now.
-    pub fn current_leaf(&self) -> Option<CertificateDer<'static>> {
+    #[cfg(test)]
+    pub(crate) fn current_leaf(&self) -> Option<CertificateDer<'static>> {
         self.current.load().cert.first().cloned()
     }
 
@@ -175,7 +176,7 @@ impl CertificateStore {
     /// Each bad state is logged and counted once: a read error when reading starts to fail,
     /// a refused pair once per content. The pair being served reappearing after an error is
     /// not a reload.
-    pub async fn watch(
+    pub(crate) async fn watch(
         self: Arc<Self>,
         interval: Duration,
         metrics: Arc<Metrics>,
@@ -246,7 +247,7 @@ impl CertificateStore {
 
 /// The rustls server configuration: TLS 1.3 and 1.2, HTTP/1.1, certificates from `store`,
 /// and client certificates required when `client_ca` is given.
-pub fn server_config(
+pub(crate) fn server_config(
     store: Arc<CertificateStore>,
     client_ca: Option<&Path>,
 ) -> Result<ServerConfig, TlsError> {

@@ -26,12 +26,11 @@ mod policy;
 mod tests;
 
 pub use bitmask::{Ids, NumaMask};
-pub use merge::{merge, merge_resources, MergeResult, ProviderHints};
+pub use merge::{merge, ProviderHints};
+pub(crate) use merge::{merge_resources, MergeResult};
 pub use numa::NumaInfo;
-pub use policy::{
-    validate, ConfigError, Policy, PolicyOptions, DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
-    MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
-};
+pub use policy::{validate, Policy, PolicyOptions};
+pub(crate) use policy::{ConfigError, MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES};
 
 /// A possible placement of one resource: the NUMA nodes it would use, and
 /// whether that placement is as narrow as the resource allows.

@@ -12,7 +12,7 @@ mod job;
 #[cfg(test)]
 mod tests;
 
-pub use job::{JobView, MetaView, OneKey, SpecView};
+pub(crate) use job::JobView;
 
 use crate::selector;
 use crate::wellknown::DEFAULT_DISPATCHER_USERNAME;
@@ -31,7 +31,7 @@ pub enum Hook {
 }
 
 impl Hook {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Hook::Mutate => "mutate",
             Hook::Validate => "validate",
@@ -63,7 +63,7 @@ impl Default for AdmissionPolicy {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     Create,
     Update,
     Delete,
@@ -81,7 +81,7 @@ impl Operation {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Create => "CREATE",
             Self::Update => "UPDATE",
@@ -94,24 +94,24 @@ impl Operation {
 /// A review whose request could be read; decisions are made on this. Its text borrows from
 /// the body wherever the JSON string had no escapes.
 #[derive(Debug)]
-pub struct Review<'a> {
-    pub envelope: Envelope<'a>,
-    pub operation: Operation,
-    pub sub_resource: Option<Cow<'a, str>>,
-    pub namespace: Option<Cow<'a, str>>,
-    pub name: Option<Cow<'a, str>>,
-    pub username: Cow<'a, str>,
-    pub dry_run: bool,
-    pub object: Option<JobView<'a>>,
-    pub old_object: Option<JobView<'a>>,
+pub(crate) struct Review<'a> {
+    pub(crate) envelope: Envelope<'a>,
+    pub(crate) operation: Operation,
+    pub(crate) sub_resource: Option<Cow<'a, str>>,
+    pub(crate) namespace: Option<Cow<'a, str>>,
+    pub(crate) name: Option<Cow<'a, str>>,
+    pub(crate) username: Cow<'a, str>,
+    pub(crate) dry_run: bool,
+    pub(crate) object: Option<JobView<'a>>,
+    pub(crate) old_object: Option<JobView<'a>>,
 }
 
 /// What every reply echoes: the review's `apiVersion`, `kind` and `request.uid`.
 #[derive(Debug, Clone)]
-pub struct Envelope<'a> {
-    pub api_version: Cow<'a, str>,
-    pub kind: Cow<'a, str>,
-    pub uid: Cow<'a, str>,
+pub(crate) struct Envelope<'a> {
+    pub(crate) api_version: Cow<'a, str>,
+    pub(crate) kind: Cow<'a, str>,
+    pub(crate) uid: Cow<'a, str>,
 }
 
 /// Why a body is not a usable review.
@@ -129,9 +129,9 @@ pub enum BadReview {
 /// [`Envelope`] in a form that can be compared in tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnvelopeEcho {
-    pub api_version: String,
-    pub kind: String,
-    pub uid: String,
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) uid: String,
 }
 
 impl From<EnvelopeEcho> for Envelope<'static> {
@@ -157,7 +157,7 @@ impl Envelope<'_> {
 /// A JSON string, borrowed from the body when it has no escapes and copied when it has.
 /// (serde borrows a bare `Cow<str>` field but never one inside an `Option`.)
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Text<'a>(pub Cow<'a, str>);
+pub(crate) struct Text<'a>(pub Cow<'a, str>);
 
 impl std::ops::Deref for Text<'_> {
     type Target = str;
@@ -301,7 +301,7 @@ fn envelope<'a>(
 ///
 /// A well-formed review is read in one pass over the body; only a body that fails it is read
 /// again, step by step, to name the problem (and the uid, when it can be found).
-pub fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
+pub(crate) fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
     // Checking the body's UTF-8 once is cheaper than serde_json checking each string it
     // keeps; a body that is not UTF-8 is read from bytes, exactly as before.
     let fast = match std::str::from_utf8(body) {
@@ -455,7 +455,11 @@ fn parse_slow<'a>(body: &'a [u8]) -> Result<Review<'a>, BadReview> {
 impl Review<'_> {
     /// The namespace whose labels [`decide`] needs, if any: only a mutating CREATE of an
     /// unlabelled Job while a default queue is configured.
-    pub fn namespace_to_look_up(&self, hook: Hook, policy: &AdmissionPolicy) -> Option<&str> {
+    pub(crate) fn namespace_to_look_up(
+        &self,
+        hook: Hook,
+        policy: &AdmissionPolicy,
+    ) -> Option<&str> {
         let wants = hook == Hook::Mutate
             && self.operation == Operation::Create
             && policy.default_queue.is_some()
@@ -476,7 +480,7 @@ impl Review<'_> {
     }
 
     /// The object's name for logs: `generateName` creates have none yet.
-    pub fn object_name(&self) -> &str {
+    pub(crate) fn object_name(&self) -> &str {
         self.name
             .as_deref()
             .or_else(|| {
@@ -489,35 +493,35 @@ impl Review<'_> {
 
 /// A denial's HTTP-like status, as metav1.Status carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
+pub(crate) struct Denial {
+    pub(crate) code: u16,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
 }
 
 impl Denial {
-    pub fn invalid(message: String) -> Self {
+    pub(crate) fn invalid(message: String) -> Self {
         Self {
             code: 422,
             reason: "Invalid",
             message,
         }
     }
-    pub fn forbidden(message: String) -> Self {
+    pub(crate) fn forbidden(message: String) -> Self {
         Self {
             code: 403,
             reason: "Forbidden",
             message,
         }
     }
-    pub fn bad_request(message: String) -> Self {
+    pub(crate) fn bad_request(message: String) -> Self {
         Self {
             code: 400,
             reason: "BadRequest",
             message,
         }
     }
-    pub fn unavailable(message: String) -> Self {
+    pub(crate) fn unavailable(message: String) -> Self {
         Self {
             code: 503,
             reason: "ServiceUnavailable",
@@ -529,16 +533,16 @@ impl Denial {
 /// What the webhook answers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Decision {
-    pub denial: Option<Denial>,
+    pub(crate) denial: Option<Denial>,
     pub patch: json_patch::Patch,
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl Decision {
-    pub fn allow() -> Self {
+    pub(crate) fn allow() -> Self {
         Self::default()
     }
-    pub fn deny(denial: Denial) -> Self {
+    pub(crate) fn deny(denial: Denial) -> Self {
         Self {
             denial: Some(denial),
             ..Self::default()
@@ -566,7 +570,7 @@ impl Decision {
 ///
 /// `namespace_labels` are the labels of the namespace [`Review::namespace_to_look_up`] named
 /// (`None` when it was not asked for or the Namespace does not exist).
-pub fn decide(
+pub(crate) fn decide(
     hook: Hook,
     review: &Review,
     policy: &AdmissionPolicy,
@@ -636,7 +640,7 @@ struct WireStatus<'a> {
 }
 
 /// The AdmissionReview reply for `decision`. `patchType` appears only with a patch.
-pub fn render(envelope: &Envelope, decision: &Decision) -> Vec<u8> {
+pub(crate) fn render(envelope: &Envelope, decision: &Decision) -> Vec<u8> {
     let patch = decision.mutated().then(|| {
         let mut json = Vec::with_capacity(256);
         // Serialising a Patch of plain JSON values into memory cannot fail.

@@ -4,11 +4,11 @@
 /// A Job carrying this label belongs to Switchyard; its value names the queue.
 pub const QUEUE_LABEL: &str = "switchyard.dev/queue-name";
 /// Set by the dispatcher on the manager's Job once it was created in a worker.
-pub const CLUSTER_ANNOTATION: &str = "switchyard.dev/cluster";
+pub(crate) const CLUSTER_ANNOTATION: &str = "switchyard.dev/cluster";
 /// `spec.managedBy` of every Job Switchyard owns: the manager's Job controller skips it.
-pub const MANAGED_BY: &str = "switchyard.dev/dispatcher";
+pub(crate) const MANAGED_BY: &str = "switchyard.dev/dispatcher";
 /// The value Kubernetes treats the same as an unset `spec.managedBy`.
-pub const JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
+pub(crate) const JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
 /// The label every Namespace carries with its own name (Kubernetes 1.21+).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// The service account the dispatcher runs as in the Helm chart's default namespace.

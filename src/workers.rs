@@ -9,19 +9,20 @@
 pub mod connection;
 pub mod controller;
 pub mod hub;
-pub mod kubeconfig;
-pub mod link;
+pub(crate) mod kubeconfig;
+pub(crate) mod link;
 pub mod live;
-pub mod ratelimit;
+pub(crate) mod ratelimit;
 pub mod registry;
-pub mod source;
-pub mod status;
+pub(crate) mod source;
+pub(crate) mod status;
 pub mod virtual_node;
 pub mod watch;
 
-pub use connection::{Backoff, ConnectionState, Health, Reason};
+pub use connection::Backoff;
+pub(crate) use connection::ConnectionState;
 pub use controller::ControllerOptions;
-pub use kubeconfig::{check, client_for, probe, ClientOptions, KubeconfigError};
+pub use kubeconfig::{check, client_for, probe, ClientOptions};
 pub use link::LinkOptions;
-pub use ratelimit::{RateLimitLayer, RateLimiter};
+pub use ratelimit::RateLimiter;
 pub use registry::{WorkerView, Workers, WorkersPublisher};

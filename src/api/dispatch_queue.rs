@@ -60,24 +60,24 @@ pub struct DispatchQueueSpec {
     /// The namespaces whose Jobs may use the queue; absent: every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::label_selector)]
-    pub namespace_selector: Option<LabelSelector>,
+    pub(crate) namespace_selector: Option<LabelSelector>,
     /// The most the queue's admitted Jobs may request together, per resource. Absent:
     /// automatic, the sum of the allocatable of the queue's active clusters. A resource not
     /// listed is not limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::quantity_map)]
-    pub quota: Option<BTreeMap<String, Quantity>>,
+    pub(crate) quota: Option<BTreeMap<String, Quantity>>,
     /// All-or-nothing start: what happens when a dispatched Job's pods do not all become
     /// Ready in time.
     #[serde(default)]
-    pub wait_for_pods_ready: WaitForPodsReady,
+    pub(crate) wait_for_pods_ready: WaitForPodsReady,
     /// How a Job's worker cluster is chosen.
     #[serde(default)]
-    pub placement: Placement,
+    pub(crate) placement: Placement,
     /// How long a Job's worker cluster may be unreachable before the Job is taken back and
     /// queued again.
     #[serde(default = "default_worker_lost_timeout")]
-    pub worker_lost_timeout: KubeDuration,
+    pub(crate) worker_lost_timeout: KubeDuration,
 }
 
 fn spec_rules(s: &mut Schema) {
@@ -92,24 +92,24 @@ fn spec_rules(s: &mut Schema) {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = pods_ready_rules)]
-pub struct WaitForPodsReady {
+pub(crate) struct WaitForPodsReady {
     /// Off: a dispatched Job keeps its place however long its pods take.
     #[serde(default)]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// How long after dispatch all the Job's pods must be Ready; past it the Job is taken
     /// back from its worker and requeued.
     #[serde(default = "default_pods_ready_timeout")]
-    pub timeout: KubeDuration,
+    pub(crate) timeout: KubeDuration,
     /// How long a pod of a running Job may stay not Ready before the Job is requeued;
     /// absent: no limit once the Job was Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery_timeout: Option<KubeDuration>,
+    pub(crate) recovery_timeout: Option<KubeDuration>,
     /// Admit no other Job of the queue while an admitted one is not yet Ready.
     #[serde(default)]
-    pub block_admission: bool,
+    pub(crate) block_admission: bool,
     /// When a requeued Job may be admitted again.
     #[serde(default)]
-    pub requeuing: Requeuing,
+    pub(crate) requeuing: Requeuing,
 }
 
 fn pods_ready_rules(s: &mut Schema) {
@@ -142,18 +142,18 @@ impl Default for WaitForPodsReady {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = requeuing_rules)]
-pub struct Requeuing {
+pub(crate) struct Requeuing {
     /// The wait before the first requeue.
     #[serde(default = "default_backoff_base")]
-    pub backoff_base: KubeDuration,
+    pub(crate) backoff_base: KubeDuration,
     /// The longest wait between requeues; at least backoffBase.
     #[serde(default = "default_backoff_max")]
-    pub backoff_max: KubeDuration,
+    pub(crate) backoff_max: KubeDuration,
     /// How many times a Job is requeued before it is given up (left suspended, with a
     /// condition saying why); absent: requeue forever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub limit: Option<i32>,
+    pub(crate) limit: Option<i32>,
 }
 
 fn requeuing_rules(s: &mut Schema) {
@@ -188,7 +188,7 @@ pub struct Placement {
     /// starts it keeps it. Capped at the number of clusters.
     #[serde(default = "default_fanout")]
     #[schemars(range(min = 1, max = schema::MAX_QUEUE_CLUSTERS))]
-    pub fanout: i32,
+    pub(crate) fanout: i32,
 }
 
 impl Default for Placement {
@@ -206,7 +206,7 @@ impl Default for Placement {
 /// fewest NUMA zones.
 // No doc comments on the variants: schemars would turn the enum into a oneOf.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-pub enum PlacementStrategy {
+pub(crate) enum PlacementStrategy {
     #[default]
     LeastAllocated,
     MostAllocated,
@@ -250,30 +250,30 @@ pub struct DispatchQueueStatus {
     /// NoActiveCluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions)]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// Jobs waiting to be admitted.
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub pending: i32,
+    pub(crate) pending: i32,
     /// Jobs admitted (holding quota), running or not yet.
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub admitted: i32,
+    pub(crate) admitted: i32,
     /// Of the admitted Jobs, those whose pods are all Ready on their worker.
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub running: i32,
+    pub(crate) running: i32,
     /// The quota in force, per resource: spec.quota, or the automatic one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::status_quantity_map)]
-    pub effective_quota: BTreeMap<String, Quantity>,
+    pub(crate) effective_quota: BTreeMap<String, Quantity>,
     /// What the admitted Jobs request together, per resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::status_quantity_map)]
-    pub quota_usage: BTreeMap<String, Quantity>,
+    pub(crate) quota_usage: BTreeMap<String, Quantity>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
+    pub(crate) observed_generation: Option<i64>,
 }
 
 /// A `queues:` entry of a scenario file: the spec and the name that is `metadata.name` in
@@ -312,36 +312,36 @@ impl NamedQueueSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueueSettings {
     pub clusters: Vec<String>,
-    pub namespace_selector: Option<crate::selector::Compiled>,
+    pub(crate) namespace_selector: Option<crate::selector::Compiled>,
     /// `None`: automatic (the sum of the active clusters' allocatable).
-    pub quota: Option<BTreeMap<String, Milli>>,
+    pub(crate) quota: Option<BTreeMap<String, Milli>>,
     /// `None`: not waiting for pods to be Ready.
     pub wait_for_pods_ready: Option<PodsReadySettings>,
     pub strategy: crate::placement::Strategy,
     /// At least 1, at most the number of clusters.
-    pub fanout: usize,
+    pub(crate) fanout: usize,
     pub worker_lost_timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodsReadySettings {
     pub timeout: Duration,
-    pub recovery_timeout: Option<Duration>,
-    pub block_admission: bool,
+    pub(crate) recovery_timeout: Option<Duration>,
+    pub(crate) block_admission: bool,
     pub requeuing: RequeuingSettings,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequeuingSettings {
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_max: Duration,
     /// `None`: requeue forever.
     pub limit: Option<u32>,
 }
 
 impl RequeuingSettings {
     /// The wait before requeue number `n` (1 for the first): base × 2^(n−1), at most max.
-    pub fn backoff(&self, n: u32) -> Duration {
+    pub(crate) fn backoff(&self, n: u32) -> Duration {
         let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
         self.backoff_base
             .checked_mul(factor)
@@ -349,7 +349,7 @@ impl RequeuingSettings {
     }
 
     /// Whether a Job already requeued `requeues` times may be requeued once more.
-    pub fn may_requeue(&self, requeues: u32) -> bool {
+    pub(crate) fn may_requeue(&self, requeues: u32) -> bool {
         self.limit.is_none_or(|limit| requeues < limit)
     }
 }
@@ -366,7 +366,7 @@ impl DispatchQueueSpec {
     }
 
     /// Validates and parses the spec.
-    pub fn resolve(&self) -> Result<QueueSettings, Vec<String>> {
+    pub(crate) fn resolve(&self) -> Result<QueueSettings, Vec<String>> {
         let mut errors = Vec::new();
 
         let max_clusters = schema::MAX_QUEUE_CLUSTERS as usize;

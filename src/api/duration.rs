@@ -15,27 +15,28 @@ pub const DURATION_PATTERN: &str =
     "^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|\u{b5}s|ms|s|m|h))+)$";
 
 /// The longest duration text accepted. It bounds the cost of the CEL rules that read durations.
-pub const DURATION_MAX_LENGTH: u32 = 32;
+pub(crate) const DURATION_MAX_LENGTH: u32 = 32;
 
 /// A non-negative duration in Kubernetes form. In the schema: a string matching
 /// [`DURATION_PATTERN`]. Reading also takes a plain integer as seconds (the scenario format
 /// allows it; the API server never sends one, its schema says string).
 #[derive(Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
-pub struct KubeDuration(String);
+pub(crate) struct KubeDuration(String);
 
 impl KubeDuration {
     /// A duration from its text, unchecked: [`KubeDuration::get`] says whether it is one.
-    pub fn new(text: impl Into<String>) -> Self {
+    pub(crate) fn new(text: impl Into<String>) -> Self {
         Self(text.into())
     }
 
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The duration, or why the text is not one (the message quotes it).
-    pub fn get(&self) -> Result<Duration, String> {
+    pub(crate) fn get(&self) -> Result<Duration, String> {
         crate::config::parse_duration(&self.0)
     }
 }

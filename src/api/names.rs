@@ -3,7 +3,7 @@
 
 /// RFC 1123 label, as Kubernetes validates names: at most 63 characters of lowercase letters,
 /// digits and '-', starting and ending with a letter or digit.
-pub fn is_dns1123_label(s: &str) -> bool {
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     let inner_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
     let edge_ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -15,7 +15,7 @@ pub fn is_dns1123_label(s: &str) -> bool {
 }
 
 /// Object names, Secret names, scheduler names: dot-separated DNS-1123 labels, 253 at most.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
@@ -40,6 +40,6 @@ pub fn is_qualified_name(s: &str) -> bool {
 }
 
 /// Label values: empty, or a qualified name's name part.
-pub fn is_label_value(s: &str) -> bool {
+pub(crate) fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_qualified_name_part(s)
 }

@@ -9,33 +9,33 @@ use serde_json::{json, Value};
 /// A DNS-1123 subdomain, as object names are: lowercase alphanumerics, `-` and `.`.
 pub const DNS1123_SUBDOMAIN_PATTERN: &str =
     "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-pub const DNS1123_SUBDOMAIN_MAX_LENGTH: u32 = 253;
+pub(crate) const DNS1123_SUBDOMAIN_MAX_LENGTH: u32 = 253;
 
 /// A label value: empty, or up to 63 alphanumerics, `-`, `_` and `.` starting and ending with
 /// an alphanumeric.
-pub const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
-pub const LABEL_VALUE_MAX_LENGTH: u32 = 63;
+pub(crate) const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub(crate) const LABEL_VALUE_MAX_LENGTH: u32 = 63;
 
 /// A label key or resource name: `name` or `prefix/name`, the name up to 63 alphanumerics,
 /// `-`, `_` and `.` starting and ending with an alphanumeric, the prefix a DNS-1123 subdomain
 /// (`[.]`, not an escaped dot, so the pattern reads the same in a CEL string).
-pub const QUALIFIED_NAME_PATTERN: &str = "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+pub(crate) const QUALIFIED_NAME_PATTERN: &str = "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 /// The longest label key: a 253-character prefix, '/', a 63-character name.
-pub const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;
+pub(crate) const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;
 
 /// The most labels a WorkerCluster and the most resources a quota may list: a bound the API
 /// server needs to accept a CEL rule over every key (its cost is estimated per key).
-pub const MAX_MAP_KEYS: u32 = 64;
+pub(crate) const MAX_MAP_KEYS: u32 = 64;
 
 /// A non-negative Kubernetes quantity (`500m`, `64Gi`, `1.5`, `2e3`): the API server's
 /// resource.Quantity grammar without the minus sign.
-pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+pub(crate) const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 /// The most worker clusters a queue may name.
-pub const MAX_QUEUE_CLUSTERS: u32 = 64;
+pub(crate) const MAX_QUEUE_CLUSTERS: u32 = 64;
 
 /// The longest kubeconfig location: a file path in the pod (PATH_MAX), or a Secret name.
-pub const LOCATION_MAX_LENGTH: u32 = 4096;
+pub(crate) const LOCATION_MAX_LENGTH: u32 = 4096;
 
 /// Adds a CEL rule (`x-kubernetes-validations`) to a schema.
 pub(crate) fn add_rule(schema: &mut Schema, rule: String, message: &str) {

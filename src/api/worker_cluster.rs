@@ -48,31 +48,31 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct WorkerClusterSpec {
     /// How to connect to the cluster.
-    pub kube_config: KubeConfig,
+    pub(crate) kube_config: KubeConfig,
     /// Labels of the cluster: queues and pods select clusters by them, and the cluster's
     /// virtual node carries them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::label_map)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// The scheduler profile (`spec.schedulerName`) the worker's scheduler should place
     /// dispatched pods with; absent: the worker's default scheduler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::object_name)]
-    pub scheduler_name: Option<String>,
+    pub(crate) scheduler_name: Option<String>,
 }
 
 /// Where a kubeconfig for the cluster is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = kube_config_rules)]
-pub struct KubeConfig {
+pub(crate) struct KubeConfig {
     /// The Secret's name (Secret) or the file's absolute path (Path).
     #[schemars(length(min = 1, max = schema::LOCATION_MAX_LENGTH))]
-    pub location: String,
+    pub(crate) location: String,
     /// Secret: a Secret in Switchyard's namespace holding the kubeconfig under the key
     /// `kubeconfig`. Path: a file in the Switchyard pod.
     #[serde(default)]
-    pub location_type: LocationType,
+    pub(crate) location_type: LocationType,
 }
 
 fn kube_config_rules(s: &mut Schema) {
@@ -95,18 +95,18 @@ fn kube_config_rules(s: &mut Schema) {
 
 /// Where [`KubeConfig::location`] points.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-pub enum LocationType {
+pub(crate) enum LocationType {
     #[default]
     Secret,
     Path,
 }
 
 /// The name of the Secret key that holds the kubeconfig (`locationType: Secret`).
-pub const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
+pub(crate) const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
 
 /// A WorkerCluster name becomes the value of the label `switchyard.dev/cluster` and part of
 /// its virtual node's name: at most a label value's 63 characters.
-pub const WORKER_CLUSTER_NAME_MAX_LENGTH: usize = 63;
+pub(crate) const WORKER_CLUSTER_NAME_MAX_LENGTH: usize = 63;
 
 /// Everything the schema checks of a WorkerCluster (name and spec), for one read from an API
 /// server whose CRD is older or that checks no schema. Each message starts with the field's
@@ -197,13 +197,13 @@ pub struct WorkerClusterStatus {
     /// InvalidSpec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions)]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// What the cluster has, from its last inventory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<ClusterSummary>,
     /// Present while the cluster cannot be reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connection: Option<ConnectionStatus>,
+    pub(crate) connection: Option<ConnectionStatus>,
 }
 
 /// The cluster's capacity, from its last inventory. Quantities are per resource name.
@@ -213,44 +213,44 @@ pub struct ClusterSummary {
     /// Ready, schedulable nodes.
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub nodes: i32,
+    pub(crate) nodes: i32,
     /// Of those, the nodes that publish NUMA topology (a NodeResourceTopology).
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub numa_aware_nodes: i32,
+    pub(crate) numa_aware_nodes: i32,
     /// Allocatable of all those nodes together.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::status_quantity_map)]
-    pub allocatable: BTreeMap<String, Quantity>,
+    pub(crate) allocatable: BTreeMap<String, Quantity>,
     /// The most free on any one node, per resource: the biggest pod that could still start.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::status_quantity_map)]
-    pub largest_free_on_node: BTreeMap<String, Quantity>,
+    pub(crate) largest_free_on_node: BTreeMap<String, Quantity>,
     /// The most free in any one NUMA zone, per resource: the biggest pod a single-numa-node
     /// policy could still admit.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::status_quantity_map)]
-    pub largest_free_in_numa_zone: BTreeMap<String, Quantity>,
+    pub(crate) largest_free_in_numa_zone: BTreeMap<String, Quantity>,
     /// When this summary was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_time: Option<Time>,
+    pub(crate) last_sync_time: Option<Time>,
 }
 
 /// A lost connection, for the user waiting for it to come back.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ConnectionStatus {
+pub(crate) struct ConnectionStatus {
     /// When the cluster was last reachable, or when the first attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disconnected_since: Option<Time>,
+    pub(crate) disconnected_since: Option<Time>,
     /// Failed attempts to connect since then.
     #[serde(default)]
     #[schemars(range(min = 0))]
-    pub attempts: i32,
+    pub(crate) attempts: i32,
     /// When the next attempt is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_attempt_time: Option<Time>,
+    pub(crate) next_attempt_time: Option<Time>,
     /// The last attempt's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
+    pub(crate) last_error: Option<String>,
 }

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 /// What the dispatcher asks for. Carried out by the live executor against the API servers,
 /// or by `simulate` against its in-memory clusters.
 #[derive(Debug, Clone)]
-pub enum Action {
+pub(crate) enum Action {
     /// Claim `cluster` for the Job, create its copy there and unsuspend the Job; `hold`
     /// is the placement to hold until the worker's inventory shows it.
     Dispatch {
@@ -81,7 +81,7 @@ pub enum Action {
 
 impl Action {
     /// The manager Job the action is about.
-    pub fn job(&self) -> Option<&JobKey> {
+    pub(crate) fn job(&self) -> Option<&JobKey> {
         match self {
             Action::Dispatch { job, .. }
             | Action::Offer { job, .. }
@@ -99,7 +99,7 @@ impl Action {
     }
 
     /// The action's name in metrics and logs.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Action::Dispatch { .. } => "dispatch",
             Action::Offer { .. } => "offer",
@@ -122,7 +122,7 @@ impl Action {
 /// The manager Job after the action succeeded, as far as the action decides it (the live
 /// executor replaces it with what the API server returns). `None`: the action does not
 /// change the manager Job.
-pub fn job_after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
+pub(crate) fn job_after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
     let mut j = job.clone();
     match action {
         Action::Dispatch { cluster, .. } => {
@@ -233,7 +233,7 @@ pub fn job_after(job: &Job, action: &Action, now: SystemTime) -> Option<Job> {
 
 /// The manager Job once only the claim of a dispatch or an offer is written: claimed for
 /// its worker(s), still suspended, its copies still to create (the next plans create them).
-pub fn job_claimed(job: &Job, action: &Action) -> Option<Job> {
+pub(crate) fn job_claimed(job: &Job, action: &Action) -> Option<Job> {
     let mut j = job.clone();
     match action {
         Action::Dispatch { cluster, .. } => j.cluster = Some(cluster.clone()),
@@ -245,7 +245,7 @@ pub fn job_claimed(job: &Job, action: &Action) -> Option<Job> {
 
 impl Action {
     /// A human line for an Event or log about the action.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Action::Dispatch { job, cluster, .. } => {
                 format!("{job}: dispatched to worker {cluster}")

@@ -49,27 +49,27 @@ use std::time::SystemTime;
 
 /// Why a Job waits: a reason (one of [`reason`]) and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitReason {
-    pub reason: &'static str,
-    pub message: String,
+pub(crate) struct WaitReason {
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
 }
 
 /// What one admission pass decided.
 #[derive(Debug, Default)]
 pub(crate) struct Admission {
     /// Dispatches and offers, in admission order.
-    pub actions: Vec<Action>,
+    pub(crate) actions: Vec<Action>,
     /// Why each class that was looked at and not (fully) admitted waits: its first waiting
     /// Job's reason, which is every later Job's of the class too. Kept when messages are
     /// asked for (`simulate` asks only for its last look).
-    pub waiting: BTreeMap<ClassKey, WaitReason>,
+    pub(crate) waiting: BTreeMap<ClassKey, WaitReason>,
     /// Jobs kept out for a reason of their own (a worker that refused them is backing off,
     /// an older Job of the same name is still being removed): the rest of their class is
     /// tried.
-    pub job_waiting: BTreeMap<JobKey, WaitReason>,
+    pub(crate) job_waiting: BTreeMap<JobKey, WaitReason>,
     /// When the pass could decide differently without any object changing (a back-off
     /// ends, a Job starts starving).
-    pub wake_at: Option<SystemTime>,
+    pub(crate) wake_at: Option<SystemTime>,
 }
 
 impl Admission {

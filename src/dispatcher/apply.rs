@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 /// What became of an action.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The executor starts carrying it out: a dispatch's placement is held and a copy's
     /// create noted before any write, so that the next plan sees them whatever becomes of
     /// the writes (a failed create leaves the Job unclaimed, and the reconciler then lets
@@ -40,7 +40,7 @@ pub enum Outcome {
 }
 
 /// Applies `outcome` of `action` to the world.
-pub fn apply(world: &mut World, action: &Action, outcome: Outcome, now: SystemTime) {
+pub(crate) fn apply(world: &mut World, action: &Action, outcome: Outcome, now: SystemTime) {
     match outcome {
         Outcome::Started => started(world, action, now),
         Outcome::Done => done(world, action, now, true),

@@ -42,16 +42,16 @@ use std::sync::{Arc, Weak};
 /// and queues generation.
 #[derive(Debug, Clone)]
 pub(crate) struct KnownMisfit {
-    pub reason: String,
+    pub(crate) reason: String,
     /// The worker is too small for it even empty.
-    pub never: bool,
-    pub epoch: u64,
-    pub queues: u64,
+    pub(crate) never: bool,
+    pub(crate) epoch: u64,
+    pub(crate) queues: u64,
     /// The nodes (by index) that had room for some pods of the gang, with how many. Each
     /// node's room for identical pods is its own, so later the gang fits at most
     /// [`KnownMisfit::fitted`], less what the nodes that gained room since had then, plus
     /// what they have now.
-    pub counts: Arc<[(usize, usize)]>,
+    pub(crate) counts: Arc<[(usize, usize)]>,
 }
 
 impl KnownMisfit {
@@ -68,21 +68,21 @@ impl KnownMisfit {
 /// placements did, are made again.
 #[derive(Debug, Clone)]
 pub(crate) struct HeldView {
-    pub base: Weak<Cluster>,
-    pub holds: u64,
-    pub view: Arc<Cluster>,
+    pub(crate) base: Weak<Cluster>,
+    pub(crate) holds: u64,
+    pub(crate) view: Arc<Cluster>,
     /// The nodes placements are held on, by index: the inventory's node the view's was made
     /// from (a `Weak`, so that the inventory's node stays its owner's to change in place) and
     /// a digest of the placements taken off it. Every other node is the inventory's own.
-    pub held: Vec<HeldNode>,
+    pub(crate) held: Vec<HeldNode>,
 }
 
 /// One node of a [`HeldView`] with placements held on it.
 #[derive(Debug, Clone)]
 pub(crate) struct HeldNode {
-    pub index: usize,
-    pub base: Weak<Node>,
-    pub digest: u64,
+    pub(crate) index: usize,
+    pub(crate) base: Weak<Node>,
+    pub(crate) digest: u64,
 }
 
 impl HeldView {
@@ -97,18 +97,18 @@ impl HeldView {
 /// with the worker's capacity fingerprint then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DrainedFit {
-    pub capacity_fingerprint: u64,
-    pub score: Option<i64>,
+    pub(crate) capacity_fingerprint: u64,
+    pub(crate) score: Option<i64>,
 }
 
 /// What one pass found that is worth keeping (see [`Caches::keep`]).
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
-    pub misfits: Vec<(ClassKey, String, KnownMisfit)>,
-    pub drained: Vec<(ClassKey, String, DrainedFit)>,
-    pub held_views: Vec<(String, HeldView)>,
-    pub verdicts: Vec<(ClassKey, ClassMemo)>,
-    pub shape_rooms: ShapeRooms,
+    pub(crate) misfits: Vec<(ClassKey, String, KnownMisfit)>,
+    pub(crate) drained: Vec<(ClassKey, String, DrainedFit)>,
+    pub(crate) held_views: Vec<(String, HeldView)>,
+    pub(crate) verdicts: Vec<(ClassKey, ClassMemo)>,
+    pub(crate) shape_rooms: ShapeRooms,
 }
 
 /// What is kept across passes, and the epochs that tell when it lapses.

@@ -9,13 +9,13 @@ use std::time::SystemTime;
 
 /// A Job's namespace and name: the same in the manager and in its worker.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobKey {
-    pub namespace: String,
-    pub name: String,
+pub(crate) struct JobKey {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 impl JobKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub(crate) fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
             name: name.into(),
@@ -31,19 +31,19 @@ impl fmt::Display for JobKey {
 
 /// How a Job ended in its worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobResult {
+pub(crate) enum JobResult {
     Succeeded,
     Failed,
 }
 
 impl JobResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobResult::Succeeded => "Succeeded",
             JobResult::Failed => "Failed",
         }
     }
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "Succeeded" => Some(Self::Succeeded),
             "Failed" => Some(Self::Failed),
@@ -54,57 +54,57 @@ impl JobResult {
 
 /// A Job of the manager cluster that carries a queue label, reduced to what dispatch needs.
 #[derive(Debug, Clone)]
-pub struct Job {
-    pub key: JobKey,
-    pub uid: String,
+pub(crate) struct Job {
+    pub(crate) key: JobKey,
+    pub(crate) uid: String,
     /// For the claim's optimistic concurrency (empty in `simulate`).
-    pub resource_version: String,
-    pub queue: String,
+    pub(crate) resource_version: String,
+    pub(crate) queue: String,
     /// The pod template's PriorityClass value.
-    pub priority: i32,
-    pub created: SystemTime,
-    pub parallelism: u32,
-    pub completions: Option<u32>,
+    pub(crate) priority: i32,
+    pub(crate) created: SystemTime,
+    pub(crate) parallelism: u32,
+    pub(crate) completions: Option<u32>,
     /// The pod template, analysed; why not when it cannot be.
-    pub pod: Result<Arc<PodShape>, String>,
+    pub(crate) pod: Result<Arc<PodShape>, String>,
     /// Jobs with the same key have the same pod template (as far as placement sees it).
-    pub shape_key: u64,
+    pub(crate) shape_key: u64,
     /// The namespace's labels, for the queue's namespaceSelector (`None`: unknown, treated as
     /// carrying only `kubernetes.io/metadata.name`).
-    pub namespace_labels: Option<Arc<BTreeMap<String, String>>>,
-    pub suspended: bool,
+    pub(crate) namespace_labels: Option<Arc<BTreeMap<String, String>>>,
+    pub(crate) suspended: bool,
     /// Being deleted (or gone): its copies go too.
-    pub deleting: bool,
+    pub(crate) deleting: bool,
     /// Dispatch state, from the annotations.
-    pub cluster: Option<String>,
+    pub(crate) cluster: Option<String>,
     /// Workers the Job was offered to at once (`placement.fanout` > 1) while none has won yet.
-    pub offers: Vec<String>,
-    pub admitted_at: Option<SystemTime>,
-    pub requeues: u32,
-    pub requeue_after: Option<SystemTime>,
-    pub avoid: Option<String>,
+    pub(crate) offers: Vec<String>,
+    pub(crate) admitted_at: Option<SystemTime>,
+    pub(crate) requeues: u32,
+    pub(crate) requeue_after: Option<SystemTime>,
+    pub(crate) avoid: Option<String>,
     /// Workers that refused the Job's copy, and when each may be tried again.
-    pub refusals: BTreeMap<String, WorkerRefusal>,
-    pub deactivated: Option<String>,
-    pub result: Option<JobResult>,
+    pub(crate) refusals: BTreeMap<String, WorkerRefusal>,
+    pub(crate) deactivated: Option<String>,
+    pub(crate) result: Option<JobResult>,
     /// The manager Job's status (mirrored from the worker, plus the dispatcher's conditions).
-    pub status: JobStatus,
+    pub(crate) status: JobStatus,
 }
 
 /// A worker refused the Job's copy (403, 422, an admission webhook, a missing namespace): not
 /// the Job's fault, so not a requeue, but that worker is not asked again before `retry_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerRefusal {
+pub(crate) struct WorkerRefusal {
     /// Refusals in a row by this worker (the back-off doubles with each).
-    pub count: u32,
-    pub retry_at: SystemTime,
+    pub(crate) count: u32,
+    pub(crate) retry_at: SystemTime,
     /// What the worker said.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Job {
     /// The pods that must run at once: parallelism, or completions when smaller.
-    pub fn gang(&self) -> u32 {
+    pub(crate) fn gang(&self) -> u32 {
         match self.completions {
             Some(c) => self.parallelism.min(c),
             None => self.parallelism,
@@ -113,12 +113,12 @@ impl Job {
 
     /// Finished as far as the dispatcher is concerned: a result recorded, or a terminal
     /// condition in the manager Job's status.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.result.is_some() || terminal(&self.status).is_some()
     }
 
     /// Waiting to be admitted.
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         self.cluster.is_none()
             && self.offers.is_empty()
             && !self.deleting
@@ -128,12 +128,12 @@ impl Job {
     }
 
     /// Admitted and holding quota: claimed for a worker and not finished.
-    pub fn holds_quota(&self) -> bool {
+    pub(crate) fn holds_quota(&self) -> bool {
         (self.cluster.is_some() || !self.offers.is_empty()) && !self.finished() && !self.deleting
     }
 
     /// The workers whose copies the Job keeps: its worker, or the ones it is offered to.
-    pub fn kept_clusters(&self) -> &[String] {
+    pub(crate) fn kept_clusters(&self) -> &[String] {
         if self.deleting || self.deactivated.is_some() {
             return &[];
         }
@@ -144,12 +144,12 @@ impl Job {
     }
 
     /// Unsuspended by the dispatcher once and suspended again by someone else.
-    pub fn user_suspended(&self) -> bool {
+    pub(crate) fn user_suspended(&self) -> bool {
         self.suspended && self.admitted_at.is_some()
     }
 
     /// The dispatcher's condition of this type in the Job's status.
-    pub fn condition(&self, type_: &str) -> Option<&JobCondition> {
+    pub(crate) fn condition(&self, type_: &str) -> Option<&JobCondition> {
         self.status
             .conditions
             .iter()
@@ -158,7 +158,7 @@ impl Job {
     }
 
     /// Whether the `PodsReady` condition is True, and since when it has had its status.
-    pub fn pods_ready(&self) -> Option<(bool, Option<SystemTime>)> {
+    pub(crate) fn pods_ready(&self) -> Option<(bool, Option<SystemTime>)> {
         self.condition(super::condition::PODS_READY).map(|c| {
             (
                 c.status == "True",
@@ -170,29 +170,29 @@ impl Job {
     }
 
     /// The refusal that keeps the Job away from `cluster` at `now`, if any.
-    pub fn refused_by(&self, cluster: &str, now: SystemTime) -> Option<&WorkerRefusal> {
+    pub(crate) fn refused_by(&self, cluster: &str, now: SystemTime) -> Option<&WorkerRefusal> {
         self.refusals.get(cluster).filter(|r| r.retry_at > now)
     }
 
     /// In requeue back-off at `now` (not admitted before [`Job::requeue_after`]).
-    pub fn backing_off(&self, now: SystemTime) -> bool {
+    pub(crate) fn backing_off(&self, now: SystemTime) -> bool {
         self.requeue_after.is_some_and(|t| t > now)
     }
 
     /// When the Job started waiting: its creation, or the end of its last back-off.
-    pub fn waiting_since(&self) -> SystemTime {
+    pub(crate) fn waiting_since(&self) -> SystemTime {
         self.requeue_after.unwrap_or(self.created).max(self.created)
     }
 
     /// The total request of the gang, per resource name: pods × the per-pod request.
-    pub fn total_request(&self) -> BTreeMap<String, i64> {
+    pub(crate) fn total_request(&self) -> BTreeMap<String, i64> {
         self.total_requests()
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }
 
     /// [`Job::total_request`] without building a map, in resource name order.
-    pub fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+    pub(crate) fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
         let gang = i64::from(self.gang());
         self.pod
             .iter()
@@ -201,7 +201,7 @@ impl Job {
     }
 
     /// Where the Job stands in admission order.
-    pub fn rank(&self) -> Rank {
+    pub(crate) fn rank(&self) -> Rank {
         Rank {
             neg_priority: -i64::from(self.priority),
             created: self.created,
@@ -210,7 +210,7 @@ impl Job {
     }
 
     /// The Jobs it is interchangeable with for admission.
-    pub fn class(&self) -> ClassKey {
+    pub(crate) fn class(&self) -> ClassKey {
         ClassKey {
             queue: self.queue.as_str().into(),
             namespace: self.key.namespace.as_str().into(),
@@ -223,24 +223,24 @@ impl Job {
 /// Pending Jobs that are interchangeable for admission: same queue, namespace, pod shape and
 /// gang size. When the first of a class cannot be admitted, none of the others can.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClassKey {
+pub(crate) struct ClassKey {
     /// Shared: a class's key is copied into every memo, misfit and wait a pass records.
-    pub queue: Arc<str>,
-    pub namespace: Arc<str>,
-    pub shape: u64,
-    pub gang: u32,
+    pub(crate) queue: Arc<str>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) shape: u64,
+    pub(crate) gang: u32,
 }
 
 /// Admission order: higher priority first, then older, then by name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Rank {
-    pub neg_priority: i64,
-    pub created: SystemTime,
-    pub key: JobKey,
+pub(crate) struct Rank {
+    pub(crate) neg_priority: i64,
+    pub(crate) created: SystemTime,
+    pub(crate) key: JobKey,
 }
 
 /// `Complete` or `Failed` True in a Job status.
-pub fn terminal(status: &JobStatus) -> Option<JobResult> {
+pub(crate) fn terminal(status: &JobStatus) -> Option<JobResult> {
     for c in status.conditions.iter().flatten() {
         if c.status == "True" {
             match c.type_.as_str() {
@@ -259,12 +259,12 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// Reads [`rfc3339`] (and any RFC 3339 time).
-pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     s.parse::<k8s_openapi::jiff::Timestamp>()
         .ok()
         .map(SystemTime::from)
 }
 
-pub fn to_system_time(t: &k8s_openapi::jiff::Timestamp) -> SystemTime {
+pub(crate) fn to_system_time(t: &k8s_openapi::jiff::Timestamp) -> SystemTime {
     SystemTime::from(*t)
 }

@@ -12,27 +12,27 @@ use std::time::SystemTime;
 
 /// Per-queue totals kept as Jobs change.
 #[derive(Debug, Clone, Default)]
-pub struct QueueUse {
+pub(crate) struct QueueUse {
     /// Admitted Jobs' requests, per resource name.
-    pub usage: BTreeMap<String, i64>,
-    pub pending: usize,
-    pub admitted: usize,
+    pub(crate) usage: BTreeMap<String, i64>,
+    pub(crate) pending: usize,
+    pub(crate) admitted: usize,
     /// Admitted Jobs whose pods are all Ready.
-    pub running: usize,
+    pub(crate) running: usize,
     /// Admitted Jobs not yet PodsReady (the blockAdmission gate), in rank order.
-    pub not_ready: BTreeSet<Rank>,
+    pub(crate) not_ready: BTreeSet<Rank>,
 }
 
 /// Placements handed out to a Job and not yet visible in its worker's inventory.
 #[derive(Debug, Clone)]
-pub struct Hold {
-    pub job_uid: String,
-    pub cluster: String,
-    pub takes: Vec<Take>,
-    pub since: SystemTime,
+pub(crate) struct Hold {
+    pub(crate) job_uid: String,
+    pub(crate) cluster: String,
+    pub(crate) takes: Vec<Take>,
+    pub(crate) since: SystemTime,
     /// Which hold this is, among all the ledger ever held (set by [`Ledger::hold`]): its
     /// takes never change, so the serial stands for them.
-    pub serial: u64,
+    pub(crate) serial: u64,
 }
 
 /// What one Job contributes to its queue's totals.
@@ -93,7 +93,7 @@ fn charged_alike(a: &Job, b: &Job) -> bool {
 
 /// The queues' totals and the placements held.
 #[derive(Debug, Clone, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     uses: BTreeMap<String, QueueUse>,
     charges: HashMap<JobKey, Charge>,
     pending: BTreeMap<ClassKey, BTreeSet<Rank>>,
@@ -123,16 +123,16 @@ impl Ledger {
         self.uncharge(key);
     }
 
-    pub fn queue_use(&self, queue: &str) -> Option<&QueueUse> {
+    pub(crate) fn queue_use(&self, queue: &str) -> Option<&QueueUse> {
         self.uses.get(queue)
     }
 
-    pub fn queue_uses(&self) -> impl Iterator<Item = (&String, &QueueUse)> {
+    pub(crate) fn queue_uses(&self) -> impl Iterator<Item = (&String, &QueueUse)> {
         self.uses.iter()
     }
 
     /// Pending Jobs by class, each class in admission order.
-    pub fn pending_classes(&self) -> &BTreeMap<ClassKey, BTreeSet<Rank>> {
+    pub(crate) fn pending_classes(&self) -> &BTreeMap<ClassKey, BTreeSet<Rank>> {
         &self.pending
     }
 
@@ -228,7 +228,7 @@ impl Ledger {
     }
 
     /// The placements held in `cluster`, by Job uid.
-    pub fn holds_in<'l>(&'l self, cluster: &str) -> impl Iterator<Item = &'l Hold> + 'l {
+    pub(crate) fn holds_in<'l>(&'l self, cluster: &str) -> impl Iterator<Item = &'l Hold> + 'l {
         self.held_in
             .get(cluster)
             .into_iter()
@@ -236,11 +236,11 @@ impl Ledger {
     }
 
     /// Whether some placement is held in `cluster`.
-    pub fn holds_any_in(&self, cluster: &str) -> bool {
+    pub(crate) fn holds_any_in(&self, cluster: &str) -> bool {
         self.held_in.contains_key(cluster)
     }
 
-    pub fn hold_of(&self, job_uid: &str) -> Option<&Hold> {
+    pub(crate) fn hold_of(&self, job_uid: &str) -> Option<&Hold> {
         self.holds.get(job_uid).map(Arc::as_ref)
     }
 }

@@ -22,6 +22,7 @@
 use super::object::{self, Priorities};
 use super::*;
 use crate::api::dispatch_queue::{DispatchQueue, DispatchQueueStatus};
+use crate::api::queue_reason;
 use crate::inventory::{Inventory, InventoryStore};
 use crate::metrics::{Metrics, QueueLabels, QueueReasonLabels, QueueResourceLabels};
 use crate::workers::registry::{WorkerView, Workers};
@@ -96,7 +97,7 @@ pub struct Inputs {
 
 /// batch/v1 Jobs, read and written as JSON so that fields this version does not know are
 /// kept (the API server may be newer than Switchyard).
-pub fn job_resource() -> ApiResource {
+pub(crate) fn job_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
 }
 
@@ -837,7 +838,6 @@ impl Live {
                 connected: view.connected,
                 disconnected_since: view.disconnected_since,
                 copies_synced,
-                scheduler_name: view.scheduler_name.clone(),
                 message: view.message.clone(),
             });
         }
@@ -1306,7 +1306,12 @@ impl Live {
                 m.queue_running.get_or_create(&l).set(uses.running as i64);
             }
             let (active, reason, message, quota) = match &q.settings {
-                Err(e) => (false, "InvalidSpec", e.clone(), BTreeMap::new()),
+                Err(e) => (
+                    false,
+                    queue_reason::INVALID_SPEC,
+                    e.clone(),
+                    BTreeMap::new(),
+                ),
                 Ok(s) => {
                     let quota = effective_quota(&self.world.state, s, now);
                     let usable = s
@@ -1317,7 +1322,7 @@ impl Live {
                     if usable == 0 {
                         (
                             false,
-                            "NoActiveCluster",
+                            queue_reason::NO_ACTIVE_CLUSTER,
                             format!(
                                 "none of its clusters ({}) is connected",
                                 s.clusters.join(", ")
@@ -1327,7 +1332,7 @@ impl Live {
                     } else {
                         (
                             true,
-                            "Ready",
+                            queue_reason::READY,
                             format!("{usable} of {} clusters usable", s.clusters.len()),
                             quota,
                         )
@@ -1734,6 +1739,7 @@ impl JobWriter<'_> {
         }
         if created < clusters.len() {
             // Claimed and waiting for its copies: the next plans create them (or give up).
+            self.done.outcomes.push((action.clone(), Outcome::Claimed));
             return false;
         }
         let Some(target) = job_after(&self.job, action, self.now) else {

@@ -31,19 +31,19 @@ use std::time::SystemTime;
 
 /// Whether the gang is all Ready (or done), for the `PodsReady` condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Readiness {
-    pub ready: u32,
-    pub gang: u32,
+pub(crate) struct Readiness {
+    pub(crate) ready: u32,
+    pub(crate) gang: u32,
 }
 
 impl Readiness {
-    pub fn all(self) -> bool {
+    pub(crate) fn all(self) -> bool {
         self.ready >= self.gang
     }
 }
 
 /// The status the manager Job should have, given its worker copy's.
-pub fn mirrored(
+pub(crate) fn mirrored(
     local: &JobStatus,
     remote: &JobStatus,
     readiness: Readiness,
@@ -142,7 +142,7 @@ pub fn mirrored(
 /// The `PodsReady` condition for this readiness, keeping the transition time when its status
 /// does not change. Its reason tells "never Ready since admission" (`WaitingForPods`) from
 /// "was Ready, lost it" (`PodsReadyLost`): the recovery timeout counts only the latter.
-pub fn pods_ready_condition(
+pub(crate) fn pods_ready_condition(
     local: &JobStatus,
     r: Readiness,
     finished: bool,
@@ -187,13 +187,13 @@ pub fn pods_ready_condition(
 }
 
 /// `PodsReady` False since admission: never Ready yet.
-pub const WAITING: &str = "WaitingForPods";
+pub(crate) const WAITING: &str = "WaitingForPods";
 /// `PodsReady` False after having been True.
-pub const LOST: &str = "PodsReadyLost";
+pub(crate) const LOST: &str = "PodsReadyLost";
 
 /// How the Job ends, when its worker already decided (`SuccessCriteriaMet` or `FailureTarget`
 /// True) but it has not finished yet.
-pub fn decided(status: &JobStatus) -> Option<JobResult> {
+pub(crate) fn decided(status: &JobStatus) -> Option<JobResult> {
     let is = |t: &str| {
         status
             .conditions
@@ -213,7 +213,7 @@ pub fn decided(status: &JobStatus) -> Option<JobResult> {
 /// The final status of a Job whose outcome is known but whose copy cannot say it (gone, or in
 /// a worker that cannot be reached): `Complete` after `SuccessCriteriaMet`, `Failed` after
 /// `FailureTarget` (added when missing), no pods left, the times the API server requires.
-pub fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -> JobStatus {
+pub(crate) fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -> JobStatus {
     let mut out = local.clone();
     out.active = None;
     out.ready = local.ready.map(|_| 0);
@@ -268,7 +268,7 @@ pub fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -> JobSt
 /// Field by field (destructured, so that a field added to the type cannot be left out): it is
 /// taken at every reconcile of a running Job, and serializing the status cost more than the
 /// rest of the mirror.
-pub fn digest(status: &JobStatus) -> u64 {
+pub(crate) fn digest(status: &JobStatus) -> u64 {
     let JobStatus {
         active,
         completed_indexes,
@@ -324,7 +324,7 @@ pub fn digest(status: &JobStatus) -> u64 {
 }
 
 /// `SystemTime` as a Kubernetes timestamp, whole seconds (what `Time` carries on the wire).
-pub fn to_timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
+pub(crate) fn to_timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -383,7 +383,7 @@ fn require(conditions: &mut Vec<JobCondition>, needed: &str, terminal: &str) {
 /// live writer checks every status write with it first: one that fails is reported (an Event,
 /// `switchyard_dispatch_actions_total{result="refused"}`) instead of sent, and not tried again
 /// until what it was made from changes. `suspended`: the Job's `spec.suspend` as written.
-pub fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<String> {
+pub(crate) fn violation(old: &JobStatus, new: &JobStatus, suspended: bool) -> Option<String> {
     let is = |s: &JobStatus, t: &str| {
         s.conditions
             .iter()

@@ -2,7 +2,7 @@
 //! server returns it becomes a [`Job`]; a change of a `Job` becomes the merge patches that
 //! make the API server's copy say the same. Pure: the live executor does the I/O.
 
-use super::job::{parse_rfc3339, rfc3339, to_system_time, Job, JobKey, JobResult, WorkerRefusal};
+use super::job::{parse_rfc3339, rfc3339, Job, JobKey, JobResult, WorkerRefusal};
 use super::state::Queue;
 use super::*;
 use crate::api::dispatch_queue::DispatchQueue;
@@ -16,16 +16,16 @@ use std::time::SystemTime;
 
 /// PriorityClass values, by name, and the global default's value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Priorities {
-    pub by_name: HashMap<String, i32>,
-    pub global_default: Option<i32>,
+pub(crate) struct Priorities {
+    pub(crate) by_name: HashMap<String, i32>,
+    pub(crate) global_default: Option<i32>,
 }
 
 impl Priorities {
     /// A pod template's priority as the Priority admission plugin would set it on its pods:
     /// `spec.priority` when set, else its PriorityClass's value, else the global default's,
     /// else 0. An unknown class counts as 0 here (the pods themselves would be refused).
-    pub fn of(&self, template_spec: &Value) -> i32 {
+    pub(crate) fn of(&self, template_spec: &Value) -> i32 {
         if let Some(p) = template_spec.get("priority").and_then(Value::as_i64) {
             return p.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
         }
@@ -44,7 +44,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
 }
 
 /// The `metadata.resourceVersion` as a number (etcd revisions are; see [`newer`]).
-pub fn resource_version(obj: &Value) -> Option<u64> {
+pub(crate) fn resource_version(obj: &Value) -> Option<u64> {
     str_at(obj, "/metadata/resourceVersion").and_then(|s| s.parse().ok())
 }
 
@@ -52,14 +52,14 @@ pub fn resource_version(obj: &Value) -> Option<u64> {
 /// opaque by contract; kube-apiserver's are etcd revisions, which only grow, and that is
 /// what lets a watch event older than our own write be recognised and skipped. Unparseable
 /// versions count as newer.
-pub fn newer(obj: &Value, seen: Option<u64>) -> bool {
+pub(crate) fn newer(obj: &Value, seen: Option<u64>) -> bool {
     match (resource_version(obj), seen) {
         (Some(rv), Some(seen)) => rv >= seen,
         _ => true,
     }
 }
 
-pub fn job_key(obj: &Value) -> Option<JobKey> {
+pub(crate) fn job_key(obj: &Value) -> Option<JobKey> {
     Some(JobKey::new(
         str_at(obj, "/metadata/namespace")?,
         str_at(obj, "/metadata/name")?,
@@ -68,7 +68,7 @@ pub fn job_key(obj: &Value) -> Option<JobKey> {
 
 /// A manager Job, from the object the API server returned. `Err`: not even a Job we can
 /// name (no namespace, name, uid or queue label).
-pub fn parse_job(
+pub(crate) fn parse_job(
     obj: &Value,
     namespace_labels: Option<Arc<BTreeMap<String, String>>>,
     priorities: &Priorities,
@@ -164,7 +164,7 @@ pub fn parse_job(
 
 /// The refusals annotation (see [`REFUSED_ANNOTATION`]); entries that do not parse are
 /// dropped (the worker is simply tried again).
-pub fn parse_refusals(text: &str) -> BTreeMap<String, WorkerRefusal> {
+pub(crate) fn parse_refusals(text: &str) -> BTreeMap<String, WorkerRefusal> {
     let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) else {
         return BTreeMap::new();
     };
@@ -187,7 +187,7 @@ pub fn parse_refusals(text: &str) -> BTreeMap<String, WorkerRefusal> {
 }
 
 /// The refusals annotation's value, `None` when there are none.
-pub fn refusals_annotation(refusals: &BTreeMap<String, WorkerRefusal>) -> Option<String> {
+pub(crate) fn refusals_annotation(refusals: &BTreeMap<String, WorkerRefusal>) -> Option<String> {
     if refusals.is_empty() {
         return None;
     }
@@ -205,7 +205,7 @@ pub fn refusals_annotation(refusals: &BTreeMap<String, WorkerRefusal>) -> Option
 }
 
 /// A DispatchQueue as the dispatcher uses it: its settings, or why they are unusable.
-pub fn parse_queue(q: &DispatchQueue) -> Option<Queue> {
+pub(crate) fn parse_queue(q: &DispatchQueue) -> Option<Queue> {
     let name = q.metadata.name.clone()?;
     Some(Queue {
         name,
@@ -218,7 +218,7 @@ pub fn parse_queue(q: &DispatchQueue) -> Option<Queue> {
 /// `None` when they agree. The patch only applies to `old`'s resourceVersion: it sets our
 /// annotations whole, so applied to a newer Job it could undo another writer's (two
 /// dispatchers in a split brain cannot both win a claim). A conflict rereads and plans again.
-pub fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
+pub(crate) fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
     let before = status::annotations(old);
     let after = status::annotations(new);
     if before == after && old.suspended == new.suspended {
@@ -241,7 +241,11 @@ pub fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
 /// merge patch replaces lists), so the patch only applies to the `resource_version` the
 /// status was read at: written over a newer status, it would drop a condition another
 /// writer had just set.
-pub fn status_patch(old: &JobStatus, new: &JobStatus, resource_version: &str) -> Option<Value> {
+pub(crate) fn status_patch(
+    old: &JobStatus,
+    new: &JobStatus,
+    resource_version: &str,
+) -> Option<Value> {
     if old == new {
         return None;
     }
@@ -263,11 +267,6 @@ pub fn status_patch(old: &JobStatus, new: &JobStatus, resource_version: &str) ->
     }
     (!fields.is_empty())
         .then(|| json!({"metadata": {"resourceVersion": resource_version}, "status": fields}))
-}
-
-/// The time `t` from a Kubernetes timestamp, for tests and callers holding typed objects.
-pub fn time_of(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
-    to_system_time(&t.0)
 }
 
 #[cfg(test)]

@@ -19,12 +19,12 @@ use std::sync::Arc;
 /// A gang admission asks about: the first waiting Job of a class, whose pods must all run
 /// at once in one worker.
 pub(crate) struct Gang<'a> {
-    pub class: &'a ClassKey,
-    pub job: &'a Job,
-    pub shape: &'a PodShape,
-    pub pods: usize,
+    pub(crate) class: &'a ClassKey,
+    pub(crate) job: &'a Job,
+    pub(crate) shape: &'a PodShape,
+    pub(crate) pods: usize,
     /// How the queue scores workers, as the pod template may override it.
-    pub strategy: Strategy,
+    pub(crate) strategy: Strategy,
 }
 
 /// Whether a gang fits a worker.
@@ -41,24 +41,24 @@ pub(crate) enum Fit {
 /// class keeps until something it depended on changes.
 #[derive(Debug, Clone)]
 pub(crate) struct Verdict {
-    pub reason: &'static str,
-    pub message: String,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
     /// The worker kept for it as it drains (it starves).
-    pub reserve: Option<String>,
+    pub(crate) reserve: Option<String>,
     /// Its queue's quota is held for it (it starves).
-    pub hold_quota: bool,
+    pub(crate) hold_quota: bool,
 }
 
 /// What a class's placement depends on besides the class itself and the workers' nodes.
 pub(crate) struct Circumstances<'a> {
-    pub queue: &'a str,
+    pub(crate) queue: &'a str,
     /// The pass's index of the queue (see `admission::QueueState`).
-    pub queue_slot: usize,
+    pub(crate) queue_slot: usize,
     /// The queue's workers, in its order.
-    pub workers: &'a [String],
-    pub starving: bool,
+    pub(crate) workers: &'a [String],
+    pub(crate) starving: bool,
     /// The queue's workers (by position) no Job is kept from in the pass so far.
-    pub usable: &'a Arc<[usize]>,
+    pub(crate) usable: &'a Arc<[usize]>,
 }
 
 /// Admission's questions. One oracle serves one admission pass; `'w` is the lifetime of the
@@ -104,7 +104,7 @@ pub(crate) struct PlainOracle<'a> {
 }
 
 impl<'a> PlainOracle<'a> {
-    pub(crate) fn new(state: &'a State, ledger: &'a Ledger, config: &'a DispatchConfig) -> Self {
+    pub(super) fn new(state: &'a State, ledger: &'a Ledger, config: &'a DispatchConfig) -> Self {
         Self {
             view: PassView::new(state, ledger),
             config,

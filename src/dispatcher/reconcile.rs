@@ -18,7 +18,7 @@ const SUSPENDED_MESSAGE: &str =
 
 /// Appends the Job's next actions to `out`; returns when it should be looked at again if
 /// nothing changes before (a deadline).
-pub fn reconcile(
+pub(crate) fn reconcile(
     world: &World,
     job: &Job,
     now: SystemTime,
@@ -591,7 +591,7 @@ impl<'a> Step<'a> {
 /// keep it (see [`why_unkept`] and [`collect_garbage`]). A view can be behind the workers'
 /// (a second dispatcher claimed the Job a moment ago, a list served from a cache): the live
 /// executor reads the Job again before removing a copy for one of these.
-pub const UNKEPT: [&str; 5] = [
+pub(crate) const UNKEPT: [&str; 5] = [
     reason::ORPHANED_COPY,
     reason::REQUEUING_LIMIT,
     reason::PODS_READY_TIMEOUT,
@@ -626,7 +626,7 @@ fn never_ready(job: &Job) -> bool {
 
 /// Copies of Jobs this manager no longer has (deleted while the dispatcher was away, or
 /// before their copy was seen), once the manager's Jobs have been listed.
-pub fn collect_garbage(world: &World, out: &mut Vec<Action>) {
+pub(crate) fn collect_garbage(world: &World, out: &mut Vec<Action>) {
     if !world.state.jobs_synced {
         return;
     }

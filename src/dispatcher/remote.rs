@@ -101,7 +101,7 @@ pub fn copy_of(
 }
 
 /// The copy as the dispatcher tracks it, from a worker Job labelled with our origin.
-pub fn parse_copy(cluster: &str, job: &Value) -> Option<WorkerCopy> {
+pub(crate) fn parse_copy(cluster: &str, job: &Value) -> Option<WorkerCopy> {
     let meta = job.get("metadata")?;
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let origin_uid = s(meta.pointer(&format!("/labels/{}", ORIGIN_UID_LABEL.replace('/', "~1"))))?;

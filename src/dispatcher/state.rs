@@ -15,19 +15,19 @@ use std::time::{Duration, SystemTime};
 
 /// A worker's copy of a manager Job (labelled with our origin).
 #[derive(Debug, Clone)]
-pub struct WorkerCopy {
-    pub cluster: String,
-    pub key: JobKey,
-    pub uid: String,
+pub(crate) struct WorkerCopy {
+    pub(crate) cluster: String,
+    pub(crate) key: JobKey,
+    pub(crate) uid: String,
     /// The manager Job's uid, from the copy's `switchyard.dev/origin-uid` label.
-    pub origin_uid: String,
-    pub status: JobStatus,
-    pub deleting: bool,
+    pub(crate) origin_uid: String,
+    pub(crate) status: JobStatus,
+    pub(crate) deleting: bool,
 }
 
 impl WorkerCopy {
     /// Ready + succeeded pods.
-    pub fn ready_pods(&self) -> u32 {
+    pub(crate) fn ready_pods(&self) -> u32 {
         let ready = self.status.ready.unwrap_or(0).max(0) as u32;
         let succeeded = self.status.succeeded.unwrap_or(0).max(0) as u32;
         ready + succeeded
@@ -36,69 +36,67 @@ impl WorkerCopy {
 
 /// What the dispatcher sees of a worker.
 #[derive(Debug, Clone)]
-pub struct Worker {
-    pub name: String,
-    pub connected: bool,
+pub(crate) struct Worker {
+    pub(crate) name: String,
+    pub(crate) connected: bool,
     /// Since when it cannot be reached (kept across retries).
-    pub disconnected_since: Option<SystemTime>,
+    pub(crate) disconnected_since: Option<SystemTime>,
     /// Its copies have been listed since it was last (re)connected: a copy missing from the
     /// list is really missing.
-    pub copies_synced: bool,
-    pub scheduler_name: Option<String>,
+    pub(crate) copies_synced: bool,
     /// Why it is not usable, for people.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Worker {
     /// A worker that answers and whose copies are known.
-    pub fn named(name: &str) -> Self {
+    pub(crate) fn named(name: &str) -> Self {
         Self {
             name: name.to_string(),
             connected: true,
             disconnected_since: None,
             copies_synced: true,
-            scheduler_name: None,
             message: String::new(),
         }
     }
 
-    pub fn usable(&self) -> bool {
+    pub(crate) fn usable(&self) -> bool {
         self.connected && self.copies_synced
     }
 
     /// Unreachable for `lost_after` or longer at `now`: its Jobs are given up for lost (a
     /// shorter disconnect changes nothing).
-    pub fn lost(&self, now: SystemTime, lost_after: Duration) -> bool {
+    pub(crate) fn lost(&self, now: SystemTime, lost_after: Duration) -> bool {
         !self.connected && self.disconnected_since.unwrap_or(now) + lost_after <= now
     }
 }
 
 /// A queue: its settings, or why they are unusable.
 #[derive(Debug, Clone)]
-pub struct Queue {
-    pub name: String,
-    pub settings: Result<QueueSettings, String>,
+pub(crate) struct Queue {
+    pub(crate) name: String,
+    pub(crate) settings: Result<QueueSettings, String>,
 }
 
 /// A write the manager's API server refused for good: not tried again while the Job stays
 /// at this resourceVersion.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusedWrite {
-    pub resource_version: String,
-    pub action: &'static str,
+pub(crate) struct RefusedWrite {
+    pub(crate) resource_version: String,
+    pub(crate) action: &'static str,
 }
 
 /// What the API servers answered to the dispatcher's writes, as far as later decisions
 /// depend on it (all by manager Job uid).
 #[derive(Debug, Clone, Default)]
-pub struct WriteLog {
+pub(crate) struct WriteLog {
     /// The digest of the copy status whose mirror the API server refused last: the same
     /// write is not retried forever.
-    pub refused_status: HashMap<String, u64>,
+    pub(crate) refused_status: HashMap<String, u64>,
     /// When a claimed Job's copy was last attempted.
-    pub create_attempted: HashMap<String, SystemTime>,
+    pub(crate) create_attempted: HashMap<String, SystemTime>,
     /// Writes refused for good (see [`RefusedWrite`]).
-    pub refused_writes: HashMap<String, RefusedWrite>,
+    pub(crate) refused_writes: HashMap<String, RefusedWrite>,
 }
 
 impl WriteLog {
@@ -111,15 +109,15 @@ impl WriteLog {
 
 /// Everything the dispatcher knows of the clusters at one instant.
 #[derive(Debug, Clone, Default)]
-pub struct State {
-    pub jobs: HashMap<JobKey, Job>,
+pub(crate) struct State {
+    pub(crate) jobs: HashMap<JobKey, Job>,
     /// The manager's Jobs have been listed: a Job missing from the list is gone (copies of
     /// missing Jobs are only removed after that).
-    pub jobs_synced: bool,
-    pub queues: BTreeMap<String, Queue>,
-    pub workers: BTreeMap<String, Worker>,
-    pub inventory: Arc<Inventory>,
-    pub writes: WriteLog,
+    pub(crate) jobs_synced: bool,
+    pub(crate) queues: BTreeMap<String, Queue>,
+    pub(crate) workers: BTreeMap<String, Worker>,
+    pub(crate) inventory: Arc<Inventory>,
+    pub(crate) writes: WriteLog,
     /// By origin uid, then worker.
     copies: HashMap<String, BTreeMap<String, WorkerCopy>>,
     by_uid: HashMap<String, JobKey>,
@@ -168,12 +166,12 @@ impl State {
         Some(job)
     }
 
-    pub fn job_by_uid(&self, uid: &str) -> Option<&Job> {
+    pub(crate) fn job_by_uid(&self, uid: &str) -> Option<&Job> {
         self.by_uid.get(uid).and_then(|k| self.jobs.get(k))
     }
 
     /// The action of the Job's that the API server refused while the Job was as it is now.
-    pub fn refused_write(&self, job: &Job) -> Option<&'static str> {
+    pub(crate) fn refused_write(&self, job: &Job) -> Option<&'static str> {
         self.writes
             .refused_writes
             .get(&job.uid)
@@ -230,28 +228,23 @@ impl State {
     }
 
     /// The copies of the Job with this uid, by cluster.
-    pub fn copies_of(&self, uid: &str) -> impl Iterator<Item = &WorkerCopy> {
+    pub(crate) fn copies_of(&self, uid: &str) -> impl Iterator<Item = &WorkerCopy> {
         self.copies.get(uid).into_iter().flat_map(|m| m.values())
     }
 
-    pub fn copy_in(&self, uid: &str, cluster: &str) -> Option<&WorkerCopy> {
+    pub(crate) fn copy_in(&self, uid: &str, cluster: &str) -> Option<&WorkerCopy> {
         self.copies.get(uid).and_then(|m| m.get(cluster))
-    }
-
-    /// All copies in `cluster`.
-    pub fn copies_in<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a WorkerCopy> + 'a {
-        self.copies.values().filter_map(move |m| m.get(cluster))
     }
 
     /// A copy of the Job alive in a worker that answers. Copies in a worker that does not
     /// are given up for lost and removed when it returns.
-    pub fn still_running(&self, job: &Job) -> bool {
+    pub(crate) fn still_running(&self, job: &Job) -> bool {
         self.copies_of(&job.uid)
             .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
     }
 
     /// A copy of the Job alive in a worker that answers, other than `kept`.
-    pub fn still_running_elsewhere(&self, job: &Job, kept: &[impl AsRef<str>]) -> bool {
+    pub(crate) fn still_running_elsewhere(&self, job: &Job, kept: &[impl AsRef<str>]) -> bool {
         self.copies_of(&job.uid).any(|c| {
             !c.deleting
                 && !kept.iter().any(|k| k.as_ref() == c.cluster)
@@ -261,7 +254,12 @@ impl State {
 
     /// The copy of a Job with another uid holding `key`'s name in `cluster` (an earlier Job
     /// of the same name, not yet removed there).
-    pub fn foreign_copy(&self, key: &JobKey, uid: &str, cluster: &str) -> Option<&WorkerCopy> {
+    pub(crate) fn foreign_copy(
+        &self,
+        key: &JobKey,
+        uid: &str,
+        cluster: &str,
+    ) -> Option<&WorkerCopy> {
         let origin = self.names.get(key)?.get(cluster)?;
         if origin == uid {
             return None;
@@ -271,7 +269,7 @@ impl State {
 
     /// Whether some worker holds a copy named `key` of another Job than `uid` (see
     /// [`State::foreign_copy`]).
-    pub fn has_foreign_copy(&self, key: &JobKey, uid: &str) -> bool {
+    pub(crate) fn has_foreign_copy(&self, key: &JobKey, uid: &str) -> bool {
         self.names.get(key).is_some_and(|m| {
             m.iter()
                 .any(|(cluster, origin)| origin != uid && self.copy_in(origin, cluster).is_some())
@@ -279,7 +277,7 @@ impl State {
     }
 
     /// Copies whose origin Job is unknown.
-    pub fn orphans(&self) -> impl Iterator<Item = &WorkerCopy> {
+    pub(crate) fn orphans(&self) -> impl Iterator<Item = &WorkerCopy> {
         self.orphan_uids
             .iter()
             .filter_map(|uid| self.copies.get(uid))
@@ -287,7 +285,7 @@ impl State {
     }
 
     /// Whether `cluster` holds copies that should not exist and are not being deleted yet.
-    pub fn has_stale_copies(&self, cluster: &str) -> bool {
+    pub(crate) fn has_stale_copies(&self, cluster: &str) -> bool {
         self.stale.get(cluster).is_some_and(|s| !s.is_empty())
     }
 
@@ -340,14 +338,14 @@ impl State {
     }
 
     /// Marks a Job for the next reconcile.
-    pub fn touch(&mut self, key: &JobKey) {
+    pub(crate) fn touch(&mut self, key: &JobKey) {
         if self.jobs.contains_key(key) {
             self.dirty.insert(key.clone());
         }
     }
 
     /// Marks every Job (a periodic resync).
-    pub fn touch_all(&mut self) {
+    pub(crate) fn touch_all(&mut self) {
         self.dirty = self.jobs.keys().cloned().collect();
     }
 

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 /// `status` with the condition of `type_` replaced (its transition time kept when its status
 /// does not change).
-pub fn with_condition(
+pub(crate) fn with_condition(
     status: &JobStatus,
     type_: &str,
     ok: bool,
@@ -53,7 +53,7 @@ fn without(status: &JobStatus, type_: &str) -> JobStatus {
 }
 
 /// The status once the Job is dispatched to `cluster`.
-pub fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> JobStatus {
     let s = with_condition(
         status,
         condition::ADMITTED,
@@ -66,7 +66,7 @@ pub fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> JobStatus
 }
 
 /// The status of a Job waiting for admission.
-pub fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
     with_condition(status, condition::ADMITTED, false, why, message, now)
 }
 
@@ -74,7 +74,7 @@ pub fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) ->
 /// counters that may not decrease keep their values; `startTime` may be cleared because the
 /// Job is suspended first. `SuccessCriteriaMet` and `FailureTarget` True stay (the API server
 /// refuses to drop them), though a Job that has one is concluded, never requeued.
-pub fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
     let kept = JobStatus {
         succeeded: status.succeeded,
         failed: status.failed,
@@ -99,7 +99,7 @@ pub fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -
 }
 
 /// The status of a Job given up.
-pub fn deactivated(status: &JobStatus, message: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn deactivated(status: &JobStatus, message: &str, now: SystemTime) -> JobStatus {
     let s = requeued(status, reason::REQUEUING_LIMIT, message, now);
     with_condition(
         &s,
@@ -112,7 +112,7 @@ pub fn deactivated(status: &JobStatus, message: &str, now: SystemTime) -> JobSta
 }
 
 /// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
-pub fn shorten(s: &str, max: usize) -> String {
+pub(crate) fn shorten(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -126,7 +126,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 /// Every dispatch annotation as the Job's state says it should be (`None`: absent), for the
 /// live executor's patches: a patch always carries all of them, so it is right whatever
 /// state the object was in.
-pub fn annotations(job: &Job) -> Vec<(&'static str, Option<String>)> {
+pub(crate) fn annotations(job: &Job) -> Vec<(&'static str, Option<String>)> {
     use super::*;
     let time = |t: Option<SystemTime>| t.map(rfc3339);
     vec![

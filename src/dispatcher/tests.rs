@@ -3,6 +3,7 @@
 //! appear in and vanish from the workers and the world hears of it), and the outcome checked
 //! after each step: where Jobs run, what their conditions say, what quota they hold.
 
+use super::job::{terminal, to_system_time};
 use super::*;
 use crate::api::DispatchQueueSpec;
 use crate::inventory::{parse_yaml, Inventory};
@@ -218,7 +219,6 @@ impl Env {
                 connected: true,
                 disconnected_since: None,
                 copies_synced: true,
-                scheduler_name: None,
                 message: String::new(),
             });
             remote.insert(name, BTreeMap::new());

@@ -76,7 +76,7 @@ impl Default for DispatchConfig {
 
 impl DispatchConfig {
     /// How long a worker is left alone for a Job after its `n`-th refusal in a row.
-    pub fn refusal_backoff(&self, n: u32) -> Duration {
+    pub(crate) fn refusal_backoff(&self, n: u32) -> Duration {
         let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
         self.refusal_backoff_base
             .checked_mul(factor)
@@ -88,15 +88,15 @@ impl DispatchConfig {
 
 /// The state, the ledger and the caches, kept in step.
 #[derive(Debug, Clone, Default)]
-pub struct World {
-    pub config: DispatchConfig,
-    pub state: State,
-    pub ledger: Ledger,
+pub(crate) struct World {
+    pub(crate) config: DispatchConfig,
+    pub(crate) state: State,
+    pub(crate) ledger: Ledger,
     pub(super) caches: Caches,
 }
 
 impl World {
-    pub fn new(config: DispatchConfig) -> Self {
+    pub(crate) fn new(config: DispatchConfig) -> Self {
         Self {
             config,
             ..Default::default()
@@ -104,20 +104,20 @@ impl World {
     }
 
     /// Adds or replaces a manager Job.
-    pub fn upsert_job(&mut self, job: Job) {
+    pub(crate) fn upsert_job(&mut self, job: Job) {
         self.ledger.recount(self.state.jobs.get(&job.key), &job);
         self.state.put_job(job);
     }
 
     /// Forgets a manager Job (deleted). Its copies stay until they are removed.
-    pub fn remove_job(&mut self, key: &JobKey) -> Option<Job> {
+    pub(crate) fn remove_job(&mut self, key: &JobKey) -> Option<Job> {
         self.ledger.forget(key);
         let job = self.state.take_job(key)?;
         self.release(&job.uid);
         Some(job)
     }
 
-    pub fn upsert_copy(&mut self, copy: WorkerCopy) {
+    pub(crate) fn upsert_copy(&mut self, copy: WorkerCopy) {
         if copy.deleting {
             // Its pods are going: the room they free shows in the inventory when they are
             // gone, and the worker may stop holding stale copies.
@@ -131,12 +131,12 @@ impl World {
     /// name, judged on its own while the copy was there. A worker whose last stale copy
     /// this was may take Jobs again: the next pass sees it. The room its pods free is the
     /// inventory's to show.
-    pub fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
+    pub(crate) fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
         self.state.take_copy(cluster, origin_uid);
     }
 
     /// Replaces every copy known in `cluster` (after a relist).
-    pub fn replace_copies(&mut self, cluster: &str, copies: Vec<WorkerCopy>) {
+    pub(crate) fn replace_copies(&mut self, cluster: &str, copies: Vec<WorkerCopy>) {
         for uid in self.state.copy_uids_in(cluster) {
             self.remove_copy(cluster, &uid);
         }
@@ -145,7 +145,7 @@ impl World {
         }
     }
 
-    pub fn upsert_worker(&mut self, worker: Worker) {
+    pub(crate) fn upsert_worker(&mut self, worker: Worker) {
         let changed = self.state.workers.get(&worker.name).is_none_or(|w| {
             w.connected != worker.connected || w.copies_synced != worker.copies_synced
         });
@@ -157,31 +157,31 @@ impl World {
         self.state.workers.insert(worker.name.clone(), worker);
     }
 
-    pub fn remove_worker(&mut self, name: &str) {
+    pub(crate) fn remove_worker(&mut self, name: &str) {
         self.state.workers.remove(name);
         self.state.touch_jobs_in(name);
         self.caches.capacity_changed(name, &self.state.queues);
     }
 
-    pub fn upsert_queue(&mut self, queue: Queue) {
+    pub(crate) fn upsert_queue(&mut self, queue: Queue) {
         self.caches.queues_changed();
         self.state.queues.insert(queue.name.clone(), queue);
     }
 
-    pub fn remove_queue(&mut self, name: &str) {
+    pub(crate) fn remove_queue(&mut self, name: &str) {
         self.caches.queues_changed();
         self.state.queues.remove(name);
     }
 
     /// Replaces the inventory; workers whose data changed may have gained room.
-    pub fn set_inventory(&mut self, inventory: Arc<Inventory>) {
+    pub(crate) fn set_inventory(&mut self, inventory: Arc<Inventory>) {
         let old = std::mem::replace(&mut self.state.inventory, inventory);
         self.caches
             .inventory_replaced(&old, &self.state.inventory, &self.state.queues);
     }
 
     /// Holds a placement for an admitted Job (replacing any it had).
-    pub fn hold(&mut self, hold: Hold) {
+    pub(crate) fn hold(&mut self, hold: Hold) {
         self.caches.holds_changed(&hold.cluster);
         if let Some(old) = self.ledger.hold(hold) {
             self.released(&old);
@@ -189,7 +189,7 @@ impl World {
     }
 
     /// Stops holding the Job's placement.
-    pub fn release(&mut self, job_uid: &str) {
+    pub(crate) fn release(&mut self, job_uid: &str) {
         if let Some(old) = self.ledger.release(job_uid) {
             self.released(&old);
         }
@@ -204,22 +204,22 @@ impl World {
 
     /// Node `index` of the worker may have gained room (a pod ended, or a placement planned
     /// there was not carried out).
-    pub fn node_gained_room(&mut self, cluster: &str, index: usize) {
+    pub(crate) fn node_gained_room(&mut self, cluster: &str, index: usize) {
         self.caches.capacity_changed_on(cluster, index);
     }
 
     /// Node `index` of the worker lost room (a pod was bound there).
-    pub fn node_lost_room(&mut self, cluster: &str, index: usize) {
+    pub(crate) fn node_lost_room(&mut self, cluster: &str, index: usize) {
         self.caches.node_lost_room(cluster, index);
     }
 
     /// Marks a Job for the next reconcile.
-    pub fn touch(&mut self, key: &JobKey) {
+    pub(crate) fn touch(&mut self, key: &JobKey) {
         self.state.touch(key);
     }
 
     /// Marks every Job (a periodic resync).
-    pub fn touch_all(&mut self) {
+    pub(crate) fn touch_all(&mut self) {
         self.state.touch_all();
     }
 

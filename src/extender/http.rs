@@ -17,7 +17,7 @@ enum Verb {
     Bind,
 }
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         FILTER_PATH,
         web::post().to(|s, r, p| handle(Verb::Filter, s, r, p)),

@@ -23,71 +23,71 @@ pub enum InventoryError {
 #[derive(Debug, Deserialize)]
 pub(crate) struct InventoryFile {
     #[serde(default)]
-    pub clusters: Vec<ClusterSpec>,
+    pub(crate) clusters: Vec<ClusterSpec>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ClusterSpec {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     #[serde(default)]
-    pub nodes: Vec<NodeSpec>,
+    pub(crate) nodes: Vec<NodeSpec>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct NodeSpec {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     #[serde(default)]
-    pub taints: Vec<TaintSpec>,
+    pub(crate) taints: Vec<TaintSpec>,
     #[serde(default)]
-    pub allocatable: BTreeMap<String, QuantityText>,
+    pub(crate) allocatable: BTreeMap<String, QuantityText>,
     #[serde(default)]
-    pub requested: Option<BTreeMap<String, QuantityText>>,
-    pub topology: Option<TopologySpec>,
+    pub(crate) requested: Option<BTreeMap<String, QuantityText>>,
+    pub(crate) topology: Option<TopologySpec>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct TaintSpec {
-    pub key: String,
-    pub value: Option<String>,
-    pub effect: String,
+    pub(crate) key: String,
+    pub(crate) value: Option<String>,
+    pub(crate) effect: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TopologySpec {
     #[serde(default)]
-    pub attributes: Vec<NameValue>,
+    pub(crate) attributes: Vec<NameValue>,
     #[serde(default)]
-    pub zones: Vec<ZoneSpec>,
+    pub(crate) zones: Vec<ZoneSpec>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct NameValue {
-    pub name: String,
-    pub value: serde_yaml::Value,
+    pub(crate) name: String,
+    pub(crate) value: serde_yaml::Value,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ZoneSpec {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(rename = "type", default)]
-    pub zone_type: Option<String>,
+    pub(crate) zone_type: Option<String>,
     #[serde(default)]
-    pub costs: Vec<NameValue>,
+    pub(crate) costs: Vec<NameValue>,
     #[serde(default)]
-    pub resources: Vec<ZoneResource>,
+    pub(crate) resources: Vec<ZoneResource>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ZoneResource {
-    pub name: String,
-    pub capacity: Option<QuantityText>,
-    pub allocatable: Option<QuantityText>,
-    pub available: Option<QuantityText>,
+    pub(crate) name: String,
+    pub(crate) capacity: Option<QuantityText>,
+    pub(crate) allocatable: Option<QuantityText>,
+    pub(crate) available: Option<QuantityText>,
 }
 
 pub fn load_file(path: &Path) -> Result<Inventory, InventoryError> {

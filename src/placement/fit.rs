@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 /// Why a pod does not fit. `unresolvable()` tells kube-scheduler whether preemption could help.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Misfit {
+pub(crate) enum Misfit {
     UnknownNode(String),
     UnknownResource {
         resource: String,
@@ -54,7 +54,7 @@ pub enum Misfit {
 }
 
 impl Misfit {
-    pub fn unresolvable(&self) -> bool {
+    pub(crate) fn unresolvable(&self) -> bool {
         match self {
             Misfit::UnknownNode(_)
             | Misfit::UnknownResource { .. }
@@ -78,7 +78,7 @@ impl Misfit {
     /// already, so the text leaves the name out, and nodes refused for the same reason get
     /// the same text, which kube-scheduler counts as one line of its FailedScheduling event
     /// ("3475 node(s): ...") instead of one line per node.
-    pub fn on_the_node(&self) -> String {
+    pub(crate) fn on_the_node(&self) -> String {
         let mut out = Whole::new();
         let written = match self {
             Misfit::Insufficient {
@@ -299,9 +299,9 @@ pub enum Refusal<'n> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shortfall<'n> {
     pub resource: &'n str,
-    pub need: i64,
-    pub free: i64,
-    pub allocatable: i64,
+    pub(crate) need: i64,
+    pub(crate) free: i64,
+    pub(crate) allocatable: i64,
 }
 
 /// Why a node's Topology Manager refuses a unit; the room is the largest NUMA zone's.
@@ -318,7 +318,7 @@ pub enum TopologyRefusal<'n> {
 
 impl Refusal<'_> {
     /// The misfit this refusal of `node` stands for.
-    pub fn misfit(&self, node: &Node) -> Misfit {
+    pub(crate) fn misfit(&self, node: &Node) -> Misfit {
         let on_node = || node.name.to_string();
         match self {
             Refusal::Quiet => QUIET,
@@ -404,13 +404,13 @@ impl TopologyRefusal<'_> {
 
 /// A node's free amounts during a simulation: node level, and per NUMA zone.
 #[derive(Debug, Clone)]
-pub struct NodeState {
-    pub free: Vec<i64>,
-    pub zones: Vec<Vec<i64>>,
+pub(crate) struct NodeState {
+    pub(crate) free: Vec<i64>,
+    pub(crate) zones: Vec<Vec<i64>>,
 }
 
 impl NodeState {
-    pub fn of(node: &Node) -> Self {
+    pub(crate) fn of(node: &Node) -> Self {
         Self {
             free: (0..node.allocatable.len()).map(|r| node.free(r)).collect(),
             zones: node
@@ -464,24 +464,24 @@ struct Scratch {
 
 /// How one unit (a container, or the whole pod under the pod scope) was judged.
 #[derive(Debug, Clone)]
-pub struct UnitTrace {
-    pub unit: String,
-    pub hints: Vec<(String, Option<Vec<TopologyHint>>)>,
-    pub merged: TopologyHint,
-    pub admit: bool,
+pub(crate) struct UnitTrace {
+    pub(crate) unit: String,
+    pub(crate) hints: Vec<(String, Option<Vec<TopologyHint>>)>,
+    pub(crate) merged: TopologyHint,
+    pub(crate) admit: bool,
 }
 
 /// The verdict for one node.
 #[derive(Debug, Clone)]
-pub struct NodeFit {
+pub(crate) struct NodeFit {
     /// How many copies of the pod fit at once (up to the number asked for).
-    pub count: usize,
-    pub misfit: Option<Misfit>,
+    pub(crate) count: usize,
+    pub(crate) misfit: Option<Misfit>,
     /// NUMA ids used by the placed copies.
-    pub zones_used: NumaMask,
-    pub state: NodeState,
-    pub notes: Vec<String>,
-    pub traces: Vec<UnitTrace>,
+    pub(crate) zones_used: NumaMask,
+    pub(crate) state: NodeState,
+    pub(crate) notes: Vec<String>,
+    pub(crate) traces: Vec<UnitTrace>,
 }
 
 fn toleration_matches(t: &Toleration, taint: &Taint) -> bool {
@@ -544,7 +544,7 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
 }
 
 /// Taints, nodeSelector and required node affinity: the checks preemption cannot change.
-pub fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
+pub(crate) fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> {
     node_refusal(shape, node).map_err(|r| r.misfit(node))
 }
 
@@ -1125,7 +1125,7 @@ fn place_one<'n>(
 }
 
 /// How many copies of the pod (up to `want`) fit on `node` at once, and why not more.
-pub fn fit_node(
+pub(crate) fn fit_node(
     node: &Node,
     table: &ResourceTable,
     shape: &PodShape,
@@ -1276,7 +1276,7 @@ fn fit_node_with<'n>(
 /// same verdicts and scores as [`fit_node`] with [`node_score`], without the work nobody
 /// reads (notes, the state of a node that refuses the pod, the exact zones of a best-effort
 /// node when the strategy does not score zones) and with its buffers reused from node to node.
-pub struct NodeJudge<'a> {
+pub(crate) struct NodeJudge<'a> {
     shape: &'a PodShape,
     pod: &'a BoundPod,
     config: &'a EngineConfig,
@@ -1288,7 +1288,7 @@ pub struct NodeJudge<'a> {
 }
 
 impl<'a> NodeJudge<'a> {
-    pub fn new(
+    pub(crate) fn new(
         table: &ResourceTable,
         shape: &'a PodShape,
         pod: &'a BoundPod,
@@ -1338,12 +1338,12 @@ impl<'a> NodeJudge<'a> {
     }
 
     /// The node's score (0–10) when one copy of the pod fits on it, else why not.
-    pub fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
+    pub(crate) fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
         self.verdict(node).map_err(|r| r.misfit(node))
     }
 
     /// [`NodeJudge::judge`], telling why not as a [`Refusal`].
-    pub fn verdict<'n>(&mut self, node: &'n Node) -> Result<i64, Refusal<'n>>
+    pub(crate) fn verdict<'n>(&mut self, node: &'n Node) -> Result<i64, Refusal<'n>>
     where
         'a: 'n,
     {
@@ -1371,7 +1371,7 @@ impl<'a> NodeJudge<'a> {
 
     /// How many copies of the pod (up to `want`) fit on the node at once: [`fit_node`]'s
     /// count, without its misfit, state or zones.
-    pub fn count(&mut self, node: &Node, want: usize) -> usize {
+    pub(crate) fn count(&mut self, node: &Node, want: usize) -> usize {
         let detail = Detail {
             // The count does not depend on which zones best-effort takes from (see Detail).
             any_zones: true,
@@ -1393,7 +1393,7 @@ pub struct ClusterFit {
     /// (node index, pods placed there).
     pub placements: Vec<(usize, usize)>,
     pub fitted: usize,
-    pub misfit: Option<Misfit>,
+    pub(crate) misfit: Option<Misfit>,
     /// 0–10, weighted over the nodes used; 0 when it does not fit.
     pub score: i64,
 }
@@ -1405,7 +1405,7 @@ impl ClusterFit {
 }
 
 /// Below this many nodes per core, clusters are judged on one thread.
-pub const PARALLEL_NODES: usize = 4096;
+pub(crate) const PARALLEL_NODES: usize = 4096;
 
 /// [`fit_cluster`] for each of `clusters`, in their order, across the cores when there are
 /// enough nodes to gain from it (a 64-pod gang against 100 clusters of 500 nodes: 50,000).
@@ -1430,7 +1430,7 @@ pub fn fit_clusters(
 
 /// Why a cluster's summary shows that no node of it can take one copy of the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SummaryShortfall<'p> {
+pub(crate) enum SummaryShortfall<'p> {
     /// A resource no node of the inventory has ever listed.
     Unknown(&'p str),
     /// More than the most any node has free.
@@ -1442,7 +1442,7 @@ pub enum SummaryShortfall<'p> {
 
 impl SummaryShortfall<'_> {
     /// The misfit this stands for in cluster `cluster`.
-    pub fn misfit(&self, cluster: &str) -> Misfit {
+    pub(crate) fn misfit(&self, cluster: &str) -> Misfit {
         match *self {
             SummaryShortfall::Unknown(resource) => Misfit::UnknownResource {
                 resource: resource.to_string(),
@@ -1474,7 +1474,7 @@ impl SummaryShortfall<'_> {
 /// The O(1) rejection [`fit_cluster`] starts with: `Some` when the summary shows that no node
 /// of the cluster can take one copy of the pod. A summary is an upper bound of what is free
 /// (placements taken off a cluster's copy leave it as it was), so `None` is no promise.
-pub fn summary_shortfall<'p>(
+pub(crate) fn summary_shortfall<'p>(
     s: &crate::inventory::ClusterSummary,
     shape: &PodShape,
     pod: &'p BoundPod,

@@ -8,24 +8,24 @@ use crate::inventory::{Cluster, Node, ResourceId, ResourceTable};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a placement takes from one node: node-level amounts and amounts per NUMA zone.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Take {
-    pub node: Arc<str>,
+pub(crate) struct Take {
+    pub(crate) node: Arc<str>,
     /// Where the node was in its cluster's list when the take was made: looked at first.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Node-level amounts by resource id. Ids come from the inventory's resource table,
     /// which only ever grows, so they stay valid in later snapshots.
-    pub amounts: Vec<(ResourceId, i64)>,
+    pub(crate) amounts: Vec<(ResourceId, i64)>,
     /// Per NUMA zone (by zone index): amounts by resource id.
-    pub zone_amounts: Vec<(usize, ResourceId, i64)>,
+    pub(crate) zone_amounts: Vec<(usize, ResourceId, i64)>,
 }
 
 impl Take {
     /// The difference between a node's state before and after a simulated placement.
-    pub fn between(node: &Node, before: &NodeState, after: &NodeState) -> Self {
+    pub(crate) fn between(node: &Node, before: &NodeState, after: &NodeState) -> Self {
         let amounts = before
             .free
             .iter()
@@ -51,18 +51,18 @@ impl Take {
     }
 
     /// The same take, noting the node's index in its cluster.
-    pub fn at(mut self, index: usize) -> Self {
+    pub(crate) fn at(mut self, index: usize) -> Self {
         self.index = index;
         self
     }
 
     /// Subtracts the take from `node` (which must be the node it was taken from).
-    pub fn apply_to(&self, node: &mut Node) {
+    pub(crate) fn apply_to(&self, node: &mut Node) {
         self.add(node, 1);
     }
 
     /// Gives the take back to `node`.
-    pub fn release_from(&self, node: &mut Node) {
+    pub(crate) fn release_from(&self, node: &mut Node) {
         self.add(node, -1);
     }
 
@@ -89,16 +89,16 @@ impl Take {
 
 /// What one placement took from one node, held until it expires.
 #[derive(Debug, Clone)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     /// The pod or job the placement was for; releasing it drops its reservations.
-    pub owner: String,
-    pub take: Take,
-    pub expires_at: Instant,
+    pub(crate) owner: String,
+    pub(crate) take: Take,
+    pub(crate) expires_at: Instant,
 }
 
 impl Reservation {
     /// The difference between a node's state before and after a simulated placement.
-    pub fn between(
+    pub(crate) fn between(
         owner: &str,
         node: &Node,
         before: &NodeState,
@@ -113,46 +113,35 @@ impl Reservation {
     }
 }
 
-/// Reservations by node name.
+/// Reservations by node name (each expires at its own time).
 #[derive(Debug, Default, Clone)]
 pub struct InFlight {
     by_node: HashMap<Arc<str>, Vec<Reservation>>,
-    pub ttl: Duration,
 }
 
 impl InFlight {
-    pub fn new(ttl: Duration) -> Self {
-        Self {
-            by_node: HashMap::new(),
-            ttl,
-        }
-    }
-
-    pub fn reserve(&mut self, r: Reservation) {
+    pub(crate) fn reserve(&mut self, r: Reservation) {
         self.by_node.entry(r.take.node.clone()).or_default().push(r);
     }
 
     /// Drops everything held for `owner` (its placement now shows in the cluster's data, or
     /// it was abandoned).
-    pub fn release(&mut self, owner: &str) {
+    pub(crate) fn release(&mut self, owner: &str) {
         self.by_node.retain(|_, v| {
             v.retain(|r| r.owner != owner);
             !v.is_empty()
         });
     }
 
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         self.by_node.retain(|_, v| {
             v.retain(|r| r.expires_at > now);
             !v.is_empty()
         });
     }
 
-    pub fn len(&self) -> usize {
-        self.by_node.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_node.is_empty()
     }
 

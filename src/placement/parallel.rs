@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// `f` over `items` in order, the slice cut into one contiguous part per core when there are
 /// at least `min_per_thread` items for each; results come back in the order of `items`.
-pub fn map_chunks<T: Sync, R: Send>(
+pub(crate) fn map_chunks<T: Sync, R: Send>(
     items: &[T],
     min_per_thread: usize,
     f: impl Fn(&[T]) -> Vec<R> + Sync,
@@ -37,14 +37,14 @@ pub fn map_chunks<T: Sync, R: Send>(
 }
 
 /// Blocks `0..count` of a task, handed out one at a time to whichever thread asks first.
-pub struct Blocks {
+pub(crate) struct Blocks {
     next: AtomicUsize,
     count: usize,
 }
 
 impl Blocks {
     /// The next block nobody has taken yet.
-    pub fn take(&self) -> Option<usize> {
+    pub(crate) fn take(&self) -> Option<usize> {
         // AcqRel: whoever finds the blocks gone also sees what the taker of the last one did
         // before taking it (in `share_blocks`: saying it is running).
         let block = self.next.fetch_add(1, Ordering::AcqRel);
@@ -118,7 +118,7 @@ impl Drop for TakeAllOnDrop<'_> {
 /// busy machine, the scheduler let a new thread wait for milliseconds). The caller never
 /// waits for a helper that has not started: it takes the blocks nobody else gets to, and
 /// waits only for helpers that are running. A panic in a helper is resumed on the caller.
-pub fn share_blocks<F, R>(blocks: usize, helpers: usize, work: F) -> Vec<R>
+pub(crate) fn share_blocks<F, R>(blocks: usize, helpers: usize, work: F) -> Vec<R>
 where
     F: Fn(&Blocks) -> R + Send + Sync + 'static,
     R: Send + 'static,
@@ -221,7 +221,7 @@ impl HelperPool {
 }
 
 /// The cores this process may use, read once.
-pub fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -11,92 +11,92 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct PodView {
     #[serde(default)]
-    pub metadata: PodMeta,
+    pub(crate) metadata: PodMeta,
     #[serde(default)]
     pub spec: PodSpecView,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PodMeta {
-    pub name: Option<String>,
-    pub namespace: Option<String>,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-    pub annotations: Option<BTreeMap<String, String>>,
+pub(crate) struct PodMeta {
+    pub(crate) name: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) annotations: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpecView {
     #[serde(default)]
-    pub containers: Vec<ContainerView>,
+    pub(crate) containers: Vec<ContainerView>,
     #[serde(default)]
-    pub init_containers: Vec<ContainerView>,
-    pub overhead: Option<BTreeMap<String, QuantityText>>,
-    pub node_selector: Option<BTreeMap<String, String>>,
-    pub affinity: Option<AffinityView>,
+    pub(crate) init_containers: Vec<ContainerView>,
+    pub(crate) overhead: Option<BTreeMap<String, QuantityText>>,
+    pub(crate) node_selector: Option<BTreeMap<String, String>>,
+    pub(crate) affinity: Option<AffinityView>,
     #[serde(default)]
-    pub tolerations: Vec<Toleration>,
+    pub(crate) tolerations: Vec<Toleration>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerView {
+pub(crate) struct ContainerView {
     #[serde(default)]
-    pub name: String,
-    pub resources: Option<ResourcesView>,
-    pub restart_policy: Option<String>,
+    pub(crate) name: String,
+    pub(crate) resources: Option<ResourcesView>,
+    pub(crate) restart_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ResourcesView {
-    pub requests: Option<BTreeMap<String, QuantityText>>,
-    pub limits: Option<BTreeMap<String, QuantityText>>,
+pub(crate) struct ResourcesView {
+    pub(crate) requests: Option<BTreeMap<String, QuantityText>>,
+    pub(crate) limits: Option<BTreeMap<String, QuantityText>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AffinityView {
-    pub node_affinity: Option<NodeAffinityView>,
+pub(crate) struct AffinityView {
+    pub(crate) node_affinity: Option<NodeAffinityView>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeAffinityView {
-    pub required_during_scheduling_ignored_during_execution: Option<NodeSelectorView>,
+pub(crate) struct NodeAffinityView {
+    pub(crate) required_during_scheduling_ignored_during_execution: Option<NodeSelectorView>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeSelectorView {
+pub(crate) struct NodeSelectorView {
     #[serde(default)]
-    pub node_selector_terms: Vec<NodeSelectorTerm>,
+    pub(crate) node_selector_terms: Vec<NodeSelectorTerm>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeSelectorTerm {
+pub(crate) struct NodeSelectorTerm {
     #[serde(default)]
-    pub match_expressions: Vec<SelectorRequirement>,
+    pub(crate) match_expressions: Vec<SelectorRequirement>,
     #[serde(default)]
-    pub match_fields: Vec<SelectorRequirement>,
+    pub(crate) match_fields: Vec<SelectorRequirement>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct SelectorRequirement {
-    pub key: String,
-    pub operator: String,
+pub(crate) struct SelectorRequirement {
+    pub(crate) key: String,
+    pub(crate) operator: String,
     #[serde(default)]
-    pub values: Vec<String>,
+    pub(crate) values: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Toleration {
-    pub key: Option<String>,
-    pub operator: Option<String>,
-    pub value: Option<String>,
-    pub effect: Option<String>,
+pub(crate) struct Toleration {
+    pub(crate) key: Option<String>,
+    pub(crate) operator: Option<String>,
+    pub(crate) value: Option<String>,
+    pub(crate) effect: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,17 +109,17 @@ pub enum ContainerKind {
 
 /// One container's requests, by resource name, in milli-units.
 #[derive(Debug, Clone)]
-pub struct ContainerRequest {
-    pub name: String,
-    pub kind: ContainerKind,
-    pub requests: BTreeMap<String, i64>,
+pub(crate) struct ContainerRequest {
+    pub(crate) name: String,
+    pub(crate) kind: ContainerKind,
+    pub(crate) requests: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("pod {pod}: container {container}: resource {resource}: {message}")]
 pub struct PodError {
     pub pod: String,
-    pub container: String,
+    pub(crate) container: String,
     pub resource: String,
     pub message: String,
 }
@@ -128,18 +128,18 @@ pub struct PodError {
 #[derive(Debug, Clone)]
 pub struct PodShape {
     pub name: String,
-    pub containers: Vec<ContainerRequest>,
+    pub(crate) containers: Vec<ContainerRequest>,
     /// Guaranteed QoS: CPU and memory managers align only these pods.
     pub guaranteed: bool,
     /// What the scheduler's NodeResourcesFit counts (with init containers, sidecars and
     /// overhead), which is also the kubelet's pod-scope effective request plus overhead.
     pub node_request: BTreeMap<String, i64>,
     /// The kubelet's effective request for the pod scope (no overhead).
-    pub effective: BTreeMap<String, i64>,
-    pub node_selector: BTreeMap<String, String>,
-    pub required_terms: Option<Vec<NodeSelectorTerm>>,
-    pub tolerations: Vec<Toleration>,
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) effective: BTreeMap<String, i64>,
+    pub(crate) node_selector: BTreeMap<String, String>,
+    pub(crate) required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub(crate) tolerations: Vec<Toleration>,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 fn container_requests(pod: &str, c: &ContainerView) -> Result<BTreeMap<String, i64>, PodError> {
@@ -186,7 +186,7 @@ fn is_guaranteed(pod: &str, spec: &PodSpecView) -> Result<bool, PodError> {
 /// The kubelet's and the scheduler's pod-level request for each resource: the larger of the
 /// long-running containers (app containers plus sidecars) and the peak while init containers
 /// run (each init container plus the sidecars started before it).
-pub fn effective_request(containers: &[ContainerRequest]) -> BTreeMap<String, i64> {
+pub(crate) fn effective_request(containers: &[ContainerRequest]) -> BTreeMap<String, i64> {
     let names: std::collections::BTreeSet<&String> =
         containers.iter().flat_map(|c| c.requests.keys()).collect();
     let mut out = BTreeMap::new();
@@ -297,12 +297,12 @@ impl PodShape {
 }
 
 /// Amounts as (resource id if the inventory knows the resource, name, amount).
-pub type Amounts = Vec<(Option<ResourceId>, String, i64)>;
+pub(crate) type Amounts = Vec<(Option<ResourceId>, String, i64)>;
 
 /// A [`PodShape`]'s amounts in one inventory's resource ids.
 #[derive(Debug, Clone)]
 pub struct BoundPod {
     pub node_request: Amounts,
-    pub effective: Amounts,
-    pub containers: Vec<(ContainerKind, String, Amounts)>,
+    pub(crate) effective: Amounts,
+    pub(crate) containers: Vec<(ContainerKind, String, Amounts)>,
 }

@@ -37,7 +37,7 @@ impl FromStr for Strategy {
 
 /// The resources a score looks at: cpu and memory, as the default scheduler does, plus any
 /// other resource the pod asks for (a GPU job should be steered by GPUs).
-pub fn scored_resources(pod: &BoundPod) -> Vec<usize> {
+pub(crate) fn scored_resources(pod: &BoundPod) -> Vec<usize> {
     let mut out = vec![0, 1];
     for (rid, name, _) in &pod.node_request {
         if let Some(r) = rid {
@@ -50,7 +50,7 @@ pub fn scored_resources(pod: &BoundPod) -> Vec<usize> {
 }
 
 /// The score of `node` once the placed pods are taken (`after`), over `resources`.
-pub fn node_score(
+pub(crate) fn node_score(
     strategy: Strategy,
     node: &Node,
     after: &NodeState,

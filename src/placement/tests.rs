@@ -292,7 +292,7 @@ fn in_flight_placements_are_not_booked_twice() {
         false,
     );
     assert_eq!(first.count, 1);
-    let mut inflight = inflight::InFlight::new(Duration::from_secs(30));
+    let mut inflight = inflight::InFlight::default();
     inflight.reserve(inflight::Reservation::between(
         "pod-1",
         node,

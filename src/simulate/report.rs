@@ -36,8 +36,8 @@ pub struct StatusWrite {
 #[derive(Debug, Clone, Serialize)]
 pub struct JobReport {
     pub name: String,
-    pub namespace: String,
-    pub queue: String,
+    pub(crate) namespace: String,
+    pub(crate) queue: String,
     pub cluster: Option<String>,
     pub submitted: Value,
     pub admitted: Value,
@@ -57,7 +57,7 @@ pub struct Summary {
     pub pending: usize,
     pub makespan: Value,
     pub mean_wait: Value,
-    pub utilization: BTreeMap<String, Value>,
+    pub(crate) utilization: BTreeMap<String, Value>,
     pub topology_affinity_errors: u64,
     pub remote_writes_per_job: Value,
     pub max_quota_usage: BTreeMap<String, BTreeMap<String, Value>>,

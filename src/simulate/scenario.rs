@@ -56,18 +56,18 @@ struct JobFile {
 #[derive(Debug, Clone)]
 pub struct ScenarioJob {
     pub name: String,
-    pub namespace: String,
-    pub queue: String,
+    pub(crate) namespace: String,
+    pub(crate) queue: String,
     pub submit_at: Duration,
     pub parallelism: u32,
     pub completions: u32,
-    pub priority: i32,
-    pub duration: Duration,
+    pub(crate) priority: i32,
+    pub(crate) duration: Duration,
     pub pod_start_delay: Duration,
-    pub fails: bool,
+    pub(crate) fails: bool,
     pub pod: Arc<PodShape>,
     /// Jobs with equal keys have identical templates.
-    pub shape_key: u64,
+    pub(crate) shape_key: u64,
 }
 
 #[derive(Debug, Clone)]

@@ -25,13 +25,13 @@ pub const BACKOFF_LIMIT: u32 = 6;
 
 /// What a dispatched Job does once its pods run.
 #[derive(Debug, Clone)]
-pub struct Behaviour {
-    pub shape: Arc<PodShape>,
-    pub parallelism: u32,
-    pub completions: u32,
-    pub duration: Duration,
-    pub start_delay: Duration,
-    pub fails: bool,
+pub(crate) struct Behaviour {
+    pub(crate) shape: Arc<PodShape>,
+    pub(crate) parallelism: u32,
+    pub(crate) completions: u32,
+    pub(crate) duration: Duration,
+    pub(crate) start_delay: Duration,
+    pub(crate) fails: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -43,10 +43,10 @@ struct Pod {
 
 /// A copy of a manager Job in this worker.
 #[derive(Debug)]
-pub struct SimJob {
-    pub key: JobKey,
-    pub uid: String,
-    pub origin_uid: String,
+pub(crate) struct SimJob {
+    pub(crate) key: JobKey,
+    pub(crate) uid: String,
+    pub(crate) origin_uid: String,
     behaviour: Behaviour,
     bound: BoundPod,
     pods: BTreeMap<u32, Pod>,
@@ -61,7 +61,7 @@ pub struct SimJob {
 
 /// Something that happens to a pod later.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodEvent {
+pub(crate) enum PodEvent {
     Ready {
         job_uid: String,
         pod: u32,
@@ -78,23 +78,23 @@ pub enum PodEvent {
 
 /// What changed, for the driver: events to schedule and copies whose status changed.
 #[derive(Debug, Default)]
-pub struct Effects {
-    pub events: Vec<(SystemTime, PodEvent)>,
-    pub changed: Vec<String>,
-    pub topology_errors: u64,
+pub(crate) struct Effects {
+    pub(crate) events: Vec<(SystemTime, PodEvent)>,
+    pub(crate) changed: Vec<String>,
+    pub(crate) topology_errors: u64,
     /// Resources taken (+) or given back (−) by scenario pods, for utilization.
-    pub usage_delta: Vec<i64>,
+    pub(crate) usage_delta: Vec<i64>,
     /// Nodes (by index) that got room back.
-    pub freed: Vec<usize>,
+    pub(crate) freed: Vec<usize>,
     /// Nodes (by index) that a bound pod took room on.
-    pub taken: Vec<usize>,
+    pub(crate) taken: Vec<usize>,
 }
 
-pub struct SimWorker {
-    pub name: String,
+pub(crate) struct SimWorker {
+    pub(crate) name: String,
     /// Index of the worker's cluster in the inventory.
-    pub index: usize,
-    pub jobs: BTreeMap<String, SimJob>,
+    pub(crate) index: usize,
+    pub(crate) jobs: BTreeMap<String, SimJob>,
     /// Pods that found no node, in creation order: (job uid), tried again when room frees.
     waiting: VecDeque<String>,
     /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
@@ -146,7 +146,7 @@ impl Rows {
 }
 
 impl SimWorker {
-    pub fn new(name: &str, index: usize) -> Self {
+    pub(crate) fn new(name: &str, index: usize) -> Self {
         Self {
             name: name.to_string(),
             index,
@@ -158,7 +158,7 @@ impl SimWorker {
 
     /// A new copy: the Job controller creates its first pods, which are scheduled.
     #[allow(clippy::too_many_arguments)]
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         cluster: &mut Cluster,
         table: &ResourceTable,
@@ -194,7 +194,7 @@ impl SimWorker {
     }
 
     /// Deletes a copy and its pods (background propagation: the pods go at once here).
-    pub fn delete(
+    pub(crate) fn delete(
         &mut self,
         cluster: &mut Cluster,
         table: &ResourceTable,
@@ -218,7 +218,7 @@ impl SimWorker {
     /// A pod became Ready: nothing changes on its node. (A separate entry point, so that the
     /// simulation does not hand out the cluster mutably for it: a cluster handed out
     /// mutably is a new cluster to everything that remembered the old one.)
-    pub fn on_ready(&mut self, ev: &PodEvent, now: SystemTime, fx: &mut Effects) {
+    pub(crate) fn on_ready(&mut self, ev: &PodEvent, now: SystemTime, fx: &mut Effects) {
         let PodEvent::Ready { job_uid, pod } = ev else {
             return;
         };
@@ -240,7 +240,7 @@ impl SimWorker {
     }
 
     /// Applies a pod event that came due.
-    pub fn on_event(
+    pub(crate) fn on_event(
         &mut self,
         cluster: &mut Cluster,
         table: &ResourceTable,
@@ -384,7 +384,7 @@ impl SimWorker {
 
     /// The copy's status as its worker's Job controller would write it, as the dispatcher's
     /// watch sees it.
-    pub fn copy(&self, uid: &str) -> Option<WorkerCopy> {
+    pub(crate) fn copy(&self, uid: &str) -> Option<WorkerCopy> {
         let job = self.jobs.get(uid)?;
         let active = if job.finished.is_some() {
             0

@@ -11,13 +11,13 @@ pub struct NumaMask(pub u64);
 
 impl NumaMask {
     /// The mask with no node set.
-    pub const EMPTY: Self = Self(0);
+    pub(crate) const EMPTY: Self = Self(0);
     /// Largest NUMA id a mask can hold.
-    pub const MAX_ID: u32 = 63;
+    pub(crate) const MAX_ID: u32 = 63;
 
     /// Builds a mask from node ids; any id above [`NumaMask::MAX_ID`] is refused,
     /// as the kubelet refuses it.
-    pub fn from_ids<I: IntoIterator<Item = u32>>(ids: I) -> Result<Self, ConfigError> {
+    pub(crate) fn from_ids<I: IntoIterator<Item = u32>>(ids: I) -> Result<Self, ConfigError> {
         let mut bits = 0u64;
         for id in ids {
             if id > Self::MAX_ID {
@@ -34,37 +34,40 @@ impl NumaMask {
     }
 
     /// Number of NUMA nodes in the mask.
-    pub const fn count(self) -> u32 {
+    pub(crate) const fn count(self) -> u32 {
         self.0.count_ones()
     }
 
     /// Exactly one node.
-    pub const fn is_single(self) -> bool {
+    pub(crate) const fn is_single(self) -> bool {
         self.0.is_power_of_two()
     }
 
-    pub const fn is_empty(self) -> bool {
+    pub(crate) const fn is_empty(self) -> bool {
         self.0 == 0
     }
 
     /// Whether node `id` is in the mask (ids past 63 never are).
-    pub const fn contains(self, id: u32) -> bool {
+    #[cfg(test)]
+    pub(crate) const fn contains(self, id: u32) -> bool {
         id <= Self::MAX_ID && self.0 & (1u64 << id) != 0
     }
 
-    pub const fn is_subset_of(self, other: Self) -> bool {
+    #[cfg(test)]
+    pub(crate) const fn is_subset_of(self, other: Self) -> bool {
         self.0 & !other.0 == 0
     }
 
     /// The kubelet's `IsNarrowerThan`: fewer nodes, or as many nodes and a
     /// smaller value as an integer (so lower-numbered nodes win ties).
-    pub const fn is_narrower_than(self, other: Self) -> bool {
+    #[cfg(test)]
+    pub(crate) const fn is_narrower_than(self, other: Self) -> bool {
         let (a, b) = (self.count(), other.count());
         a < b || (a == b && self.0 < other.0)
     }
 
     /// Node ids in ascending order.
-    pub fn ids(self) -> Ids {
+    pub(crate) fn ids(self) -> Ids {
         Ids(self.0)
     }
 }

@@ -12,42 +12,42 @@ use super::{
 };
 
 /// One provider: `null` and `{}` both mean "no preference for anything".
-pub type CaseProvider = Option<BTreeMap<String, Option<Vec<CaseHint>>>>;
+pub(crate) type CaseProvider = Option<BTreeMap<String, Option<Vec<CaseHint>>>>;
 
 /// A merge to perform, with the machine and configuration it runs under.
 #[derive(Clone, Debug, Deserialize)]
-pub struct Case {
-    pub policy: String,
+pub(crate) struct Case {
+    pub(crate) policy: String,
     /// Option name to value; a `null` value counts as not given.
     #[serde(default)]
-    pub options: Option<BTreeMap<String, Value>>,
+    pub(crate) options: Option<BTreeMap<String, Value>>,
     /// Kept signed so that a negative id is reported, not a parse failure.
-    pub numa_nodes: Vec<i64>,
+    pub(crate) numa_nodes: Vec<i64>,
     /// NUMA id (as a string) to its row, indexed by NUMA id.
     #[serde(default)]
-    pub distances: Option<BTreeMap<String, Option<Vec<u64>>>>,
+    pub(crate) distances: Option<BTreeMap<String, Option<Vec<u64>>>>,
     #[serde(default)]
-    pub providers: Option<Vec<CaseProvider>>,
+    pub(crate) providers: Option<Vec<CaseProvider>>,
 }
 
 /// One hint: `numa` absent or `null` is no affinity; `[]` is an empty mask.
 #[derive(Clone, Debug, Deserialize)]
-pub struct CaseHint {
+pub(crate) struct CaseHint {
     #[serde(default)]
-    pub numa: Option<Vec<i64>>,
+    pub(crate) numa: Option<Vec<i64>>,
     #[serde(default)]
-    pub preferred: bool,
+    pub(crate) preferred: bool,
 }
 
 /// The merged hint, the admission decision, or the configuration error.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CaseResult {
+pub(crate) struct CaseResult {
     /// Ascending NUMA ids; `None` when the hint has no affinity.
-    pub affinity: Option<Vec<u32>>,
-    pub preferred: bool,
-    pub admit: bool,
+    pub(crate) affinity: Option<Vec<u32>>,
+    pub(crate) preferred: bool,
+    pub(crate) admit: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl CaseResult {
@@ -62,7 +62,8 @@ impl CaseResult {
 
     /// Whether `self` (got) matches `expected`: for errors only whether
     /// one is present counts, not its text.
-    pub fn agrees_with(&self, expected: &CaseResult) -> bool {
+    #[cfg(test)]
+    pub(crate) fn agrees_with(&self, expected: &CaseResult) -> bool {
         self.affinity == expected.affinity
             && self.preferred == expected.preferred
             && self.admit == expected.admit
@@ -72,16 +73,16 @@ impl CaseResult {
 
 /// A case turned into the arguments of [`merge()`].
 #[derive(Clone, Debug)]
-pub struct MergeInput {
-    pub policy: Policy,
-    pub options: PolicyOptions,
-    pub numa_info: NumaInfo,
-    pub providers: Vec<ProviderHints>,
+pub(crate) struct MergeInput {
+    pub(crate) policy: Policy,
+    pub(crate) options: PolicyOptions,
+    pub(crate) numa_info: NumaInfo,
+    pub(crate) providers: Vec<ProviderHints>,
 }
 
 impl Case {
     /// Parses the case and applies the kubelet's start-up checks.
-    pub fn to_merge_input(&self) -> Result<MergeInput, ConfigError> {
+    pub(crate) fn to_merge_input(&self) -> Result<MergeInput, ConfigError> {
         let policy: Policy = self.policy.parse()?;
         let options = parse_options(self.options.as_ref())?;
         let nodes = self
@@ -107,7 +108,7 @@ impl Case {
 }
 
 /// Runs one case: the kubelet's start-up checks, then its merge.
-pub fn run_case(case: &Case) -> CaseResult {
+pub(crate) fn run_case(case: &Case) -> CaseResult {
     match case.to_merge_input() {
         Ok(input) => {
             let out = merge(
@@ -216,23 +217,26 @@ pub fn run_cases(input: &str) -> Result<String, serde_json::Error> {
 }
 
 /// A vector whose result differs from the expected one.
+#[cfg(test)]
 #[derive(Clone, Debug)]
-pub struct Disagreement {
+pub(crate) struct Disagreement {
     /// Position of the vector in its file.
-    pub index: usize,
-    pub case: Value,
-    pub expected: CaseResult,
-    pub got: CaseResult,
+    pub(crate) index: usize,
+    pub(crate) case: Value,
+    pub(crate) expected: CaseResult,
+    pub(crate) got: CaseResult,
 }
 
 /// Outcome of running a vector file.
+#[cfg(test)]
 #[derive(Clone, Debug, Default)]
-pub struct VectorReport {
-    pub total: usize,
-    pub disagreements: Vec<Disagreement>,
+pub(crate) struct VectorReport {
+    pub(crate) total: usize,
+    pub(crate) disagreements: Vec<Disagreement>,
 }
 
 #[derive(Deserialize)]
+#[cfg(test)]
 struct Vector {
     case: Value,
     expected: CaseResult,
@@ -240,7 +244,8 @@ struct Vector {
 
 /// Runs a vector file (a JSON array of `{"case", "expected"}`) and lists the
 /// vectors whose result disagrees with the expected one.
-pub fn check_vectors(input: &str) -> Result<VectorReport, serde_json::Error> {
+#[cfg(test)]
+pub(crate) fn check_vectors(input: &str) -> Result<VectorReport, serde_json::Error> {
     let vectors: Vec<Vector> = serde_json::from_str(input)?;
     let mut report = VectorReport {
         total: vectors.len(),

@@ -46,7 +46,7 @@ pub struct MergeResult {
 
 /// Most distinct node ids (the machine's and the hints') for which the merge
 /// uses dense tables of `2^DENSE_BITS` entries; beyond, sorted sets of masks.
-pub const DENSE_BITS: u32 = 12;
+pub(crate) const DENSE_BITS: u32 = 12;
 
 const NO_PREFERENCE: [TopologyHint; 1] = [TopologyHint {
     affinity: None,
@@ -76,7 +76,7 @@ pub fn merge(
 /// the result), without building [`ProviderHints`] maps: `None` for a resource without
 /// preference, an empty list for one that cannot be allocated. An empty slice is the
 /// merge of no providers at all.
-pub fn merge_resources(
+pub(crate) fn merge_resources(
     policy: Policy,
     options: &PolicyOptions,
     numa_info: &NumaInfo,

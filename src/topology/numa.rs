@@ -10,8 +10,8 @@ use super::NumaMask;
 /// keyed by node id and indexed by node id, as cAdvisor reports them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NumaInfo {
-    pub nodes: Vec<u32>,
-    pub distances: BTreeMap<u32, Vec<u64>>,
+    pub(crate) nodes: Vec<u32>,
+    pub(crate) distances: BTreeMap<u32, Vec<u64>>,
 }
 
 impl NumaInfo {
@@ -29,7 +29,7 @@ impl NumaInfo {
 
     /// The mask of every node: the affinity of a hint without one.
     /// Ids past 63 are left out ([`super::validate`] refuses them).
-    pub fn default_mask(&self) -> NumaMask {
+    pub(crate) fn default_mask(&self) -> NumaMask {
         NumaMask(
             self.nodes
                 .iter()
@@ -45,7 +45,7 @@ impl NumaInfo {
     /// divided, so equal-looking averages compare exactly as they do in the
     /// kubelet, rounding included.
     #[allow(clippy::cast_precision_loss)] // the kubelet converts to float64 alike
-    pub fn average_distance(&self, mask: NumaMask) -> Option<f64> {
+    pub(crate) fn average_distance(&self, mask: NumaMask) -> Option<f64> {
         if mask.is_empty() {
             return Some(0.0);
         }

@@ -6,11 +6,11 @@ use std::str::FromStr;
 use super::{NumaInfo, NumaMask};
 
 /// Option name enabling the distance-aware tie break.
-pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
+pub(crate) const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
 /// Option name raising the NUMA node limit.
-pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+pub(crate) const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
 /// The kubelet's NUMA node limit, which the option may raise but not lower.
-pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: usize = 8;
+pub(crate) const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: usize = 8;
 
 /// Why the kubelet would refuse to start with a configuration (or, for
 /// [`ConfigError::InvalidNumaId`], why an input cannot be represented).
@@ -45,7 +45,7 @@ pub enum Policy {
 
 impl Policy {
     /// The kubelet's spelling of the policy.
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Policy::None => "none",
             Policy::BestEffort => "best-effort",
@@ -97,7 +97,8 @@ impl Default for PolicyOptions {
 
 impl PolicyOptions {
     /// Parses options given as the kubelet receives them: name/value strings.
-    pub fn from_pairs<'a, I>(pairs: I) -> Result<Self, ConfigError>
+    #[cfg(test)]
+    pub(crate) fn from_pairs<'a, I>(pairs: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
@@ -109,7 +110,7 @@ impl PolicyOptions {
     }
 
     /// Applies one option given as strings.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+    pub(crate) fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
         let bad = || ConfigError::BadOptionValue {
             name: name.to_owned(),
             value: value.to_owned(),
@@ -128,7 +129,7 @@ impl PolicyOptions {
     }
 
     /// Sets `max-allowable-numa-nodes`, refusing values below the default.
-    pub fn set_max_allowable(&mut self, n: i64) -> Result<(), ConfigError> {
+    pub(crate) fn set_max_allowable(&mut self, n: i64) -> Result<(), ConfigError> {
         match usize::try_from(n) {
             Ok(v) if v >= DEFAULT_MAX_ALLOWABLE_NUMA_NODES => {
                 self.max_allowable_numa_nodes = v;

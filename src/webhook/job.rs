@@ -14,47 +14,47 @@ use std::fmt;
 /// and text borrows from the body.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct JobView<'a> {
+pub(crate) struct JobView<'a> {
     #[serde(borrow)]
-    pub kind: Option<Text<'a>>,
+    pub(crate) kind: Option<Text<'a>>,
     /// `None` when the object has no metadata at all (never so from an API server, but a
     /// patch must still apply to it).
     #[serde(default, borrow)]
-    pub metadata: Option<MetaView<'a>>,
+    pub(crate) metadata: Option<MetaView<'a>>,
     #[serde(borrow)]
-    pub spec: Option<SpecView<'a>>,
+    pub(crate) spec: Option<SpecView<'a>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MetaView<'a> {
+pub(crate) struct MetaView<'a> {
     #[serde(borrow)]
-    pub name: Option<Text<'a>>,
+    pub(crate) name: Option<Text<'a>>,
     #[serde(borrow)]
-    pub generate_name: Option<Text<'a>>,
+    pub(crate) generate_name: Option<Text<'a>>,
     #[serde(borrow)]
-    pub namespace: Option<Text<'a>>,
+    pub(crate) namespace: Option<Text<'a>>,
     /// Only the queue label is kept.
     #[serde(default, borrow, deserialize_with = "queue_label")]
-    pub labels: Option<OneKey<'a>>,
+    pub(crate) labels: Option<OneKey<'a>>,
     /// Only the cluster annotation is kept.
     #[serde(default, borrow, deserialize_with = "cluster_annotation")]
-    pub annotations: Option<OneKey<'a>>,
+    pub(crate) annotations: Option<OneKey<'a>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SpecView<'a> {
-    pub suspend: Option<bool>,
+pub(crate) struct SpecView<'a> {
+    pub(crate) suspend: Option<bool>,
     #[serde(borrow)]
-    pub managed_by: Option<Text<'a>>,
+    pub(crate) managed_by: Option<Text<'a>>,
 }
 
 /// A `map[string]string` (labels, annotations) read for a single key: the map's presence and
 /// that key's value. Every other entry is still checked to be a string, but not kept.
 #[derive(Debug, Clone, Default)]
-pub struct OneKey<'a> {
-    pub value: Option<Text<'a>>,
+pub(crate) struct OneKey<'a> {
+    pub(crate) value: Option<Text<'a>>,
 }
 
 fn queue_label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OneKey<'de>>, D::Error> {
@@ -102,13 +102,13 @@ impl<'de> Visitor<'de> for OneKeyVisitor {
 }
 
 impl JobView<'_> {
-    pub fn queue(&self) -> Option<&str> {
+    pub(crate) fn queue(&self) -> Option<&str> {
         self.metadata.as_ref()?.labels.as_ref()?.value.as_deref()
     }
-    pub fn suspend(&self) -> Option<bool> {
+    pub(crate) fn suspend(&self) -> Option<bool> {
         self.spec.as_ref()?.suspend
     }
-    pub fn managed_by(&self) -> Option<&str> {
+    pub(crate) fn managed_by(&self) -> Option<&str> {
         self.spec.as_ref()?.managed_by.as_deref()
     }
     fn is_managed_by_us(&self) -> bool {

@@ -4,11 +4,12 @@
 //! errors: the dispatcher's worker-lost timeout counts from it, and only a successful
 //! connection resets it.
 
+use crate::api::cluster_reason;
 use std::time::{Duration, SystemTime};
 
 /// Why a worker is not usable; the `Active` condition's reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Connected,
     BadKubeConfig,
     InsecureKubeConfig,
@@ -18,19 +19,19 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Reason::Connected => "Connected",
-            Reason::BadKubeConfig => "BadKubeConfig",
-            Reason::InsecureKubeConfig => "InsecureKubeConfig",
-            Reason::ClientConnectionFailed => "ClientConnectionFailed",
-            Reason::Stale => "Stale",
-            Reason::InvalidSpec => "InvalidSpec",
+            Reason::Connected => cluster_reason::CONNECTED,
+            Reason::BadKubeConfig => cluster_reason::BAD_KUBE_CONFIG,
+            Reason::InsecureKubeConfig => cluster_reason::INSECURE_KUBE_CONFIG,
+            Reason::ClientConnectionFailed => cluster_reason::CLIENT_CONNECTION_FAILED,
+            Reason::Stale => cluster_reason::STALE,
+            Reason::InvalidSpec => cluster_reason::INVALID_SPEC,
         }
     }
 
     /// The reason a status names, if it is one of these.
-    pub fn parse(s: &str) -> Option<Reason> {
+    pub(crate) fn parse(s: &str) -> Option<Reason> {
         [
             Reason::Connected,
             Reason::BadKubeConfig,
@@ -45,7 +46,7 @@ impl Reason {
 
     /// Whether the worker is unreachable (or unusable) for this reason, as opposed to
     /// connected but behind.
-    pub fn is_disconnection(self) -> bool {
+    pub(crate) fn is_disconnection(self) -> bool {
         !matches!(self, Reason::Connected | Reason::Stale)
     }
 }
@@ -68,7 +69,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The delay after the `attempt`-th consecutive failure (1-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let factor = 1u32
             .checked_shl(attempt.saturating_sub(1))
             .unwrap_or(u32::MAX);
@@ -77,7 +78,7 @@ impl Backoff {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Health {
+pub(crate) enum Health {
     /// Never connected yet.
     Connecting,
     Connected {
@@ -93,27 +94,28 @@ pub enum Health {
 }
 
 #[derive(Debug, Clone)]
-pub struct ConnectionState {
-    pub health: Health,
-    pub backoff: Backoff,
+pub(crate) struct ConnectionState {
+    pub(crate) health: Health,
+    pub(crate) backoff: Backoff,
 }
 
 impl ConnectionState {
-    pub fn new(backoff: Backoff) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(backoff: Backoff) -> Self {
         Self {
             health: Health::Connecting,
             backoff,
         }
     }
 
-    pub fn connected(&mut self, now: SystemTime) {
+    pub(crate) fn connected(&mut self, now: SystemTime) {
         if !matches!(self.health, Health::Connected { .. }) {
             self.health = Health::Connected { since: now };
         }
     }
 
     /// Records a failure; returns how long to wait before the next attempt.
-    pub fn failed(&mut self, now: SystemTime, reason: Reason, message: String) -> Duration {
+    pub(crate) fn failed(&mut self, now: SystemTime, reason: Reason, message: String) -> Duration {
         let (since, attempts) = match &self.health {
             Health::Disconnected {
                 since, attempts, ..
@@ -131,12 +133,13 @@ impl ConnectionState {
         delay
     }
 
-    pub fn is_connected(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_connected(&self) -> bool {
         matches!(self.health, Health::Connected { .. })
     }
 
     /// When the worker was last lost, if it is disconnected now.
-    pub fn disconnected_since(&self) -> Option<SystemTime> {
+    pub(crate) fn disconnected_since(&self) -> Option<SystemTime> {
         match &self.health {
             Health::Disconnected { since, .. } => Some(*since),
             _ => None,
@@ -144,7 +147,7 @@ impl ConnectionState {
     }
 
     /// The `Active` condition: status, reason and message.
-    pub fn condition(&self) -> (&'static str, &'static str, String) {
+    pub(crate) fn condition(&self) -> (&'static str, &'static str, String) {
         match &self.health {
             Health::Connecting => (
                 "Unknown",

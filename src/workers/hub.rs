@@ -76,10 +76,10 @@ pub struct Hub {
     dirty: BTreeSet<String>,
     /// A watch without an event, bookmark or relist for this long makes its worker
     /// unschedulable.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
     /// Problems seen while building the inventory (a NodeResourceTopology that does not
     /// parse, ...), by cluster, for status and logs.
-    pub problems: BTreeMap<String, Vec<String>>,
+    pub(crate) problems: BTreeMap<String, Vec<String>>,
 }
 
 fn topology_name(o: &DynamicObject) -> Option<String> {
@@ -243,7 +243,7 @@ impl Hub {
 
     /// Why `cluster` is stale at `now` (a watch without an event, bookmark or relist for
     /// longer than `stale_after`, with its last error), if it is.
-    pub fn staleness(&self, cluster: &str, now: SystemTime) -> Option<String> {
+    pub(crate) fn staleness(&self, cluster: &str, now: SystemTime) -> Option<String> {
         let w = self.workers.get(cluster)?;
         let mut silent = Vec::new();
         for kind in w.tracked() {
@@ -268,7 +268,8 @@ impl Hub {
     }
 
     /// Whether `cluster` is stale at `now`.
-    pub fn is_stale(&self, cluster: &str, now: SystemTime) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_stale(&self, cluster: &str, now: SystemTime) -> bool {
         self.staleness(cluster, now).is_some()
     }
 

@@ -47,27 +47,27 @@ impl Default for LinkOptions {
 
 /// What a connection tells the controller, after every change.
 #[derive(Clone)]
-pub struct LinkReport {
-    pub name: String,
-    pub epoch: u64,
-    pub client: Option<kube::Client>,
-    pub client_generation: u64,
-    pub health: Health,
+pub(crate) struct LinkReport {
+    pub(crate) name: String,
+    pub(crate) epoch: u64,
+    pub(crate) client: Option<kube::Client>,
+    pub(crate) client_generation: u64,
+    pub(crate) health: Health,
 }
 
 /// Everything one connection needs.
-pub struct Link {
-    pub name: String,
+pub(crate) struct Link {
+    pub(crate) name: String,
     /// Tags every report, so the controller can ignore a replaced link's last words.
-    pub epoch: u64,
-    pub kubeconfig: watch::Receiver<Option<Reading>>,
-    pub hub: mpsc::Sender<Update>,
-    pub reports: mpsc::UnboundedSender<LinkReport>,
-    pub options: LinkOptions,
-    pub metrics: Option<WorkerMetrics>,
+    pub(crate) epoch: u64,
+    pub(crate) kubeconfig: watch::Receiver<Option<Reading>>,
+    pub(crate) hub: mpsc::Sender<Update>,
+    pub(crate) reports: mpsc::UnboundedSender<LinkReport>,
+    pub(crate) options: LinkOptions,
+    pub(crate) metrics: Option<WorkerMetrics>,
     /// Where the previous connection of this worker left off (a new kubeconfig location
     /// starts a new task, but "disconnected since" must survive it).
-    pub health: Health,
+    pub(crate) health: Health,
 }
 
 /// Why a connected session ended.
@@ -81,7 +81,7 @@ enum SessionEnd {
 impl Link {
     /// Runs until the worker is removed (the controller aborts the task, or the hub and the
     /// kubeconfig source go away).
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         let mut state = ConnectionState {
             health: self.health.clone(),
             backoff: self.options.backoff,

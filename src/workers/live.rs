@@ -170,9 +170,9 @@ impl Interner {
 type ParsedTopology = Result<Arc<NumaTopology>, String>;
 
 #[derive(Debug, Clone, Default)]
-pub struct ClusterState {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
+pub(crate) struct ClusterState {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
     interner: Interner,
     /// By interned node id: the Node, while it exists.
     nodes: Vec<Option<NodeRecord>>,
@@ -204,7 +204,7 @@ fn parse_amounts(
 
 /// The requests a pod holds on its node, as kube-scheduler counts them (init containers,
 /// sidecars and overhead included), plus one pod.
-pub fn pod_requests(pod: &Pod) -> Vec<(String, i64)> {
+pub(crate) fn pod_requests(pod: &Pod) -> Vec<(String, i64)> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };
@@ -259,7 +259,7 @@ fn holds_resources(pod: &Pod) -> Option<&str> {
 }
 
 impl ClusterState {
-    pub fn new(name: &str, labels: BTreeMap<String, String>) -> Self {
+    pub(crate) fn new(name: &str, labels: BTreeMap<String, String>) -> Self {
         Self {
             name: name.to_string(),
             labels,
@@ -312,13 +312,13 @@ impl ClusterState {
         self.nodes[id] = record;
     }
 
-    pub fn apply_node(&mut self, node: &KubeNode) {
+    pub(crate) fn apply_node(&mut self, node: &KubeNode) {
         if let Some((id, record)) = self.node_record(node) {
             self.set_node(id, Some(record));
         }
     }
 
-    pub fn delete_node(&mut self, name: &str) {
+    pub(crate) fn delete_node(&mut self, name: &str) {
         if let Some(id) = self.interner.node_ids.get(name).copied() {
             self.set_node(id, None);
             self.interner.deleted_since_prune += 1;
@@ -330,17 +330,17 @@ impl ClusterState {
 
     /// Starts a relist of nodes: what arrives until [`Self::end_node_relist`] replaces the
     /// set. Each node is compacted as it arrives, so a relist never holds whole Nodes.
-    pub fn begin_node_relist(&mut self) {
+    pub(crate) fn begin_node_relist(&mut self) {
         self.node_relist = Some(Vec::new());
     }
 
-    pub fn relist_node(&mut self, node: &KubeNode) {
+    pub(crate) fn relist_node(&mut self, node: &KubeNode) {
         if let Some(entry) = self.node_record(node) {
             self.node_relist.get_or_insert_with(Vec::new).push(entry);
         }
     }
 
-    pub fn end_node_relist(&mut self) {
+    pub(crate) fn end_node_relist(&mut self) {
         let listed = self.node_relist.take().unwrap_or_default();
         self.clear_nodes();
         // In arrival order: of duplicates the last wins.
@@ -385,7 +385,7 @@ impl ClusterState {
         }
     }
 
-    pub fn apply_pod(&mut self, pod: &Pod) {
+    pub(crate) fn apply_pod(&mut self, pod: &Pod) {
         let Some((key, record)) = self.record(pod) else {
             return;
         };
@@ -404,22 +404,22 @@ impl ClusterState {
         }
     }
 
-    pub fn delete_pod(&mut self, uid: &str) {
+    pub(crate) fn delete_pod(&mut self, uid: &str) {
         self.remove_pod(pod_key(uid));
     }
 
     /// Starts a relist of pods: what arrives until [`Self::end_pod_relist`] replaces the set.
-    pub fn begin_pod_relist(&mut self) {
+    pub(crate) fn begin_pod_relist(&mut self) {
         self.relist = Some(Vec::new());
     }
 
-    pub fn relist_pod(&mut self, pod: &Pod) {
+    pub(crate) fn relist_pod(&mut self, pod: &Pod) {
         if let Some((_, Some(rec))) = self.record(pod) {
             self.relist.get_or_insert_with(Vec::new).push(rec);
         }
     }
 
-    pub fn end_pod_relist(&mut self) {
+    pub(crate) fn end_pod_relist(&mut self) {
         let mut pods = self.relist.take().unwrap_or_default();
         // The last of duplicates wins, as if they had arrived one by one.
         pods.reverse();
@@ -463,7 +463,7 @@ impl ClusterState {
 
     /// A NodeResourceTopology object (its name is the node's name). Resource names are
     /// interned in `table`, which must be the one later given to [`Self::to_cluster`].
-    pub fn apply_topology(
+    pub(crate) fn apply_topology(
         &mut self,
         name: &str,
         object: &serde_json::Value,
@@ -474,18 +474,18 @@ impl ClusterState {
         self.topologies.insert(id, parsed);
     }
 
-    pub fn delete_topology(&mut self, name: &str) {
+    pub(crate) fn delete_topology(&mut self, name: &str) {
         if let Some(id) = self.interner.node_ids.get(name) {
             self.topologies.remove(id);
         }
     }
 
     /// Starts a relist of NodeResourceTopology objects, each parsed as it arrives.
-    pub fn begin_topology_relist(&mut self) {
+    pub(crate) fn begin_topology_relist(&mut self) {
         self.topology_relist = Some(Vec::new());
     }
 
-    pub fn relist_topology(
+    pub(crate) fn relist_topology(
         &mut self,
         name: &str,
         object: &serde_json::Value,
@@ -498,7 +498,7 @@ impl ClusterState {
             .push((id, parsed));
     }
 
-    pub fn end_topology_relist(&mut self) {
+    pub(crate) fn end_topology_relist(&mut self) {
         let listed = self.topology_relist.take().unwrap_or_default();
         self.topologies.clear();
         self.topologies.extend(listed);
@@ -506,28 +506,29 @@ impl ClusterState {
 
     /// Drops a relist of NodeResourceTopology objects under way, and every object (the CRD
     /// is no longer served).
-    pub fn forget_topologies(&mut self) {
+    pub(crate) fn forget_topologies(&mut self) {
         self.topology_relist = None;
         self.topologies.clear();
     }
 
     /// Forgets every pod (a relist follows).
-    pub fn clear_pods(&mut self) {
+    pub(crate) fn clear_pods(&mut self) {
         self.pods = Vec::new();
         self.requested.clear();
     }
-    pub fn clear_nodes(&mut self) {
+    pub(crate) fn clear_nodes(&mut self) {
         self.nodes.iter_mut().for_each(|n| *n = None);
     }
 
-    pub fn pod_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pod_count(&self) -> usize {
         self.pods.len()
     }
 
     /// The inventory's view of this cluster, nodes in name order. A node whose
     /// NodeResourceTopology cannot be read is kept without NUMA data, and the problem is
     /// returned beside the cluster so it can be reported.
-    pub fn to_cluster(&self, table: &mut ResourceTable) -> (Cluster, Vec<InventoryError>) {
+    pub(crate) fn to_cluster(&self, table: &mut ResourceTable) -> (Cluster, Vec<InventoryError>) {
         let mut problems = Vec::new();
         // This cluster's resource ids in the shared table.
         let ids: Vec<usize> = self

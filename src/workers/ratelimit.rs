@@ -48,33 +48,25 @@ impl RateLimiter {
     }
 
     /// Takes a token now; returns how long the request must wait before it goes.
-    pub fn reserve(&self) -> Duration {
+    pub(crate) fn reserve(&self) -> Duration {
         // A poisoned lock only means another request panicked mid-update; the numbers are
         // still usable.
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (tokens, last) = &mut *s;
         Self::reserve_at(tokens, last, self.qps, self.burst, Instant::now())
     }
-
-    /// Waits until the next request may go.
-    pub async fn acquire(&self) {
-        let wait = self.reserve();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
 }
 
 /// Throttles every request of the service it wraps through one [`RateLimiter`], and records
 /// each request's latency (until the response headers) in `latency` when given.
 #[derive(Clone)]
-pub struct RateLimitLayer {
+pub(crate) struct RateLimitLayer {
     limiter: Arc<RateLimiter>,
     latency: Option<Histogram>,
 }
 
 impl RateLimitLayer {
-    pub fn new(limiter: Arc<RateLimiter>, latency: Option<Histogram>) -> Self {
+    pub(crate) fn new(limiter: Arc<RateLimiter>, latency: Option<Histogram>) -> Self {
         Self { limiter, latency }
     }
 }
@@ -95,7 +87,7 @@ impl<S> tower::Layer<S> for RateLimitLayer {
 /// The service [`RateLimitLayer`] makes. The wait happens in `poll_ready`: kube's client
 /// drives its stack from one buffer task, so requests leave in order and a slow bucket holds
 /// back only this worker's requests.
-pub struct RateLimited<S> {
+pub(crate) struct RateLimited<S> {
     inner: S,
     limiter: Arc<RateLimiter>,
     latency: Option<Histogram>,

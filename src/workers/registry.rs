@@ -17,7 +17,7 @@ pub struct WorkerView {
     /// The WorkerCluster's `spec.labels`.
     pub labels: BTreeMap<String, String>,
     /// The WorkerCluster's `spec.schedulerName`.
-    pub scheduler_name: Option<String>,
+    pub(crate) scheduler_name: Option<String>,
     /// Rate-limited; `Some` once a client was built from a safe kubeconfig, and kept (with
     /// `connected` false) when a later kubeconfig is refused or the worker stops answering.
     pub client: Option<kube::Client>,
@@ -79,7 +79,7 @@ impl WorkerView {
     }
 
     /// Whether two views differ in anything a reader acts on (clients compare by generation).
-    pub fn same_as(&self, other: &WorkerView) -> bool {
+    pub(crate) fn same_as(&self, other: &WorkerView) -> bool {
         self.name == other.name
             && self.labels == other.labels
             && self.scheduler_name == other.scheduler_name
@@ -126,13 +126,14 @@ impl Workers {
     }
 
     /// Whether every WorkerCluster has been read once since start-up.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.rx.borrow().synced
     }
 
     /// A fixed set of views that never changes (tests, simulations): `changed()` returns
     /// false at once.
-    pub fn fixed(views: BTreeMap<String, WorkerView>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn fixed(views: BTreeMap<String, WorkerView>) -> Self {
         let (tx, rx) = watch::channel(Published {
             views: Arc::new(views),
             synced: true,

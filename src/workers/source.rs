@@ -19,11 +19,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// The kubeconfig text, or why there is none (the `BadKubeConfig` message).
-pub type Reading = Result<String, String>;
+pub(crate) type Reading = Result<String, String>;
 
 /// Starts watching `location`; the receiver holds `None` until the first reading. The task
 /// ends when every receiver is gone.
-pub fn spawn(
+pub(crate) fn spawn(
     location: &KubeConfig,
     manager: kube::Client,
     namespace: &str,
@@ -57,7 +57,7 @@ fn publish(tx: &watch::Sender<Option<Reading>>, reading: Reading) {
 }
 
 /// The kubeconfig a Secret holds, or why it holds none.
-pub fn from_secret(secret: &Secret, namespace: &str) -> Reading {
+pub(crate) fn from_secret(secret: &Secret, namespace: &str) -> Reading {
     let name = secret.metadata.name.as_deref().unwrap_or_default();
     let data = secret.data.as_ref();
     let Some(bytes) = data.and_then(|d| d.get(KUBECONFIG_SECRET_KEY)) else {

@@ -6,7 +6,7 @@
 //! `ClientConnectionFailed`, `Stale`, `InvalidSpec`) and its message gives the attempt count
 //! and when the next attempt is due.
 
-use super::connection::{httpdate, Health, Reason};
+use super::connection::{Health, Reason};
 use crate::api::{
     cluster_reason, find_condition, set_condition, ClusterSummary, ConnectionStatus,
     WorkerClusterStatus, CONDITION_ACTIVE,
@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 /// A status timestamp, whole seconds as the API server stores them, so what was written
 /// compares equal to what is read back.
-pub fn time(t: SystemTime) -> Time {
+pub(crate) fn time(t: SystemTime) -> Time {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -29,7 +29,7 @@ pub fn time(t: SystemTime) -> Time {
 }
 
 /// The `Active` condition's status, reason and message.
-pub fn active(health: &Health, stale: Option<&str>) -> (&'static str, &'static str, String) {
+pub(crate) fn active(health: &Health, stale: Option<&str>) -> (&'static str, &'static str, String) {
     let (status, reason, message) = super::ConnectionState {
         health: health.clone(),
         backoff: Default::default(),
@@ -57,7 +57,7 @@ fn quantities(
 }
 
 /// The summary of a worker's inventory; `last_sync` is when it was last known fresh.
-pub fn summary(
+pub(crate) fn summary(
     cluster: &Cluster,
     table: &ResourceTable,
     last_sync: Option<SystemTime>,
@@ -77,18 +77,18 @@ pub fn summary(
 }
 
 /// Everything the status is made from.
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     /// The status as the API server has it now.
-    pub current: Option<&'a WorkerClusterStatus>,
-    pub generation: Option<i64>,
-    pub health: &'a Health,
+    pub(crate) current: Option<&'a WorkerClusterStatus>,
+    pub(crate) generation: Option<i64>,
+    pub(crate) health: &'a Health,
     /// The inventory's cluster, once the hub has published it.
-    pub cluster: Option<&'a Cluster>,
-    pub table: &'a ResourceTable,
+    pub(crate) cluster: Option<&'a Cluster>,
+    pub(crate) table: &'a ResourceTable,
 }
 
 /// The status Switchyard wants the WorkerCluster to have at `now`.
-pub fn desired(o: &Observed, now: SystemTime) -> WorkerClusterStatus {
+pub(crate) fn desired(o: &Observed, now: SystemTime) -> WorkerClusterStatus {
     let stale = o.cluster.and_then(|c| c.unavailable.as_deref());
     let (status, reason, message) = active(o.health, stale);
     let mut conditions = o.current.map(|s| s.conditions.clone()).unwrap_or_default();
@@ -143,7 +143,7 @@ pub fn desired(o: &Observed, now: SystemTime) -> WorkerClusterStatus {
 /// Whether `desired` is worth writing over `current`: anything but the summary's sync time
 /// differs, or that time is older than `refresh` (so a fresh worker's status shows it is
 /// fresh without a write on every change of the clock).
-pub fn needs_write(
+pub(crate) fn needs_write(
     current: Option<&WorkerClusterStatus>,
     desired: &WorkerClusterStatus,
     refresh: Duration,
@@ -179,7 +179,7 @@ pub fn needs_write(
 /// The merge patch that makes the status `desired`: absent parts are written as null so a
 /// summary or connection that no longer applies is removed, and the conditions list is sent
 /// whole (a merge patch replaces lists).
-pub fn patch(desired: &WorkerClusterStatus) -> Value {
+pub(crate) fn patch(desired: &WorkerClusterStatus) -> Value {
     let mut status = serde_json::to_value(desired).unwrap_or_else(|_| json!({}));
     if let Value::Object(map) = &mut status {
         for key in ["summary", "connection"] {
@@ -195,7 +195,7 @@ pub fn patch(desired: &WorkerClusterStatus) -> Value {
 /// dispatcher's workerLostTimeout would start over with every failover. T is
 /// `status.connection.disconnectedSince`, else the time the `Active` condition turned False
 /// for a disconnection reason. Anything else starts as `Connecting`.
-pub fn restored_health(status: Option<&WorkerClusterStatus>, now: SystemTime) -> Health {
+pub(crate) fn restored_health(status: Option<&WorkerClusterStatus>, now: SystemTime) -> Health {
     let Some(status) = status else {
         return Health::Connecting;
     };
@@ -230,15 +230,18 @@ pub fn restored_health(status: Option<&WorkerClusterStatus>, now: SystemTime) ->
 }
 
 /// A one-line description of a worker's state for logs and `/readyz`.
-pub fn describe(health: &Health) -> String {
+#[cfg(test)]
+pub(crate) fn describe(health: &Health) -> String {
     match health {
         Health::Connecting => "connecting".into(),
-        Health::Connected { since } => format!("connected since {}", httpdate(*since)),
+        Health::Connected { since } => {
+            format!("connected since {}", super::connection::httpdate(*since))
+        }
         Health::Disconnected {
             since, attempts, ..
         } => format!(
             "disconnected since {} ({attempts} attempts)",
-            httpdate(*since)
+            super::connection::httpdate(*since)
         ),
     }
 }

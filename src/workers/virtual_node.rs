@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
-pub const CLUSTER_LABEL: &str = "switchyard.dev/cluster";
-pub const VIRTUAL_TAINT: &str = "switchyard.dev/virtual";
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub(crate) const CLUSTER_LABEL: &str = "switchyard.dev/cluster";
+pub(crate) const VIRTUAL_TAINT: &str = "switchyard.dev/virtual";
+pub(crate) const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The label keys Switchyard set on a virtual node, comma-separated: a merge patch only adds
 /// and changes keys, so a key we stop setting must be removed by name, and only ours may be.
-pub const OWNED_LABELS_ANNOTATION: &str = "switchyard.dev/labels";
+pub(crate) const OWNED_LABELS_ANNOTATION: &str = "switchyard.dev/labels";
 /// The kubelet's default; the node lifecycle controller waits 40 s past a renewal.
-pub const LEASE_SECONDS: i32 = 40;
+pub(crate) const LEASE_SECONDS: i32 = 40;
 
 fn rfc3339(t: SystemTime, micros: bool) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -126,7 +126,7 @@ fn virtual_taint() -> Value {
 ///   taint added in between makes it fail (409) rather than vanish.
 /// - Capacity and allocatable are replaced exactly: a resource the worker no longer has is
 ///   removed.
-pub fn update_patches(existing: &Value, desired: &Value) -> (Option<Value>, Value) {
+pub(crate) fn update_patches(existing: &Value, desired: &Value) -> (Option<Value>, Value) {
     let want = desired["metadata"]["labels"]
         .as_object()
         .cloned()
@@ -214,7 +214,7 @@ pub fn update_patches(existing: &Value, desired: &Value) -> (Option<Value>, Valu
 }
 
 /// Every condition, every time: a merge patch replaces the whole list.
-pub fn conditions(connected: bool, now: SystemTime) -> Value {
+pub(crate) fn conditions(connected: bool, now: SystemTime) -> Value {
     let t = rfc3339(now, false);
     let (status, reason, message) = if connected {
         (

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::Sender;
 
 /// topology.node.k8s.io/v1alpha2 NodeResourceTopology, as node-feature-discovery publishes it.
-pub fn nrt_resource() -> ApiResource {
+pub(crate) fn nrt_resource() -> ApiResource {
     ApiResource {
         group: "topology.node.k8s.io".into(),
         version: "v1alpha2".into(),
@@ -46,9 +46,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Nodes, Kind::Pods, Kind::Topologies];
+    pub(crate) const ALL: [Kind; 3] = [Kind::Nodes, Kind::Pods, Kind::Topologies];
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Kind::Nodes => 0,
             Kind::Pods => 1,
@@ -56,7 +56,7 @@ impl Kind {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Nodes => "node",
             Kind::Pods => "pod",
@@ -101,7 +101,7 @@ impl Default for WatchTimings {
 impl WatchTimings {
     /// Watches short enough that the bookmark ending each one arrives well within
     /// `stale_after`, even on a quiet worker.
-    pub fn for_stale_after(stale_after: Duration) -> Self {
+    pub(crate) fn for_stale_after(stale_after: Duration) -> Self {
         let watch_timeout =
             (stale_after / 2).clamp(Duration::from_secs(1), Duration::from_secs(290));
         Self {
@@ -137,7 +137,7 @@ impl Default for WatchOptions {
 /// Whether a worker's node and pod lists have completed once, and their last error: what
 /// a new connection waits for before it counts as established.
 #[derive(Debug, Default)]
-pub struct WatchHealth {
+pub(crate) struct WatchHealth {
     inner: std::sync::Mutex<HealthState>,
 }
 
@@ -167,12 +167,12 @@ impl WatchHealth {
     }
 
     /// Whether nodes and pods have both been listed once.
-    pub fn listed(&self) -> bool {
+    pub(crate) fn listed(&self) -> bool {
         self.lock().listed.iter().all(|l| *l)
     }
 
     /// Why the lists have not completed, for the connection's message.
-    pub fn why_not_listed(&self) -> String {
+    pub(crate) fn why_not_listed(&self) -> String {
         let s = self.lock();
         let mut why = Vec::new();
         for (i, kind) in [Kind::Nodes, Kind::Pods].iter().enumerate() {
@@ -442,7 +442,7 @@ where
 
 /// Runs the node, pod and NodeResourceTopology watches of one worker until the hub goes
 /// away, reporting into `health` and counting failures in `restarts`.
-pub async fn watches(
+pub(crate) async fn watches(
     cluster: String,
     client: kube::Client,
     tx: Sender<Update>,

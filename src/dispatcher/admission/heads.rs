@@ -27,9 +27,9 @@ pub(super) struct Heads<'w> {
 
 /// A class's head, as [`Heads::next`] hands it out.
 pub(super) struct Head<'w> {
-    pub index: usize,
-    pub class: &'w ClassKey,
-    pub job: &'w Job,
+    pub(crate) index: usize,
+    pub(crate) class: &'w ClassKey,
+    pub(crate) job: &'w Job,
 }
 
 impl<'w> Heads<'w> {

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 /// The queue's quota in force: its own, or the sum of its workers' allocatable. A worker
 /// counts until it is lost (unreachable for `workerLostTimeout`), with the allocatable last
 /// known: a short disconnect changes nothing, not even the quota.
-pub fn effective(
+pub(crate) fn effective(
     state: &State,
     settings: &QueueSettings,
     now: SystemTime,
@@ -156,10 +156,10 @@ pub(crate) type Amounts = Vec<i64>;
 /// A queue's quota during a pass.
 pub(crate) struct Quota {
     /// The limit per resource.
-    pub limits: Vec<Option<i64>>,
+    pub(crate) limits: Vec<Option<i64>>,
     /// The queue sets no quota of its own: it is the sum of its workers' allocatable, and a
     /// resource none of them has can never be given.
-    pub automatic: bool,
+    pub(crate) automatic: bool,
 }
 
 /// Whether a queue's quota covers a gang now.

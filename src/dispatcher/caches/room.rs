@@ -88,10 +88,10 @@ impl Changes {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShapeRoom {
     /// The worker's touch log position the counts are up to date with.
-    pub pos: u64,
-    pub cap: usize,
-    pub counts: Vec<u32>,
-    pub total: usize,
+    pub(crate) pos: u64,
+    pub(crate) cap: usize,
+    pub(crate) counts: Vec<u32>,
+    pub(crate) total: usize,
 }
 
 /// [`ShapeRoom`]s by worker, then shape key.
