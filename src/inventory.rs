@@ -219,7 +219,7 @@ pub struct ClusterSummary {
     /// A digest of what the nodes can hold when empty: their number and the allocatable
     /// totals and maxima above. Found when the cluster is summarized (free amounts do not
     /// enter it), so that comparing it costs nothing.
-    pub(crate) capacity_print: u64,
+    pub(crate) capacity_fingerprint: u64,
 }
 
 impl ClusterSummary {
@@ -287,7 +287,7 @@ impl Cluster {
             }
         }
         s.node_free = Arc::new(node_free);
-        s.capacity_print = {
+        s.capacity_fingerprint = {
             use std::hash::BuildHasher as _;
             foldhash::fast::FixedState::default().hash_one((
                 s.nodes,

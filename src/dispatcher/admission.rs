@@ -626,34 +626,22 @@ impl<'w> Pass<'w> {
         }
         let all_never = reasons.iter().all(|r| r.never);
         if self.config.placement == Placement::Exact && (now.starving || all_never) {
-            // Would it fit anywhere were the worker empty?
-            let mut drained_best: Option<(i64, &str)> = None;
-            for &order in candidates {
-                let name = settings.clusters[order].as_str();
-                if let Some(score) = oracle.fit_drained(gang, name) {
-                    if drained_best.is_none_or(|(s, _)| score > s) {
-                        drained_best = Some((score, name));
-                    }
-                }
-            }
-            match drained_best {
+            match drained_best(gang, settings, candidates, oracle) {
                 // A worker that could not be looked at might still hold it: a short
                 // disconnect does not make a Job "never fits".
                 None if own.is_some() || unseen => {}
-                None => {
-                    return wait(
-                        reason::NEVER_FITS,
-                        self.say(|| {
-                            format!(
+                None => return wait(
+                    reason::NEVER_FITS,
+                    self.say(|| {
+                        format!(
                             "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
                             job.queue,
                             job.gang(),
                             join(&reasons)
                         )
-                        }),
-                    )
-                }
-                Some((_, name)) if now.starving => {
+                    }),
+                ),
+                Some(name) if now.starving => {
                     let message = self.say(|| format!(
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
                         job.gang(),
@@ -847,6 +835,25 @@ impl From<Verdict> for WaitReason {
             message: v.message,
         }
     }
+}
+
+/// The worker the gang would fit best in were it empty, among `candidates`, if any.
+fn drained_best<'w>(
+    gang: &Gang<'w>,
+    settings: &'w QueueSettings,
+    candidates: &[usize],
+    oracle: &mut impl Oracle<'w>,
+) -> Option<&'w str> {
+    let mut best: Option<(i64, &str)> = None;
+    for &order in candidates {
+        let name = settings.clusters[order].as_str();
+        if let Some(score) = oracle.fit_drained(gang, name) {
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, name));
+            }
+        }
+    }
+    best.map(|(_, name)| name)
 }
 
 /// Whether the Job's namespace matches its queue's namespaceSelector (a namespace whose

@@ -19,7 +19,9 @@
 //! Job's resourceVersion as a precondition, so of two dispatchers (a leadership change, a
 //! split brain) only one claims a Job; the other gets 409 Conflict, rereads, and sees the claim.
 
+use super::ledger::QueueUse;
 use super::object::{self, Priorities};
+use super::state::State;
 use super::*;
 use crate::api::dispatch_queue::{DispatchQueue, DispatchQueueStatus};
 use crate::api::queue_reason;
@@ -551,103 +553,111 @@ impl Live {
         }
         match input {
             Input::Jobs(change) => self.jobs_changed(change),
-            Input::Queues(change) => {
-                match change {
-                    Change::Listed(all) => {
-                        let names: HashSet<String> =
-                            all.iter().filter_map(|q| q.metadata.name.clone()).collect();
-                        let gone: Vec<String> = self
-                            .world
-                            .state
-                            .queues
-                            .keys()
-                            .filter(|n| !names.contains(*n))
-                            .cloned()
-                            .collect();
-                        for n in gone {
-                            self.world.remove_queue(&n);
-                        }
-                        for q in &all {
-                            if let Some(q) = object::parse_queue(q) {
-                                self.world.upsert_queue(q);
-                            }
-                        }
-                        self.synced.queues = true;
-                    }
-                    Change::Applied(q) => {
-                        if let Some(q) = object::parse_queue(&q) {
-                            self.world.upsert_queue(q);
-                        }
-                    }
-                    Change::Deleted(q) => {
-                        if let Some(n) = &q.metadata.name {
-                            self.world.remove_queue(n);
-                            self.queue_status.remove(n);
-                        }
-                    }
-                }
-                self.world.touch_all();
-            }
-            Input::Namespaces(change) => {
-                let mut touched = Vec::new();
-                match change {
-                    Change::Listed(all) => {
-                        self.namespaces = all.into_iter().map(|(n, l)| (n, Arc::new(l))).collect();
-                        touched.extend(self.namespaces.keys().cloned());
-                        self.synced.namespaces = true;
-                    }
-                    Change::Applied((n, l)) => {
-                        if self.namespaces.get(&n).is_none_or(|old| **old != l) {
-                            self.namespaces.insert(n.clone(), Arc::new(l));
-                            touched.push(n);
-                        }
-                    }
-                    Change::Deleted((n, _)) => {
-                        self.namespaces.remove(&n);
-                        touched.push(n);
-                    }
-                }
-                let touched: HashSet<String> = touched.into_iter().collect();
-                self.reparse(|k| touched.contains(&k.namespace));
-            }
-            Input::Priorities(change) => {
-                match change {
-                    Change::Listed(all) => {
-                        self.priority_classes =
-                            all.into_iter().map(|(n, v, d)| (n, (v, d))).collect();
-                        self.synced.priorities = true;
-                    }
-                    Change::Applied((n, v, d)) => {
-                        self.priority_classes.insert(n, (v, d));
-                    }
-                    Change::Deleted((n, _, _)) => {
-                        self.priority_classes.remove(&n);
-                    }
-                }
-                let priorities = Priorities {
-                    by_name: self
-                        .priority_classes
-                        .iter()
-                        .map(|(n, (v, _))| (n.clone(), *v))
-                        .collect(),
-                    global_default: self
-                        .priority_classes
-                        .values()
-                        .filter(|(_, d)| *d)
-                        .map(|(v, _)| *v)
-                        .max(),
-                };
-                if priorities != self.priorities {
-                    self.priorities = priorities;
-                    self.reparse(|_| true);
-                }
-            }
+            Input::Queues(change) => self.queues_changed(change),
+            Input::Namespaces(change) => self.namespaces_changed(change),
+            Input::Priorities(change) => self.priorities_changed(change),
             Input::Copies {
                 cluster,
                 generation,
                 change,
             } => self.copies_changed(&cluster, generation, change),
             Input::Done(done) => self.writes_landed(*done),
+        }
+    }
+
+    fn queues_changed(&mut self, change: Change<Box<DispatchQueue>>) {
+        match change {
+            Change::Listed(all) => {
+                let names: HashSet<String> =
+                    all.iter().filter_map(|q| q.metadata.name.clone()).collect();
+                let gone: Vec<String> = self
+                    .world
+                    .state
+                    .queues
+                    .keys()
+                    .filter(|n| !names.contains(*n))
+                    .cloned()
+                    .collect();
+                for n in gone {
+                    self.world.remove_queue(&n);
+                }
+                for q in &all {
+                    if let Some(q) = object::parse_queue(q) {
+                        self.world.upsert_queue(q);
+                    }
+                }
+                self.synced.queues = true;
+            }
+            Change::Applied(q) => {
+                if let Some(q) = object::parse_queue(&q) {
+                    self.world.upsert_queue(q);
+                }
+            }
+            Change::Deleted(q) => {
+                if let Some(n) = &q.metadata.name {
+                    self.world.remove_queue(n);
+                    self.queue_status.remove(n);
+                }
+            }
+        }
+        self.world.touch_all();
+    }
+
+    /// A Namespace's labels changed: its queued Jobs are read again (the queues'
+    /// namespaceSelectors see the new labels).
+    fn namespaces_changed(&mut self, change: Change<(String, BTreeMap<String, String>)>) {
+        let mut touched = Vec::new();
+        match change {
+            Change::Listed(all) => {
+                self.namespaces = all.into_iter().map(|(n, l)| (n, Arc::new(l))).collect();
+                touched.extend(self.namespaces.keys().cloned());
+                self.synced.namespaces = true;
+            }
+            Change::Applied((n, l)) => {
+                if self.namespaces.get(&n).is_none_or(|old| **old != l) {
+                    self.namespaces.insert(n.clone(), Arc::new(l));
+                    touched.push(n);
+                }
+            }
+            Change::Deleted((n, _)) => {
+                self.namespaces.remove(&n);
+                touched.push(n);
+            }
+        }
+        let touched: HashSet<String> = touched.into_iter().collect();
+        self.reparse(|k| touched.contains(&k.namespace));
+    }
+
+    /// The PriorityClasses changed: every Job is read again (its priority may have).
+    fn priorities_changed(&mut self, change: Change<(String, i32, bool)>) {
+        match change {
+            Change::Listed(all) => {
+                self.priority_classes = all.into_iter().map(|(n, v, d)| (n, (v, d))).collect();
+                self.synced.priorities = true;
+            }
+            Change::Applied((n, v, d)) => {
+                self.priority_classes.insert(n, (v, d));
+            }
+            Change::Deleted((n, _, _)) => {
+                self.priority_classes.remove(&n);
+            }
+        }
+        let priorities = Priorities {
+            by_name: self
+                .priority_classes
+                .iter()
+                .map(|(n, (v, _))| (n.clone(), *v))
+                .collect(),
+            global_default: self
+                .priority_classes
+                .values()
+                .filter(|(_, d)| *d)
+                .map(|(v, _)| *v)
+                .max(),
+        };
+        if priorities != self.priorities {
+            self.priorities = priorities;
+            self.reparse(|_| true);
         }
     }
 
@@ -1285,110 +1295,25 @@ impl Live {
     /// The DispatchQueues' status: counts, quota in force and use, and whether the queue
     /// admits Jobs. Written when it changes, at most every `queue_status_every`.
     fn write_queue_statuses(&mut self, now: SystemTime) {
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as QueueCondition;
         let names: Vec<String> = self.world.state.queues.keys().cloned().collect();
         let mut series = HashSet::new();
         for name in names {
-            let q = &self.world.state.queues[&name];
+            let queue = &self.world.state.queues[&name];
             let uses = self
                 .world
                 .ledger
                 .queue_use(&name)
                 .cloned()
                 .unwrap_or_default();
-            if let Some(m) = &self.ctx.metrics {
-                let l = QueueLabels {
-                    queue: name.clone(),
-                };
-                m.queue_pending.get_or_create(&l).set(uses.pending as i64);
-                m.queue_admitted.get_or_create(&l).set(uses.admitted as i64);
-                m.queue_running.get_or_create(&l).set(uses.running as i64);
-            }
-            let (active, reason, message, quota) = match &q.settings {
-                Err(e) => (
-                    false,
-                    queue_reason::INVALID_SPEC,
-                    e.clone(),
-                    BTreeMap::new(),
-                ),
-                Ok(s) => {
-                    let quota = effective_quota(&self.world.state, s, now);
-                    let usable = s
-                        .clusters
-                        .iter()
-                        .filter(|c| self.world.state.workers.get(*c).is_some_and(|w| w.usable()))
-                        .count();
-                    if usable == 0 {
-                        (
-                            false,
-                            queue_reason::NO_ACTIVE_CLUSTER,
-                            format!(
-                                "none of its clusters ({}) is connected",
-                                s.clusters.join(", ")
-                            ),
-                            quota,
-                        )
-                    } else {
-                        (
-                            true,
-                            queue_reason::READY,
-                            format!("{usable} of {} clusters usable", s.clusters.len()),
-                            quota,
-                        )
-                    }
-                }
-            };
-            if let Some(m) = &self.ctx.metrics {
-                // In the resource's unit: cores, bytes, devices.
-                let resources: BTreeSet<&String> = quota.keys().chain(uses.usage.keys()).collect();
-                for r in resources {
-                    let l = QueueResourceLabels {
-                        queue: name.clone(),
-                        resource: r.clone(),
-                    };
-                    let unit = |v: Option<&i64>| v.copied().unwrap_or(0) as f64 / 1000.0;
-                    m.queue_quota.get_or_create(&l).set(unit(quota.get(r)));
-                    m.queue_quota_used
-                        .get_or_create(&l)
-                        .set(unit(uses.usage.get(r)));
-                    series.insert((name.clone(), r.clone()));
-                }
-            }
-            let quantity = |m: &BTreeMap<String, i64>| {
-                m.iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            Quantity(crate::quantity::display(k, crate::quantity::Milli(*v))),
-                        )
-                    })
-                    .collect()
-            };
             let previous = self.queue_status.get(&name);
-            let transition = previous
-                .and_then(|(s, _)| s.conditions.first())
-                .filter(|c| (c.status == "True") == active)
-                .map(|c| c.last_transition_time.clone())
-                .unwrap_or_else(|| {
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(mirror::to_timestamp(now))
-                });
-            let status = DispatchQueueStatus {
-                conditions: vec![QueueCondition {
-                    type_: "Active".into(),
-                    status: if active { "True" } else { "False" }.into(),
-                    reason: reason.into(),
-                    message,
-                    last_transition_time: transition,
-                    observed_generation: None,
-                }],
-                pending: uses.pending as i32,
-                admitted: uses.admitted as i32,
-                running: uses.running as i32,
-                effective_quota: quantity(&quota),
-                quota_usage: quantity(&uses.usage),
-                observed_generation: None,
-            };
+            let (status, quota) = queue_status(
+                &self.world.state,
+                queue,
+                &uses,
+                previous.map(|(s, _)| s),
+                now,
+            );
+            self.publish_queue_metrics(&name, &uses, &quota, &mut series);
             if let Some((old, at)) = previous {
                 if *old == status || *at + self.options.queue_status_every > now {
                     continue;
@@ -1424,6 +1349,109 @@ impl Live {
         }
         self.quota_series = series;
     }
+
+    /// A queue's counts, and per resource its quota and use (in the resource's unit: cores,
+    /// bytes, devices); the (queue, resource) series published go into `series`.
+    fn publish_queue_metrics(
+        &self,
+        name: &str,
+        uses: &QueueUse,
+        quota: &BTreeMap<String, i64>,
+        series: &mut HashSet<(String, String)>,
+    ) {
+        let Some(m) = &self.ctx.metrics else {
+            return;
+        };
+        let l = QueueLabels {
+            queue: name.to_string(),
+        };
+        m.queue_pending.get_or_create(&l).set(uses.pending as i64);
+        m.queue_admitted.get_or_create(&l).set(uses.admitted as i64);
+        m.queue_running.get_or_create(&l).set(uses.running as i64);
+        let resources: BTreeSet<&String> = quota.keys().chain(uses.usage.keys()).collect();
+        for r in resources {
+            let l = QueueResourceLabels {
+                queue: name.to_string(),
+                resource: r.clone(),
+            };
+            let unit = |v: Option<&i64>| v.copied().unwrap_or(0) as f64 / 1000.0;
+            m.queue_quota.get_or_create(&l).set(unit(quota.get(r)));
+            m.queue_quota_used
+                .get_or_create(&l)
+                .set(unit(uses.usage.get(r)));
+            series.insert((name.to_string(), r.clone()));
+        }
+    }
+}
+
+/// A queue's status as the dispatcher sees it at `now`: its counts, its quota in force and
+/// in use, and whether it admits Jobs (its `Active` condition keeps the transition time of
+/// `previous` while its status stays); with the quota in force, by resource.
+fn queue_status(
+    state: &State,
+    queue: &Queue,
+    uses: &QueueUse,
+    previous: Option<&DispatchQueueStatus>,
+    now: SystemTime,
+) -> (DispatchQueueStatus, BTreeMap<String, i64>) {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let (active, reason, message, quota) = match &queue.settings {
+        Err(e) => (
+            false,
+            queue_reason::INVALID_SPEC,
+            e.clone(),
+            BTreeMap::new(),
+        ),
+        Ok(s) => {
+            let quota = effective_quota(state, s, now);
+            let usable = s
+                .clusters
+                .iter()
+                .filter(|c| state.workers.get(*c).is_some_and(|w| w.usable()))
+                .count();
+            if usable == 0 {
+                let message = format!(
+                    "none of its clusters ({}) is connected",
+                    s.clusters.join(", ")
+                );
+                (false, queue_reason::NO_ACTIVE_CLUSTER, message, quota)
+            } else {
+                let message = format!("{usable} of {} clusters usable", s.clusters.len());
+                (true, queue_reason::READY, message, quota)
+            }
+        }
+    };
+    let quantity = |m: &BTreeMap<String, i64>| {
+        m.iter()
+            .map(|(k, v)| {
+                let text = crate::quantity::display(k, crate::quantity::Milli(*v));
+                (k.clone(), Quantity(text))
+            })
+            .collect()
+    };
+    let transition = previous
+        .and_then(|s| s.conditions.first())
+        .filter(|c| (c.status == "True") == active)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(mirror::to_timestamp(now)));
+    let status = DispatchQueueStatus {
+        conditions: vec![Condition {
+            type_: crate::api::CONDITION_ACTIVE.into(),
+            status: if active { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: transition,
+            observed_generation: None,
+        }],
+        pending: uses.pending as i32,
+        admitted: uses.admitted as i32,
+        running: uses.running as i32,
+        effective_quota: quantity(&quota),
+        quota_usage: quantity(&uses.usage),
+        observed_generation: None,
+    };
+    (status, quota)
 }
 
 /// A waiting Job's reason, to write.

@@ -622,12 +622,12 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
     fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64> {
         let inventory = &self.state.inventory;
         let base = inventory.cluster(worker)?;
-        let print = base.summary.capacity_print;
+        let fingerprint = base.summary.capacity_fingerprint;
         let known = self
             .caches
             .drained_of(gang.class)
             .and_then(|d| d.get(worker))
-            .filter(|d| d.capacity_fingerprint == print);
+            .filter(|d| d.capacity_fingerprint == fingerprint);
         if let Some(known) = known {
             return known.score;
         }
@@ -636,7 +636,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             gang.class.clone(),
             worker.to_string(),
             DrainedFit {
-                capacity_fingerprint: print,
+                capacity_fingerprint: fingerprint,
                 score,
             },
         ));
