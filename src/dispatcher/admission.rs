@@ -630,17 +630,19 @@ impl<'w> Pass<'w> {
                 // A worker that could not be looked at might still hold it: a short
                 // disconnect does not make a Job "never fits".
                 None if own.is_some() || unseen => {}
-                None => return wait(
-                    reason::NEVER_FITS,
-                    self.say(|| {
-                        format!(
+                None => {
+                    return wait(
+                        reason::NEVER_FITS,
+                        self.say(|| {
+                            format!(
                             "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
                             job.queue,
                             job.gang(),
                             join(&reasons)
                         )
-                    }),
-                ),
+                        }),
+                    )
+                }
                 Some(name) if now.starving => {
                     let message = self.say(|| format!(
                         "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",

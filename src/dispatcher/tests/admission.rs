@@ -1,0 +1,366 @@
+//! Admission as a user sees it: placement, quota, order, the PodsReady gate and starvation.
+
+use super::support::*;
+use crate::dispatcher::job::to_system_time;
+use crate::dispatcher::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// 1. Placement.
+
+#[test]
+fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
+    // The gang: 2 pods × (4 CPUs, 2 GPUs), each pod's GPUs in one NUMA zone.
+    // - `spread`: 4 GPUs free, 1 per node: enough summed, no node holds a pod;
+    // - `split`: one node, 4 GPUs, 1 per NUMA zone: the node has room, no zone does;
+    // - `tiny`: 1 GPU in all;
+    // - `aligned`: one node, 2 zones of 2 GPUs: the only one that can run it.
+    // `spread` and `split` come first in the queue and are emptier (LeastAllocated would
+    // prefer them), so only the NUMA-exact fit can pick `aligned`.
+    let inv = InventoryBuilder::default()
+        .cluster("spread")
+        .node("spread-0", 64, 1)
+        .node("spread-1", 64, 1)
+        .node("spread-2", 64, 1)
+        .node("spread-3", 64, 1)
+        .cluster("split")
+        .numa_node("split-0", &[(16, 1), (16, 1), (16, 1), (16, 1)])
+        .cluster("tiny")
+        .node("tiny-0", 8, 1)
+        .cluster("aligned")
+        .numa_node("aligned-0", &[(8, 2), (8, 2)])
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue(
+            "q",
+            "clusters: [spread, split, tiny, aligned]\nplacement: {fanout: 1}",
+        )],
+    );
+    env.submit(job("train").pods(2).each(4, 2).build());
+
+    let p = env.plan();
+    let placed: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Dispatch { .. } | Action::Offer { .. }))
+        .collect();
+    assert_eq!(placed.len(), 1, "one placement: {placed:#?}");
+    let Action::Dispatch { cluster, hold, .. } = placed[0] else {
+        panic!("a dispatch, not an offer: {placed:#?}");
+    };
+    assert_eq!(cluster, "aligned");
+    // The placement held for it: both pods on the aligned node, one per NUMA zone.
+    assert_eq!(hold.cluster, "aligned");
+    assert!(
+        hold.takes.iter().all(|t| &*t.node == "aligned-0"),
+        "{hold:#?}"
+    );
+    let gpu = env
+        .world
+        .state
+        .inventory
+        .resources
+        .id("nvidia.com/gpu")
+        .expect("gpu");
+    let mut per_zone = BTreeMap::new();
+    for t in &hold.takes {
+        for &(zone, r, v) in &t.zone_amounts {
+            if r == gpu {
+                *per_zone.entry(zone).or_insert(0) += v;
+            }
+        }
+    }
+    assert_eq!(per_zone, BTreeMap::from([(0, 2000), (1, 2000)]));
+
+    for a in p.actions {
+        env.execute(&a, true);
+    }
+    assert_eq!(env.where_("train"), "aligned");
+    assert_eq!(env.job("train").cluster.as_deref(), Some("aligned"));
+    assert!(!env.job("train").suspended);
+    assert_eq!(
+        cond(env.job("train"), condition::ADMITTED),
+        Some(("True".into(), reason::DISPATCHED.into()))
+    );
+    assert_eq!(
+        annotation(env.job("train"), CLUSTER_ANNOTATION).as_deref(),
+        Some("aligned")
+    );
+
+    // A second identical gang finds no aligned room left: it waits, and says why.
+    env.submit(job("train-2").pods(2).each(4, 2).build());
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    let WaitReason { reason: why, .. } = p
+        .waiting
+        .values()
+        .next()
+        .expect("the second gang's class waits");
+    assert_eq!(*why, reason::NO_WORKER_FITS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Quota.
+
+#[test]
+fn a_burst_of_a_thousand_jobs_never_exceeds_the_queue_quota() {
+    // 10 CPUs of quota, 3 CPUs per Job: 3 at a time, though the worker has room for 85.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"10\"}")],
+    );
+    for i in 0..1000 {
+        env.submit(
+            job(&format!("burst-{i:04}"))
+                .each(3, 0)
+                .created(t0() + Duration::from_millis(i))
+                .build(),
+        );
+    }
+    let quota = 10_000;
+    let check = |env: &Env| {
+        let used = env.admitted_usage("q").get("cpu").copied().unwrap_or(0);
+        assert!(used <= quota, "{used}m CPU admitted, quota {quota}m");
+        let seen = env
+            .world
+            .ledger
+            .queue_use("q")
+            .map_or(0, |u| u.usage.get("cpu").copied().unwrap_or(0));
+        assert_eq!(seen, used, "the queue's running total matches its Jobs");
+    };
+    let admitted = |env: &Env| {
+        env.world
+            .state
+            .jobs
+            .values()
+            .filter(|j| j.holds_quota())
+            .count()
+    };
+
+    let mut finished = 0;
+    for round in 0..1000 {
+        // Plan and carry out, checking after every action.
+        for _ in 0..20 {
+            let p = env.plan();
+            if p.actions.is_empty() {
+                break;
+            }
+            for a in &p.actions {
+                env.execute(a, true);
+                check(&env);
+            }
+        }
+        // floor(10 / 3) = 3 admitted whenever that many are left.
+        let left = env
+            .world
+            .state
+            .jobs
+            .values()
+            .filter(|j| !j.finished())
+            .count();
+        assert_eq!(admitted(&env), left.min(3), "round {round}");
+        // The oldest admitted Jobs run and finish, in turn.
+        let running: Vec<String> = env
+            .world
+            .state
+            .jobs
+            .values()
+            .filter(|j| j.cluster.is_some() && !j.finished())
+            .map(|j| j.key.name.clone())
+            .collect();
+        for name in running.iter().take(1 + round % 3) {
+            env.set_ready(name, 1);
+            env.finish(name, true);
+            finished += 1;
+        }
+        env.advance(secs(1));
+        if finished >= 1000 {
+            break;
+        }
+    }
+    env.settle();
+    check(&env);
+    assert_eq!(finished, 1000);
+    assert!(env
+        .world
+        .state
+        .jobs
+        .values()
+        .all(|j| j.result == Some(JobResult::Succeeded)));
+    assert!(env.refused.is_empty(), "{:?}", env.refused);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Order and blockAdmission.
+
+#[test]
+fn higher_priority_goes_first_then_the_older_job() {
+    // Quota for one Job at a time. Names and submission order are the reverse of the
+    // expected order, so neither decides.
+    let mut env = Env::new(
+        roomy(),
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"1\"}")],
+    );
+    env.submit(job("aaa-low-oldest").priority(0).created(t0()).build());
+    env.submit(
+        job("mmm-high-newer")
+            .priority(10)
+            .created(t0() + secs(20))
+            .build(),
+    );
+    env.submit(
+        job("zzz-high-older")
+            .priority(10)
+            .created(t0() + secs(10))
+            .build(),
+    );
+    env.advance(secs(30));
+
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let acts = env.settle();
+        let d = dispatches(&acts);
+        assert_eq!(d.len(), 1, "one at a time: {d:?}");
+        order.push(d[0].0.clone());
+        env.set_ready(&d[0].0, 1);
+        env.finish(&d[0].0, true);
+        env.advance(secs(5));
+    }
+    assert_eq!(
+        order,
+        ["zzz-high-older", "mmm-high-newer", "aaa-low-oldest"]
+    );
+}
+
+#[test]
+fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady: {enabled: true, blockAdmission: true, timeout: 10m}",
+        )],
+    );
+    env.submit(job("first").pods(2).created(t0()).build());
+    env.submit(job("second").created(t0() + secs(1)).build());
+    env.advance(secs(2));
+
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("first".into(), "a".into())]);
+    let p = env.plan();
+    assert_eq!(
+        p.waiting.values().map(|w| w.reason).collect::<Vec<_>>(),
+        [reason::WAITING_FOR_PODS_READY]
+    );
+
+    // One of two pods Ready: still blocked.
+    env.advance(secs(30));
+    env.set_ready("first", 1);
+    let acts = env.settle();
+    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
+    assert_eq!(
+        cond(env.job("first"), condition::PODS_READY).map(|c| c.0),
+        Some("False".into())
+    );
+    assert!(env.job("second").suspended);
+
+    // Both Ready: PodsReady turns True and only then is the second admitted.
+    env.advance(secs(30));
+    env.set_ready("first", 2);
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("second".into(), "a".into())]);
+    let (at, _) = env
+        .done
+        .iter()
+        .find(|(_, a)| matches!(a, Action::Dispatch { job, .. } if job.name == "second"))
+        .expect("second dispatched");
+    let ready_at = condition(env.job("first"), condition::PODS_READY)
+        .and_then(|c| c.last_transition_time.clone())
+        .map(|t| to_system_time(&t.0))
+        .expect("PodsReady has a transition time");
+    assert!(is_true(env.job("first"), condition::PODS_READY));
+    assert!(ready_at <= *at);
+    // The status write that made first PodsReady came before second's dispatch.
+    let write = env
+        .done
+        .iter()
+        .position(|(_, a)| matches!(a, Action::WriteStatus { job, status, .. } if job.name == "first" && status.conditions.iter().flatten().any(|c| c.type_ == condition::PODS_READY && c.status == "True")))
+        .expect("PodsReady=True written");
+    let dispatch = env
+        .done
+        .iter()
+        .position(|(_, a)| matches!(a, Action::Dispatch { job, .. } if job.name == "second"))
+        .expect("second dispatched");
+    assert!(write < dispatch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Starvation, both ways.
+
+#[test]
+fn small_jobs_pass_a_big_one_until_it_starves_then_its_worker_is_kept_for_it() {
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 16, 0)
+        .build();
+    // Quota to spare: only the worker's room and the reservation decide.
+    let mut env = Env::new(
+        inv,
+        vec![queue("q", "clusters: [a]\nquota: {cpu: \"100\"}")],
+    );
+    // Shorter than the holds' timeout: this inventory never shows the running Jobs' pods.
+    env.world.config.starvation_after = mins(2);
+    env.submit(job("run").each(12, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    env.submit(job("big").each(16, 0).created(env.now).build());
+    env.advance(secs(1));
+    env.submit(job("small").each(2, 0).created(env.now).build());
+    // The big Job fits nowhere now; it does not hold back the small one behind it.
+    assert_eq!(dispatches(&env.settle()), [("small".into(), "a".into())]);
+
+    // Once the big Job has waited `starvation_after`, nothing behind it starts in the worker
+    // it waits for, though there is room for it.
+    env.advance(mins(3));
+    env.submit(job("late").each(2, 0).created(env.now).build());
+    let acts = env.settle();
+    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
+    let p = env.plan();
+    let late = p
+        .waiting
+        .iter()
+        .find(|(class, _)| *class == &env.job("late").class())
+        .map(|(_, w)| w.message.clone())
+        .expect("the late Job's class waits");
+    assert!(
+        late.contains("kept for team/big, which has waited longest"),
+        "{late}"
+    );
+
+    // The worker drains: the big Job gets it, the late one waits for room again.
+    env.finish("run", true);
+    env.finish("small", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        let p = env.step();
+        went.extend(dispatches(&p.actions));
+        if !went.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(went, [("big".into(), "a".into())]);
+    // The pass that dispatched the starving Job ended without its reservation, and the late
+    // Job failed under that: nothing changed since, so the next pass does not judge it again.
+    let key = env.world.caches.memo_key("q", false);
+    let memo = env.world.caches.verdict(&env.job("late").class());
+    assert_eq!(
+        memo.filter(|m| m.key == key).map(|m| m.reason),
+        Some(reason::NO_WORKER_FITS),
+        "the late Job's failure still stands"
+    );
+    let acts = env.settle();
+    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
+    assert!(env.job("late").suspended);
+}
