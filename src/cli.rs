@@ -123,7 +123,7 @@ pub enum NumaUnknownArg {
 
 #[derive(Debug, Args, Default)]
 pub struct ServeArgs {
-    /// YAML configuration file (keys as in the README's configuration reference).
+    /// YAML configuration file (keys as in docs/configuration.md).
     #[arg(long, env = "SWITCHYARD_CONFIG")]
     pub config: Option<PathBuf>,
     /// HTTPS address for the webhooks [default: 0.0.0.0:9443].

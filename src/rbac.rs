@@ -446,7 +446,7 @@ mod tests {
         Option<&'static str>,
     );
 
-    /// From the captured exchanges in shared/fixtures/kube-api.
+    /// From the captured exchanges in tests/fixtures/kube-api.
     const CAPTURED: &[Captured] = &[
         ("GET", "/api/v1/nodes?", "", "nodes", "list", None),
         ("GET", "/api/v1/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Dcap-list-a", "", "pods", "list", None),

@@ -11,9 +11,9 @@
 //! Strategies, for comparison on the same trace:
 //! - `switchyard`: the engine's exact, NUMA-aware fit of the whole gang picks one worker;
 //! - `sum-aggregate`: a worker is chosen by the sum of its free resources, as a virtual node
-//!   per cluster would (seed 004's alternative);
+//!   per cluster would (the alternative of one virtual node summing each cluster);
 //! - `all-at-once`: a copy goes to every worker of the queue; the first whose pods are all
-//!   Ready keeps the Job and the others are removed (seed 000, for workers without Kueue).
+//!   Ready keeps the Job and the others are removed (MultiKueue's way, for workers without Kueue).
 
 pub mod report;
 pub mod scenario;

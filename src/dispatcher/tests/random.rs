@@ -36,7 +36,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
     // Pods of a Job run in one worker at a time. By design there are two exceptions: a Job
     // offered to several workers at once (`placement.fanout` > 1) runs in up to that many
     // until the first to have all its pods Ready keeps it and the others' copies are removed;
-    // and a copy in a worker that became unreachable is given up for lost (seed 000) and may
+    // and a copy in a worker that became unreachable is given up for lost (as MultiKueue does) and may
     // run on there until the worker answers again and the copy is removed.
     for j in env.world.state.jobs.values() {
         let running: Vec<&String> = env
