@@ -256,6 +256,49 @@ fn a_log_filter_that_does_not_parse_stops_serve() {
 }
 
 #[test]
+fn text_logs_into_a_pipe_carry_no_colour_codes() {
+    // What a container runtime, systemd or `serve 2> file` receives: a pipe, not a terminal.
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let mut child = switchyard()
+        .args(["--log-format", "text", "serve", "--standalone", "--dev-tls"])
+        .arg(&pki)
+        .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("serving")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("serve never logged \"serving\":\n{}", lines.join("\n"));
+            }
+        }
+    }
+    sigterm(&child);
+    assert_eq!(exit_code(&mut child), Some(0));
+    lines.extend(rx.try_iter());
+    let coloured: Vec<&String> = lines.iter().filter(|l| l.contains('\u{1b}')).collect();
+    assert!(
+        coloured.is_empty(),
+        "log lines written to a pipe carry ANSI escape codes: {coloured:?}"
+    );
+}
+
+#[test]
 fn sigterm_during_start_up_exits_zero() {
     // A kubeconfig whose exec credential plugin takes a while, as cloud plugins can: the
     // Kubernetes client is being built when SIGTERM arrives.
