@@ -36,7 +36,9 @@ pub enum Misfit {
         node: String,
     },
     Topology {
-        node: String,
+        /// Whose Topology Manager: "node NAME", or "every node of cluster NAME" when a
+        /// cluster's summary rules the pod out on all of its nodes at once.
+        at: String,
         policy: Policy,
         unit: String,
         detail: String,
@@ -239,14 +241,14 @@ impl Misfit {
                 "node {node} publishes no NUMA data (NodeResourceTopology) and numaUnknown is deny"
             ),
             Misfit::Topology {
-                node,
+                at,
                 policy,
                 unit,
                 detail,
                 ..
             } => write!(
                 f,
-                "the Topology Manager of node {node} ({policy}) would reject {unit}: {detail}"
+                "the Topology Manager of {at} ({policy}) would reject {unit}: {detail}"
             ),
             Misfit::Gang {
                 cluster,
@@ -355,7 +357,7 @@ impl Refusal<'_> {
                 why,
                 unresolvable,
             } => Misfit::Topology {
-                node: on_node(),
+                at: format!("node {}", node.name),
                 policy: *policy,
                 unit: unit_name(*unit),
                 detail: why.detail(*policy),
@@ -1455,7 +1457,7 @@ impl SummaryShortfall<'_> {
                 scope: format!("the largest node in cluster {cluster}"),
             },
             SummaryShortfall::InZone(s) => Misfit::Topology {
-                node: format!("any node of cluster {cluster}"),
+                at: format!("every node of cluster {cluster}"),
                 policy: Policy::SingleNumaNode,
                 unit: "the pod".into(),
                 detail: format!(
@@ -2166,7 +2168,7 @@ mod equivalence {
                 // Rejections from the cluster's summary come before any node is judged.
                 let from_summary = match &fit.misfit {
                     Some(Misfit::Insufficient { scope, .. }) => scope.starts_with("the largest"),
-                    Some(Misfit::Topology { node, .. }) => node.starts_with("any node of"),
+                    Some(Misfit::Topology { at, .. }) => at.starts_with("every node of"),
                     Some(Misfit::UnknownResource { .. }) => true,
                     _ => false,
                 };
