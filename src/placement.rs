@@ -11,8 +11,8 @@ pub mod score;
 mod tests;
 
 pub use fit::{
-    fit_cluster, fit_clusters, fit_node, node_accepts, ClusterFit, Misfit, NodeFit, NodeJudge,
-    NodeState, Refusal, UnitTrace,
+    fit_cluster, fit_clusters, fit_node, node_accepts, shape_for_cluster_nodes, ClusterFit, Misfit,
+    NodeFit, NodeJudge, NodeState, Refusal, UnitTrace,
 };
 pub use pod::{BoundPod, PodShape, PodSpecView, PodView};
 pub use score::Strategy;

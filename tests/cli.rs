@@ -549,6 +549,57 @@ fn explain_shows_hints_merged_hint_verdict_and_score() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
 }
 
+#[test]
+fn explain_judges_a_cluster_as_its_virtual_node_is_judged() {
+    // The example GPU pod, sent to virtual nodes the usual way.
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod.yaml");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/gpu-pod.yaml"
+    ))
+    .unwrap();
+    let explain = |pod_text: String| {
+        std::fs::write(&pod, pod_text).unwrap();
+        let out = switchyard()
+            .args(["explain", "--inventory"])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/inventory.yaml"
+            ))
+            .arg("--pod")
+            .arg(&pod)
+            .args(["--cluster", "eu-1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let gang_of_one = example.replace("gang-size: \"2\"", "gang-size: \"1\"");
+    let selecting = |selector: &str| {
+        gang_of_one.replace(
+            "spec:\n  tolerations:",
+            &format!("spec:\n  nodeSelector: {selector}\n  tolerations:"),
+        )
+    };
+    let text = explain(selecting("{type: virtual-kubelet, region: europe}"));
+    assert!(
+        text.contains("cluster eu-1: 1 pod(s) fit on eu-1-gpu-a×1"),
+        "the virtual node's own labels were asked of the nodes:\n{text}"
+    );
+    assert!(text.contains("as virtual node switchyard-eu-1"), "{text}");
+    assert!(!text.contains("does not have label type"), "{text}");
+    let text = explain(selecting("{switchyard.dev/cluster: us-1}"));
+    assert!(
+        text.contains("cluster eu-1: does not fit: node switchyard-eu-1 does not have label switchyard.dev/cluster=us-1 (nodeSelector)"),
+        "{text}"
+    );
+}
+
 /// A JSON value with its objects' keys in the order they were written (serde_json's `Value`
 /// sorts them).
 #[derive(Debug)]
