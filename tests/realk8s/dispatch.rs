@@ -826,6 +826,7 @@ pub async fn a_leader_killed_in_a_burst_of_200_jobs_is_replaced_and_every_job_co
         replicas.push(restarted);
     }
     env.wait_replicas_ready().await;
+    env.wait_replicas_settled().await;
     env.route_to_replicas();
 }
 
@@ -833,6 +834,19 @@ pub async fn a_leader_killed_in_a_burst_of_200_jobs_is_replaced_and_every_job_co
 /// (each refusal is reported in a StatusRefused Event).
 pub async fn no_status_write_was_ever_refused(suite: Arc<Suite>) {
     let env = suite.fleet().await;
+    let events: Api<Event> = Api::all(env.manager.admin.clone());
+    let all = events
+        .list(&ListParams::default())
+        .await
+        .expect("Events can be listed");
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &all.items {
+        *reasons
+            .entry(e.reason.clone().unwrap_or_default())
+            .or_default() += 1;
+    }
+    // What the suite made the manager say, for whoever reads the output.
+    eprintln!("realk8s: Events in the manager by reason: {reasons:?}");
     let refused = status_refusals(&env.manager.admin, None).await;
     assert!(
         refused.is_empty(),

@@ -112,6 +112,55 @@ pub async fn http_status(addr: SocketAddr, path: &str) -> Result<u16, String> {
         .ok_or_else(|| format!("not an HTTP reply: {text}"))
 }
 
+/// A POST of JSON over HTTPS to `addr`, trusting only `ca_pem`; the reply's JSON.
+pub async fn https_post_json(
+    addr: SocketAddr,
+    ca_pem: &[u8],
+    path: &str,
+    body: &Value,
+) -> Result<Value, String> {
+    use http_body_util::{BodyExt, Full};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1").expect("a name"), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let request = hyper::Request::post(path)
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .body(Full::new(hyper::body::Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    let reply = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let bytes = reply
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))
+}
+
 impl Env {
     pub async fn start(assets: &Assets, dir: &Path) -> Result<Self, String> {
         let service = Service::start().await?;
@@ -251,6 +300,7 @@ impl Env {
         for w in WORKERS {
             env.wait_worker_active(w, Duration::from_secs(90)).await;
         }
+        env.wait_replicas_settled().await;
         Ok(env)
     }
 
@@ -307,6 +357,41 @@ impl Env {
                     match http_status(probe, "/readyz").await {
                         Ok(200) => Ok(()),
                         other => Err(format!("{other:?}")),
+                    }
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Waits until every replica's extender judges both workers' virtual nodes from a loaded
+    /// inventory (a replica that has just started says their inventory is not loaded yet),
+    /// so scenarios after a restart meet the fleet as it normally is.
+    pub async fn wait_replicas_settled(&self) {
+        let ca = std::fs::read(self.certs.join("ca.crt")).expect("the CA of switchyard certs");
+        let replicas: Vec<(String, SocketAddr)> = self
+            .replicas
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| (r.name.clone(), r.https))
+            .collect();
+        let probe = json!({
+            "Pod": {"metadata": {"name": "settled", "namespace": "default", "uid": "settled"},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+            "NodeNames": WORKERS.iter().map(|w| format!("switchyard-{w}")).collect::<Vec<_>>(),
+        });
+        for (name, addr) in replicas {
+            let (ca, probe) = (&ca, &probe);
+            eventually(
+                &format!("{name}'s extender judging every worker from a loaded inventory"),
+                Duration::from_secs(60),
+                || async move {
+                    let reply = https_post_json(addr, ca, "/scheduler/filter", probe).await?;
+                    if reply["NodeNames"].as_array().map(Vec::len) == Some(WORKERS.len()) {
+                        Ok(())
+                    } else {
+                        Err(reply.to_string())
                     }
                 },
             )

@@ -277,7 +277,7 @@ fn main() -> ExitCode {
     });
     let Suite { runtime, dir, .. } = suite;
     drop(runtime);
-    if failed {
+    if failed || std::env::var("SWITCHYARD_K8S_KEEP_LOGS").is_ok_and(|v| v == "1") {
         let kept = dir.keep();
         k8s::reaper::forget_dir(&kept);
         eprintln!(
