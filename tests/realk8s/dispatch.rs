@@ -267,7 +267,7 @@ pub async fn a_gpu_job_runs_in_the_worker_and_completes_in_the_manager(suite: Ar
 
 /// A Job whose 5 GPUs per pod fit in no NUMA zone of w1 (4 per zone under single-numa-node,
 /// though each node has 8) waits, suspended, saying which resource does not fit, and is never
-/// dispatched.
+/// dispatched; the validating webhook keeps a cluster admin from unsuspending it.
 pub async fn a_job_that_fits_no_numa_zone_waits_with_the_reason_and_is_never_dispatched(
     suite: Arc<Suite>,
 ) {
@@ -302,7 +302,9 @@ pub async fn a_job_that_fits_no_numa_zone_waits_with_the_reason_and_is_never_dis
     )
     .await;
     assert!(
-        message.contains("5 nvidia.com/gpu") && message.contains("NUMA"),
+        message.contains(
+            "the Topology Manager of every node of cluster w1 (single-numa-node) would reject the pod: needs 5 nvidia.com/gpu on one NUMA node"
+        ),
         "the reason does not name the resource that fits no NUMA zone: {message}"
     );
     // Several passes later (one a second at least) it still has not gone anywhere.
@@ -332,6 +334,21 @@ pub async fn a_job_that_fits_no_numa_zone_waits_with_the_reason_and_is_never_dis
         dispatched.items.is_empty(),
         "a Dispatched event for numa/too-wide"
     );
+    // Nor can anyone but the dispatcher start it by hand, a cluster admin included.
+    let unsuspend = kube::api::Patch::Merge(json!({"spec": {"suspend": false}}));
+    match manager
+        .patch("too-wide", &kube::api::PatchParams::default(), &unsuspend)
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            assert!(
+                e.message.contains("validate-job.switchyard.dev"),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("numa/too-wide was unsuspended by an admin: {other:?}"),
+    }
     manager
         .delete("too-wide", &Default::default())
         .await
