@@ -2,8 +2,13 @@
 //! resource the hints, the merged hint, the policy's verdict, and the score.
 
 use crate::inventory::{Inventory, Node, Scope};
-use crate::placement::{fit_cluster, fit_node, score, EngineConfig, NodeFit, PodShape, Strategy};
+use crate::placement::{
+    fit_cluster, fit_node, score, shape_for_cluster_nodes, EngineConfig, NodeFit, PodShape,
+    Strategy,
+};
 use crate::topology::{NumaMask, TopologyHint};
+use crate::workers::virtual_node::own_labels;
+use std::borrow::Cow;
 use std::fmt::Write;
 
 /// What to explain.
@@ -137,7 +142,32 @@ pub fn render(
         Target::Everything => inv.clusters.iter().map(|c| c.as_ref()).collect(),
     };
     let bound = shape.bind(&inv.resources);
+    let prefix = crate::extender::ExtenderConfig::default().virtual_node_prefix;
     for cluster in clusters {
+        // A cluster is judged as the extender judges its virtual node: what the pod asks of
+        // the virtual node's own labels is not asked of the cluster's nodes.
+        let virtual_node = format!("{prefix}{}", cluster.name);
+        let own = own_labels(&virtual_node, &cluster.name, &cluster.labels);
+        let (shape, refused) = match shape_for_cluster_nodes(shape, &virtual_node, &own) {
+            Ok(s) => (s, None),
+            Err(m) => (Cow::Borrowed(shape), Some(m)),
+        };
+        if let Some(m) = refused {
+            let _ = writeln!(out, "cluster {}: does not fit: {m}", cluster.name);
+            continue;
+        }
+        if let Cow::Owned(_) = shape {
+            let _ = writeln!(
+                out,
+                "cluster {}: as virtual node {virtual_node}: the pod's selection of its own labels ({}) holds; the nodes are judged without it",
+                cluster.name,
+                own.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let shape = shape.as_ref();
         let fit = fit_cluster(
             cluster,
             &inv.resources,

@@ -11,8 +11,8 @@ use crate::inventory::{Cluster, Inventory, InventoryStore, Node};
 use crate::placement::inflight::{InFlight, Reservation};
 use crate::placement::parallel::{cores, share_blocks, Blocks};
 use crate::placement::{
-    fit_cluster, fit_node, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape, PodView,
-    Refusal,
+    fit_cluster, fit_node, shape_for_cluster_nodes, BoundPod, EngineConfig, Misfit, NodeJudge,
+    NodeState, PodShape, PodView, Refusal,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -455,11 +455,23 @@ fn judge_candidate<'n>(
                 Ok(n) => *n,
                 Err(e) => return fails(Misfit::BadPod(e.clone())),
             };
+            // The pod selected the virtual node; its terms on the virtual node's own labels
+            // are not the worker's nodes' business.
+            let shape = if shape.node_selector.is_empty() && shape.required_terms.is_none() {
+                Cow::Borrowed(shape)
+            } else {
+                let own =
+                    crate::workers::virtual_node::own_labels(name, &cluster.name, &cluster.labels);
+                match shape_for_cluster_nodes(shape, name, &own) {
+                    Ok(shape) => shape,
+                    Err(m) => return fails(m),
+                }
+            };
             let cluster = inflight.cluster(cluster, &inventory.resources, now);
             let fit = fit_cluster(
                 &cluster,
                 &inventory.resources,
-                shape,
+                &shape,
                 bound,
                 n,
                 &config.engine,
@@ -1109,6 +1121,94 @@ mod tests {
         for (name, reason) in names.iter().zip(&reasons) {
             assert!(!reason.contains(name.as_str()), "{reason}");
         }
+    }
+
+    /// Virtual nodes are selected the usual way, by the labels they carry as their own
+    /// (`type: virtual-kubelet`, the cluster's name, the WorkerCluster's labels): those terms
+    /// are about the virtual node, which kube-scheduler matched already, so the worker's
+    /// nodes, which never carry them, are judged without them; terms on other labels still
+    /// apply to them.
+    #[test]
+    fn a_pod_selecting_virtual_nodes_by_their_own_labels_is_judged_on_the_cluster_without_them() {
+        let node = |name: &str, gpus: u32, model: &str| {
+            format!(
+                "      - name: {name}\n        labels: {{gpu-model: {model}}}\n        allocatable: {{cpu: \"32\", memory: 128Gi, nvidia.com/gpu: \"{gpus}\", pods: \"110\"}}\n        requested: {{}}\n"
+            )
+        };
+        let yaml = format!(
+            "clusters:\n  - name: big\n    labels: {{region: europe}}\n    nodes:\n{}{}  - name: small\n    labels: {{region: europe}}\n    nodes:\n{}",
+            node("g1", 4, "a100"),
+            node("g2", 4, "h100"),
+            node("s1", 4, "a100"),
+        );
+        let inventory = Arc::new(parse_yaml(&yaml).unwrap());
+        let verdicts = |spec: serde_json::Value| -> Vec<String> {
+            let mut pod = serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "1",
+                             "annotations": {"switchyard.dev/gang-size": "2"}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}],
+                         "tolerations": [{"key": "switchyard.dev/virtual", "operator": "Exists"}]}
+            });
+            for (k, v) in spec.as_object().unwrap() {
+                pod["spec"][k] = v.clone();
+            }
+            let view: PodView = serde_json::from_value(pod).unwrap();
+            let shape = Arc::new(PodShape::from_view(&view).unwrap());
+            judge(
+                &inventory,
+                &Arc::new(InFlight::new(Duration::from_secs(30))),
+                &shape,
+                &["switchyard-big", "switchyard-small"],
+                &ExtenderConfig::default(),
+                Instant::now(),
+            )
+            .verdicts()
+            .map(|v| match v {
+                Verdict::Fits { .. } => "fits".to_string(),
+                Verdict::Fails { reason, .. } => reason.to_string(),
+            })
+            .collect()
+        };
+        let gang_misfit = |v: &str| v.starts_with("only 1 of 2 pods fit at once in cluster small");
+
+        // The usual way: the label every Switchyard virtual node carries.
+        let by_type = verdicts(serde_json::json!({"nodeSelector": {"type": "virtual-kubelet"}}));
+        assert_eq!(by_type[0], "fits");
+        assert!(gang_misfit(&by_type[1]), "{}", by_type[1]);
+
+        // The WorkerCluster's labels and the cluster's name, in nodeSelector or affinity.
+        let by_region = verdicts(serde_json::json!({"nodeSelector": {"region": "europe"}}));
+        assert_eq!(by_region[0], "fits");
+        let only_small = verdicts(serde_json::json!({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "switchyard.dev/cluster", "operator": "In", "values": ["small"]}]}
+        ]}}}}));
+        assert_eq!(
+            only_small[0],
+            "node switchyard-big does not match the pod's required node affinity"
+        );
+        assert!(gang_misfit(&only_small[1]), "{}", only_small[1]);
+
+        // A term's other expressions are still required of the worker's nodes: big has one
+        // a100 node, so a gang of two a100 pods does not fit there.
+        let a100 = verdicts(serde_json::json!({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": "type", "operator": "In", "values": ["virtual-kubelet"]},
+                {"key": "gpu-model", "operator": "In", "values": ["a100"]}
+            ]}
+        ]}}}}));
+        assert!(
+            a100[0].starts_with("only 1 of 2 pods fit at once in cluster big"),
+            "{}",
+            a100[0]
+        );
+        // And a selector the virtual node does not satisfy refuses it, naming it.
+        let wrong = verdicts(serde_json::json!({"nodeSelector": {"type": "real"}}));
+        assert_eq!(
+            wrong[0],
+            "node switchyard-big does not have label type=real (nodeSelector)"
+        );
     }
 
     /// The reply written by hand is byte for byte what serde writes for the Go struct, names

@@ -12,7 +12,9 @@ mod tests;
 
 pub use fit::ClusterFit;
 pub use fit::{fit_cluster, fit_clusters, Refusal};
-pub(crate) use fit::{fit_node, node_accepts, Misfit, NodeFit, NodeJudge, NodeState};
+pub(crate) use fit::{
+    fit_node, node_accepts, shape_for_cluster_nodes, Misfit, NodeFit, NodeJudge, NodeState,
+};
 pub use pod::{BoundPod, PodSpecView};
 pub use pod::{PodShape, PodView};
 pub use score::Strategy;

@@ -86,9 +86,9 @@ pub(crate) const API_USES: &[ApiUse] = &[
         role: Role::Manager,
         group: "",
         resource: "nodes",
-        verbs: &["get", "create", "patch", "delete"],
+        verbs: &["get", "list", "create", "patch", "delete"],
         scope: Scope::Cluster,
-        why: "virtual nodes: one Node switchyard-<cluster> per worker, created, updated and removed with it",
+        why: "virtual nodes: one Node switchyard-<cluster> per worker, created, updated and removed with it; listed by label to remove those of WorkerClusters deleted while no replica led",
     },
     ApiUse {
         role: Role::Manager,
@@ -552,6 +552,7 @@ mod tests {
             (Manager, "DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/cap-vnode-1?", true),
             (Manager, "DELETE", "/apis/coordination.k8s.io/v1/namespaces/switchyard-system/leases/switchyard-leader", false),
             (Manager, "POST", "/api/v1/nodes?", true),
+            (Manager, "GET", "/api/v1/nodes?&labelSelector=switchyard.dev%2Fcluster", true),
             (Manager, "PATCH", "/api/v1/nodes/cap-vnode-1/status?", true),
             (Manager, "POST", "/api/v1/namespaces/sched/pods/p/binding", true),
             // The worker's pods: inventory and bind only.
@@ -575,7 +576,7 @@ mod tests {
             (WorkerSide, "GET", "/metrics", false),
             // Both: allowed to each pod.
             (Both, "POST", "/api/v1/namespaces/sched/pods/p/binding", true),
-            (Both, "GET", "/api/v1/nodes?", false),
+            (Both, "GET", "/api/v1/pods?", false),
         ];
         for (role, method, path, want) in cases {
             assert_eq!(

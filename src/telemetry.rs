@@ -1,6 +1,7 @@
 //! Logging set-up: text or JSON lines, filtered with RUST_LOG syntax.
 
 use crate::cli::LogFormat;
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// The log filter: `filter` (the `--log` flag or the file's `log`) wins over `rust_log` (the
@@ -27,8 +28,11 @@ pub(crate) fn env_filter(
 pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let filter = env_filter(filter, rust_log.as_deref())?;
+    // Colour only on a terminal: in a file, a pipe or a container's log the escape codes are
+    // noise around every field.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Json => builder

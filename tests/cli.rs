@@ -256,6 +256,49 @@ fn a_log_filter_that_does_not_parse_stops_serve() {
 }
 
 #[test]
+fn text_logs_into_a_pipe_carry_no_colour_codes() {
+    // What a container runtime, systemd or `serve 2> file` receives: a pipe, not a terminal.
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let mut child = switchyard()
+        .args(["--log-format", "text", "serve", "--standalone", "--dev-tls"])
+        .arg(&pki)
+        .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("serving")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("serve never logged \"serving\":\n{}", lines.join("\n"));
+            }
+        }
+    }
+    sigterm(&child);
+    assert_eq!(exit_code(&mut child), Some(0));
+    lines.extend(rx.try_iter());
+    let coloured: Vec<&String> = lines.iter().filter(|l| l.contains('\u{1b}')).collect();
+    assert!(
+        coloured.is_empty(),
+        "log lines written to a pipe carry ANSI escape codes: {coloured:?}"
+    );
+}
+
+#[test]
 fn sigterm_during_start_up_exits_zero() {
     // A kubeconfig whose exec credential plugin takes a while, as cloud plugins can: the
     // Kubernetes client is being built when SIGTERM arrives.
@@ -504,6 +547,57 @@ fn explain_shows_hints_merged_hint_verdict_and_score() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml"));
+}
+
+#[test]
+fn explain_judges_a_cluster_as_its_virtual_node_is_judged() {
+    // The example GPU pod, sent to virtual nodes the usual way.
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod.yaml");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/gpu-pod.yaml"
+    ))
+    .unwrap();
+    let explain = |pod_text: String| {
+        std::fs::write(&pod, pod_text).unwrap();
+        let out = switchyard()
+            .args(["explain", "--inventory"])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/inventory.yaml"
+            ))
+            .arg("--pod")
+            .arg(&pod)
+            .args(["--cluster", "eu-1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let gang_of_one = example.replace("gang-size: \"2\"", "gang-size: \"1\"");
+    let selecting = |selector: &str| {
+        gang_of_one.replace(
+            "spec:\n  tolerations:",
+            &format!("spec:\n  nodeSelector: {selector}\n  tolerations:"),
+        )
+    };
+    let text = explain(selecting("{type: virtual-kubelet, region: europe}"));
+    assert!(
+        text.contains("cluster eu-1: 1 pod(s) fit on eu-1-gpu-a×1"),
+        "the virtual node's own labels were asked of the nodes:\n{text}"
+    );
+    assert!(text.contains("as virtual node switchyard-eu-1"), "{text}");
+    assert!(!text.contains("does not have label type"), "{text}");
+    let text = explain(selecting("{switchyard.dev/cluster: us-1}"));
+    assert!(
+        text.contains("cluster eu-1: does not fit: node switchyard-eu-1 does not have label switchyard.dev/cluster=us-1 (nodeSelector)"),
+        "{text}"
+    );
 }
 
 /// A JSON value with its objects' keys in the order they were written (serde_json's `Value`

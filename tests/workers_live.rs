@@ -199,8 +199,13 @@ async fn a_worker_that_never_answers_goes_stale_without_delaying_the_others() {
         started.elapsed() < Duration::from_secs(5),
         "the hung worker delayed the others"
     );
+    // Unavailable from the start (never listed), then stale.
     wait_for("the hung worker marked stale", &live.store, |inv| {
-        inv.cluster("hung").is_some_and(|c| c.unavailable.is_some())
+        inv.cluster("hung").is_some_and(|c| {
+            c.unavailable
+                .as_deref()
+                .is_some_and(|w| w.contains("stale"))
+        })
     })
     .await;
     let inv = live.store.snapshot();
@@ -330,10 +335,17 @@ async fn a_local_cluster_whose_pods_cannot_be_listed_goes_stale_with_the_reason(
     let live = start(&[("local", &api)], Duration::from_millis(1500));
     wait_for("the node", &live.store, |inv| inv.node("l-1").is_some()).await;
     // Probes answer all along; the pods never arrive.
-    wait_for("the cluster unschedulable", &live.store, |inv| {
-        inv.cluster("local")
-            .is_some_and(|c| c.unavailable.is_some())
-    })
+    wait_for(
+        "the cluster unschedulable, then stale",
+        &live.store,
+        |inv| {
+            inv.cluster("local").is_some_and(|c| {
+                c.unavailable
+                    .as_deref()
+                    .is_some_and(|w| w.contains("stale"))
+            })
+        },
+    )
     .await;
     let why = live
         .store

@@ -36,7 +36,9 @@ pub(crate) enum Misfit {
         node: String,
     },
     Topology {
-        node: String,
+        /// Whose Topology Manager: "node NAME", or "every node of cluster NAME" when a
+        /// cluster's summary rules the pod out on all of its nodes at once.
+        at: String,
         policy: Policy,
         unit: String,
         detail: String,
@@ -239,14 +241,14 @@ impl Misfit {
                 "node {node} publishes no NUMA data (NodeResourceTopology) and numaUnknown is deny"
             ),
             Misfit::Topology {
-                node,
+                at,
                 policy,
                 unit,
                 detail,
                 ..
             } => write!(
                 f,
-                "the Topology Manager of node {node} ({policy}) would reject {unit}: {detail}"
+                "the Topology Manager of {at} ({policy}) would reject {unit}: {detail}"
             ),
             Misfit::Gang {
                 cluster,
@@ -355,7 +357,7 @@ impl Refusal<'_> {
                 why,
                 unresolvable,
             } => Misfit::Topology {
-                node: on_node(),
+                at: format!("node {}", node.name),
                 policy: *policy,
                 unit: unit_name(*unit),
                 detail: why.detail(*policy),
@@ -541,6 +543,86 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> Result<bool, String> {
         }
     }
     Ok(true)
+}
+
+/// The pod as the nodes of a worker must take it when kube-scheduler offers it the worker's
+/// virtual node `virtual_node`, which carries `own` as labels of its own (not its nodes').
+///
+/// kube-scheduler has matched the pod's node selection against the virtual node already. What
+/// it asks of `own` keys (and any `matchFields`, which name the virtual node) is about the
+/// virtual node, so it is checked here against `own` and then dropped: the worker's nodes
+/// never carry those labels. The rest of each required term that the virtual node satisfies
+/// is still required of the worker's nodes. Borrowed when nothing is about the virtual node.
+pub fn shape_for_cluster_nodes<'s>(
+    shape: &'s PodShape,
+    virtual_node: &str,
+    own: &std::collections::BTreeMap<String, String>,
+) -> Result<std::borrow::Cow<'s, PodShape>, Misfit> {
+    let selector_own = shape.node_selector.keys().any(|k| own.contains_key(k));
+    let terms_own = shape.required_terms.iter().flatten().any(|t| {
+        !t.match_fields.is_empty() || t.match_expressions.iter().any(|e| own.contains_key(&e.key))
+    });
+    if !selector_own && !terms_own {
+        return Ok(std::borrow::Cow::Borrowed(shape));
+    }
+    let refused = |detail: String| Misfit::Selector {
+        node: virtual_node.to_string(),
+        detail,
+    };
+    let mut out = shape.clone();
+    for (k, v) in &shape.node_selector {
+        if let Some(have) = own.get(k) {
+            if have != v {
+                return Err(refused(format!(
+                    "does not have label {k}={v} (nodeSelector)"
+                )));
+            }
+            out.node_selector.remove(k);
+        }
+    }
+    if let Some(terms) = &shape.required_terms {
+        let mut left = Vec::new();
+        let mut unconstrained = false;
+        for t in terms {
+            if t.match_expressions.is_empty() && t.match_fields.is_empty() {
+                // Matches no node, virtual or not.
+                continue;
+            }
+            let mut rest = NodeSelectorTerm::default();
+            let mut holds = true;
+            for e in &t.match_expressions {
+                match own.get(&e.key) {
+                    Some(v) => {
+                        let ok = requirement_matches(Some(v), &e.operator, &e.values)
+                            .map_err(|e| Misfit::BadPod(format!("required node affinity: {e}")))?;
+                        holds &= ok;
+                    }
+                    // A label the virtual node does not own: the worker's nodes decide.
+                    None => rest.match_expressions.push(e.clone()),
+                }
+            }
+            for e in &t.match_fields {
+                let value = (e.key == "metadata.name").then_some(virtual_node);
+                holds &= requirement_matches(value, &e.operator, &e.values)
+                    .map_err(|e| Misfit::BadPod(format!("required node affinity: {e}")))?;
+            }
+            if !holds {
+                continue;
+            }
+            if rest.match_expressions.is_empty() {
+                unconstrained = true;
+            } else {
+                left.push(rest);
+            }
+        }
+        if !unconstrained && left.is_empty() {
+            return Err(refused(
+                "does not match the pod's required node affinity".into(),
+            ));
+        }
+        out.required_terms = (!unconstrained).then_some(left);
+    }
+    Ok(std::borrow::Cow::Owned(out))
 }
 
 /// Taints, nodeSelector and required node affinity: the checks preemption cannot change.
@@ -1455,7 +1537,7 @@ impl SummaryShortfall<'_> {
                 scope: format!("the largest node in cluster {cluster}"),
             },
             SummaryShortfall::InZone(s) => Misfit::Topology {
-                node: format!("any node of cluster {cluster}"),
+                at: format!("every node of cluster {cluster}"),
                 policy: Policy::SingleNumaNode,
                 unit: "the pod".into(),
                 detail: format!(
@@ -2166,7 +2248,7 @@ mod equivalence {
                 // Rejections from the cluster's summary come before any node is judged.
                 let from_summary = match &fit.misfit {
                     Some(Misfit::Insufficient { scope, .. }) => scope.starts_with("the largest"),
-                    Some(Misfit::Topology { node, .. }) => node.starts_with("any node of"),
+                    Some(Misfit::Topology { at, .. }) => at.starts_with("every node of"),
                     Some(Misfit::UnknownResource { .. }) => true,
                     _ => false,
                 };

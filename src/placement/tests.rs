@@ -468,11 +468,9 @@ fn a_cluster_whose_summary_rules_out_one_pod_is_refused_with_what_its_largest_zo
     let fit = cluster_fit(&inv, "c", &six, 1);
     let misfit = fit.misfit.expect("6 GPUs fit in no zone");
     assert!(misfit.unresolvable(), "{misfit}");
-    assert!(
-        misfit.to_string().contains(
-            "needs 6 nvidia.com/gpu on one NUMA node under single-numa-node; the largest NUMA zone in cluster c has 4 free of 4 allocatable"
-        ),
-        "{misfit}"
+    assert_eq!(
+        misfit.to_string(),
+        "the Topology Manager of every node of cluster c (single-numa-node) would reject the pod: needs 6 nvidia.com/gpu on one NUMA node under single-numa-node; the largest NUMA zone in cluster c has 4 free of 4 allocatable"
     );
     // A node-level shortfall names the largest node.
     let nine = gpu_pod(9);

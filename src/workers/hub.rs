@@ -50,6 +50,11 @@ struct Worker {
     errors: [Option<String>; 3],
     /// NodeResourceTopology objects have been listed: their watch counts toward freshness.
     topologies_served: bool,
+    /// Each kind's first list has completed (NodeResourceTopology also when its CRD is not
+    /// served). Until all have, the worker's inventory is not what the worker holds: a
+    /// replica that just started would judge an empty cluster, or nodes without their NUMA
+    /// zones.
+    loaded: [bool; 3],
 }
 
 impl Worker {
@@ -109,6 +114,7 @@ impl Hub {
                 fresh_at: [now; 3],
                 errors: Default::default(),
                 topologies_served: false,
+                loaded: [false; 3],
             });
         w.state.labels = labels;
         self.dirty.insert(name.to_string());
@@ -156,6 +162,7 @@ impl Hub {
             | Update::Removed(_)
             | Update::Registered(..) => false,
             Update::TopologyAbsent(_) => {
+                w.loaded[Kind::Topologies.index()] = true;
                 w.topologies_served = false;
                 w.errors[Kind::Topologies.index()] = None;
                 w.state.forget_topologies();
@@ -181,6 +188,7 @@ impl Hub {
                 }
                 Event::InitDone => {
                     w.state.end_node_relist();
+                    w.loaded[Kind::Nodes.index()] = true;
                     true
                 }
             },
@@ -204,6 +212,7 @@ impl Hub {
                 }
                 Event::InitDone => {
                     w.state.end_pod_relist();
+                    w.loaded[Kind::Pods.index()] = true;
                     true
                 }
             },
@@ -232,6 +241,7 @@ impl Hub {
                 }
                 Event::InitDone => {
                     w.state.end_topology_relist();
+                    w.loaded[Kind::Topologies.index()] = true;
                     true
                 }
             },
@@ -273,6 +283,30 @@ impl Hub {
         self.staleness(cluster, now).is_some()
     }
 
+    /// Why nothing may be placed in `cluster` at `now`: [`Self::staleness`], else a kind whose
+    /// first list has not completed (with its last error).
+    pub fn unavailability(&self, cluster: &str, now: SystemTime) -> Option<String> {
+        if let Some(stale) = self.staleness(cluster, now) {
+            return Some(stale);
+        }
+        let w = self.workers.get(cluster)?;
+        let pending: Vec<String> = Kind::ALL
+            .into_iter()
+            .filter(|k| !w.loaded[k.index()])
+            .map(|k| match &w.errors[k.index()] {
+                Some(e) => format!("{} (last error: {e})", k.as_str()),
+                None => k.as_str().to_string(),
+            })
+            .collect();
+        if pending.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "the inventory of worker cluster {cluster} is not loaded yet: the first {} list has not completed",
+            pending.join(" and ")
+        ))
+    }
+
     /// Publishes a new snapshot if anything changed (including staleness and its reason).
     pub fn publish(&mut self, now: SystemTime) -> bool {
         let flipped: Vec<String> = self
@@ -283,7 +317,7 @@ impl Hub {
                     .published
                     .get(*name)
                     .and_then(|c| c.unavailable.clone());
-                self.staleness(name, now) != was
+                self.unavailability(name, now) != was
             })
             .cloned()
             .collect();
@@ -296,7 +330,7 @@ impl Hub {
                 continue;
             };
             let (mut cluster, problems) = w.state.to_cluster(&mut self.table);
-            cluster.unavailable = self.staleness(&name, now);
+            cluster.unavailable = self.unavailability(&name, now);
             cluster.summarize(self.table.len());
             self.problems.insert(
                 name.clone(),
@@ -343,6 +377,48 @@ mod tests {
         Box::new(Event::InitDone)
     }
 
+    /// A replica that has just connected to a worker must not judge it before its nodes,
+    /// pods and NUMA zones are listed: an empty cluster would refuse every pod as if the
+    /// worker had no CPU at all, and nodes without their zones would take pods their
+    /// Topology Manager refuses.
+    #[test]
+    fn a_worker_is_unavailable_until_its_first_lists_complete() {
+        let store = Arc::new(InventoryStore::default());
+        let mut hub = Hub::new(store.clone(), Duration::from_secs(120));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let unavailable = |store: &InventoryStore| {
+            store
+                .snapshot()
+                .cluster("w")
+                .expect("the worker is published")
+                .unavailable
+                .clone()
+        };
+        hub.apply(Update::Registered("w".into(), BTreeMap::new()), t0);
+        hub.publish(t0);
+        let why = unavailable(&store).expect("unavailable before anything is listed");
+        assert_eq!(
+            why,
+            "the inventory of worker cluster w is not loaded yet: the first node and pod and NodeResourceTopology list has not completed"
+        );
+        hub.apply(Update::Node("w".into(), Box::new(Event::Init)), t0);
+        hub.apply(Update::Node("w".into(), Box::new(Event::InitDone)), t0);
+        hub.apply(
+            Update::Failed("w".into(), Kind::Pods, "list: pods is forbidden".into()),
+            t0,
+        );
+        hub.publish(t0);
+        let why = unavailable(&store).expect("pods and zones are not listed yet");
+        assert!(
+            why.contains("pod (last error: list: pods is forbidden) and NodeResourceTopology"),
+            "{why}"
+        );
+        hub.apply(Update::Pod("w".into(), pod_done()), t0);
+        hub.apply(Update::Topology("w".into(), Box::new(Event::InitDone)), t0);
+        hub.publish(t0);
+        assert_eq!(unavailable(&store), None);
+    }
+
     #[test]
     fn only_the_watches_keep_a_worker_fresh_each_kind_on_its_own() {
         let store = Arc::new(InventoryStore::default());
@@ -352,6 +428,8 @@ mod tests {
         hub.apply(Update::Registered("w".into(), BTreeMap::new()), t0);
         hub.apply(Update::Node("w".into(), Box::new(Event::InitDone)), t0);
         hub.apply(Update::Pod("w".into(), pod_done()), t0);
+        // No NodeResourceTopology CRD at first.
+        hub.apply(Update::TopologyAbsent("w".into()), t0);
         // The node watch keeps getting bookmarks; the pod watch's relists start and fail.
         for s in 1..30 {
             hub.apply(Update::Fresh("w".into(), Kind::Nodes), at(s));

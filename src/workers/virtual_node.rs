@@ -68,6 +68,22 @@ fn common_labels(cluster: &Cluster) -> BTreeMap<String, String> {
     common
 }
 
+/// The labels a virtual node `name` carries as its own, whatever its worker's nodes carry:
+/// the WorkerCluster's labels, the cluster's name, `type: virtual-kubelet` and its hostname.
+/// A pod's node selection on these keys is about the virtual node, never about the nodes of
+/// its worker (the extender judges it so).
+pub fn own_labels(
+    name: &str,
+    cluster: &str,
+    cluster_labels: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut labels = cluster_labels.clone();
+    labels.insert(CLUSTER_LABEL.into(), cluster.into());
+    labels.insert("type".into(), "virtual-kubelet".into());
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels
+}
+
 /// The Node object for `cluster`'s virtual node.
 pub fn desired(
     name: &str,
@@ -78,10 +94,7 @@ pub fn desired(
     now: SystemTime,
 ) -> Value {
     let mut labels = common_labels(cluster);
-    labels.extend(cluster_labels.clone());
-    labels.insert(CLUSTER_LABEL.into(), cluster.name.clone());
-    labels.insert("type".into(), "virtual-kubelet".into());
-    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.extend(own_labels(name, &cluster.name, cluster_labels));
     let totals: BTreeMap<String, String> = (0..table.len())
         .filter_map(|r| {
             let sum = cluster.summary.allocatable.get(r).copied().unwrap_or(0);

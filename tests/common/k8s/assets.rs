@@ -1,0 +1,76 @@
+//! Where the Kubernetes binaries come from: `SWITCHYARD_K8S_ASSETS` (a folder with
+//! `kube-apiserver`, `etcd`, and `kube-controller-manager` and `kube-scheduler` for the tests
+//! that need them; `.ci/run` fills one under `target/`), else `KUBEBUILDER_ASSETS` (the folder
+//! `setup-envtest use -p path` prints, with `kube-apiserver` and `etcd`).
+
+use std::path::{Path, PathBuf};
+
+pub const ASSETS_ENV: &str = "SWITCHYARD_K8S_ASSETS";
+pub const ENVTEST_ENV: &str = "KUBEBUILDER_ASSETS";
+/// Set to 1, tests that would skip for want of assets fail instead (CI sets it).
+pub const REQUIRE_ENV: &str = "SWITCHYARD_REQUIRE_K8S";
+
+#[derive(Debug, Clone)]
+pub struct Assets {
+    /// The variable and folder they came from, for messages.
+    pub source: String,
+    pub apiserver: PathBuf,
+    pub etcd: PathBuf,
+    pub controller_manager: Option<PathBuf>,
+    pub scheduler: Option<PathBuf>,
+}
+
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+impl Assets {
+    /// The assets named by the environment, or why there are none.
+    pub fn find() -> Result<Self, String> {
+        for var in [ASSETS_ENV, ENVTEST_ENV] {
+            let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) else {
+                continue;
+            };
+            let dir = PathBuf::from(dir);
+            let source = format!("{var}={}", dir.display());
+            let at = |name: &str| {
+                let path = dir.join(name);
+                executable(&path).then_some(path)
+            };
+            let (Some(apiserver), Some(etcd)) = (at("kube-apiserver"), at("etcd")) else {
+                return Err(format!(
+                    "{source} holds no executable kube-apiserver and etcd"
+                ));
+            };
+            return Ok(Self {
+                source,
+                apiserver,
+                etcd,
+                controller_manager: at("kube-controller-manager"),
+                scheduler: at("kube-scheduler"),
+            });
+        }
+        Err(format!(
+            "no Kubernetes binaries: set {ASSETS_ENV} (or {ENVTEST_ENV}) to a folder with kube-apiserver and etcd"
+        ))
+    }
+
+    /// Whether a missing asset fails the tests instead of skipping them.
+    pub fn required() -> bool {
+        std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1")
+    }
+
+    /// The binaries a control plane with a controller manager and a scheduler needs that
+    /// these assets lack.
+    pub fn missing_for_full(&self) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if self.controller_manager.is_none() {
+            missing.push("kube-controller-manager");
+        }
+        if self.scheduler.is_none() {
+            missing.push("kube-scheduler");
+        }
+        missing
+    }
+}
