@@ -1156,7 +1156,7 @@ mod tests {
             let shape = Arc::new(PodShape::from_view(&view).unwrap());
             judge(
                 &inventory,
-                &Arc::new(InFlight::new(Duration::from_secs(30))),
+                &Arc::new(InFlight::default()),
                 &shape,
                 &["switchyard-big", "switchyard-small"],
                 &ExtenderConfig::default(),
