@@ -278,9 +278,9 @@ struct FastRequest<'a> {
     name: Option<Text<'a>>,
     #[serde(default, borrow)]
     user_info: WireUserInfo<'a>,
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "job::object")]
     object: Option<JobView<'a>>,
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "job::object")]
     old_object: Option<JobView<'a>>,
     dry_run: Option<bool>,
 }
@@ -428,11 +428,9 @@ fn parse_slow<'a>(body: &'a [u8]) -> Result<Review<'a>, BadReview> {
     let req: WireRequest = serde_json::from_str(request.get())
         .map_err(|e| reject(format!("request could not be read: {e}")))?;
     let read_job = |raw: Option<&'a RawValue>, field: &str| -> Result<Option<JobView<'a>>, _> {
-        raw.map(|r| {
-            serde_json::from_str::<JobView>(r.get())
-                .map_err(|e| reject(format!("request.{field} is not a batch/v1 Job: {e}")))
-        })
-        .transpose()
+        let Some(raw) = raw else { return Ok(None) };
+        job::object(&mut serde_json::Deserializer::from_str(raw.get()))
+            .map_err(|e| reject(format!("request.{field} is not a batch/v1 Job: {e}")))
     };
     let object = read_job(req.object, "object")?;
     let old_object = read_job(req.old_object, "oldObject")?;

@@ -5,10 +5,12 @@ use super::{AdmissionPolicy, Decision, Denial, Operation, Text};
 use crate::wellknown::{CLUSTER_ANNOTATION, JOB_CONTROLLER, MANAGED_BY, QUEUE_LABEL};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
+use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::fmt;
+use std::marker::PhantomData;
 
 /// The part of a Job the rules read. Everything else in the object is skipped while parsing,
 /// and text borrows from the body.
@@ -19,9 +21,9 @@ pub(crate) struct JobView<'a> {
     pub(crate) kind: Option<Text<'a>>,
     /// `None` when the object has no metadata at all (never so from an API server, but a
     /// patch must still apply to it).
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "object")]
     pub(crate) metadata: Option<MetaView<'a>>,
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "object")]
     pub(crate) spec: Option<SpecView<'a>>,
 }
 
@@ -48,6 +50,43 @@ pub(crate) struct SpecView<'a> {
     pub(crate) suspend: Option<bool>,
     #[serde(borrow)]
     pub(crate) managed_by: Option<Text<'a>>,
+}
+
+/// Reads an optional JSON object. serde's derive also reads a struct from an array (its fields
+/// by position), and an object the rules saw that way would get a patch that cannot apply to it
+/// (`add /metadata/labels` on an array): only `null` or an object is accepted here.
+pub(crate) fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ObjectVisitor<T>(PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object")
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+
+    d.deserialize_option(ObjectVisitor(PhantomData))
 }
 
 /// A `map[string]string` (labels, annotations) read for a single key: the map's presence and

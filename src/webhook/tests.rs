@@ -261,3 +261,37 @@ fn a_default_queue_patch_applies_to_an_object_without_metadata() {
     assert_eq!(object["metadata"], json!({"labels": {queue_label: "q"}}));
     assert_eq!(object["spec"]["suspend"], true);
 }
+
+/// serde's derive reads a struct from an array too; a Job whose object, metadata or spec is an
+/// array would have been given a patch that cannot apply. Each is refused with the field named
+/// (the fast read fails on it, and the careful read names it).
+#[test]
+fn objects_given_as_arrays_are_refused_not_patched() {
+    let gvk = json!({"group": "batch", "version": "v1", "kind": "Job"});
+    for object in [
+        json!([]),
+        json!(["Job"]),
+        json!({"kind": "Job", "metadata": []}),
+        json!({"kind": "Job", "metadata": ["a", null, "ns"], "spec": {}}),
+        json!({"kind": "Job", "metadata": {"name": "a"}, "spec": [true]}),
+    ] {
+        let msg = rejected(review_with(json!({
+            "uid": "u-1", "kind": gvk, "operation": "CREATE", "object": object
+        })));
+        assert!(
+            msg.contains("request.object is not a batch/v1 Job") && msg.contains("an object"),
+            "{object}: {msg}"
+        );
+        let msg = rejected(review_with(json!({
+            "uid": "u-1", "kind": gvk, "operation": "UPDATE",
+            "object": {"kind": "Job", "metadata": {"name": "a"}, "spec": {}},
+            "oldObject": object
+        })));
+        assert!(msg.contains("request.oldObject"), "{object}: {msg}");
+    }
+    // null stays "no such part": a Job without metadata still gets a patch that applies.
+    let msg = rejected(review_with(json!({
+        "uid": "u-1", "kind": gvk, "operation": "CREATE", "object": null
+    })));
+    assert!(msg.contains("object is missing"), "{msg}");
+}
