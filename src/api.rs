@@ -20,7 +20,7 @@ pub(crate) mod worker_cluster;
 mod tests;
 
 pub use dispatch_queue::{DispatchQueue, DispatchQueueSpec, NamedQueueSpec};
-pub(crate) use dispatch_queue::{DispatchQueueStatus, QueueSettings};
+pub(crate) use dispatch_queue::{DispatchQueueStatus, QueueSettings, QueueingStrategy};
 pub(crate) use duration::KubeDuration;
 pub use duration::DURATION_PATTERN;
 pub use names::is_qualified_name;

@@ -99,6 +99,10 @@ pub mod reason {
     pub(crate) const NO_WORKER_FITS: &str = "NoWorkerFits";
     pub(crate) const NEVER_FITS: &str = "NeverFits";
     pub(crate) const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
+    /// Only a worker that does not answer now could hold the Job.
+    pub(crate) const WORKER_UNREACHABLE: &str = "WorkerUnreachable";
+    /// StrictFIFO: an earlier Job of the queue waits.
+    pub(crate) const BEHIND_OLDER_JOB: &str = "BehindOlderJob";
     pub(crate) const QUEUE_NOT_FOUND: &str = "QueueNotFound";
     pub(crate) const QUEUE_INVALID: &str = "QueueInvalid";
     pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
@@ -118,14 +122,17 @@ pub mod reason {
 }
 
 /// What a waiting reason comes to, for `switchyard_queue_waiting_jobs{reason}`: `Quota`,
-/// `PodsReadyGate`, `NoFit`, `Backoff` (a requeue or refusal back-off, or an old copy still
-/// being removed) or `Inactive` (the queue cannot admit anything: missing, invalid, no usable
-/// worker, namespace not allowed).
+/// `PodsReadyGate`, `Order` (StrictFIFO: behind an earlier Job), `NoFit`, `Backoff` (a
+/// requeue or refusal back-off, or an old copy still being removed), `Unreachable` (only a
+/// worker that does not answer could hold the Job) or `Inactive` (the queue cannot admit
+/// anything: missing, invalid, no usable worker, namespace not allowed).
 pub(crate) fn wait_category(why: &str) -> &'static str {
     use reason::*;
     match why {
         QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER => "Quota",
         WAITING_FOR_PODS_READY => "PodsReadyGate",
+        BEHIND_OLDER_JOB => "Order",
+        WORKER_UNREACHABLE => "Unreachable",
         QUEUE_NOT_FOUND | QUEUE_INVALID | NAMESPACE_NOT_ALLOWED | NO_ACTIVE_WORKER => "Inactive",
         BACKOFF | WORKER_REFUSED | PODS_READY_TIMEOUT | PODS_READY_LOST => "Backoff",
         _ => "NoFit",
@@ -133,8 +140,15 @@ pub(crate) fn wait_category(why: &str) -> &'static str {
 }
 
 /// Every value of [`wait_category`].
-pub(crate) const WAIT_CATEGORIES: [&str; 5] =
-    ["Quota", "PodsReadyGate", "NoFit", "Backoff", "Inactive"];
+pub(crate) const WAIT_CATEGORIES: [&str; 7] = [
+    "Quota",
+    "PodsReadyGate",
+    "Order",
+    "NoFit",
+    "Backoff",
+    "Unreachable",
+    "Inactive",
+];
 
 /// What the dispatcher decided at one instant.
 #[derive(Debug, Default)]
@@ -181,15 +195,49 @@ pub(crate) fn plan(world: &mut World, now: SystemTime) -> Plan {
     reconcile::collect_garbage(world, &mut out.actions);
     if world.state.jobs_synced {
         let admission = admit_now(world, now);
+        let gave_back = keep_rooms(world, admission.kept);
         out.actions.extend(admission.actions);
         out.waiting = admission.waiting;
         out.job_waiting = admission.job_waiting;
         out.wake_at = admission.wake_at;
+        if gave_back {
+            // The pass kept the room it let go from Jobs behind it: the next one admits into
+            // it, at once.
+            out.wake_at = Some(now);
+        }
     }
     if let Some(t) = world.state.next_timer() {
         out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t)));
     }
     out
+}
+
+/// The room kept for starving Jobs becomes what the pass decided: room it no longer keeps
+/// is let go (its Job was admitted, stopped waiting or starving, or its room moved), new room
+/// is held. Like holds, this is in-memory accounting only, done as soon as it is decided.
+/// Returns whether room was let go.
+fn keep_rooms(world: &mut World, kept: Vec<ledger::Hold>) -> bool {
+    let decided: std::collections::BTreeSet<&str> =
+        kept.iter().map(|h| h.job_uid.as_str()).collect();
+    let gone: Vec<String> = world
+        .ledger
+        .nominations()
+        .filter(|h| !decided.contains(h.job_uid.as_str()))
+        .map(|h| h.job_uid.clone())
+        .collect();
+    let mut gave_back = !gone.is_empty();
+    for uid in gone {
+        world.release(&uid);
+    }
+    for hold in kept {
+        match world.ledger.hold_of(&hold.job_uid) {
+            Some(h) if hold.serial != 0 && h.serial == hold.serial => continue,
+            Some(_) => gave_back = true,
+            None => {}
+        }
+        world.hold(hold);
+    }
+    gave_back
 }
 
 /// One admission pass: its questions answered from the caches, which keep what it found

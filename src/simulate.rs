@@ -418,7 +418,8 @@ impl Simulation {
                     self.push(w, Event::Wake);
                 }
             }
-            if p.actions.is_empty() {
+            // A plan that asks to be woken now (it let room go) is followed at once.
+            if p.actions.is_empty() && p.wake_at.is_none_or(|w| w > now) {
                 break;
             }
             // A queue's use only grows when it admits a Job, and its quota (its workers'

@@ -550,6 +550,66 @@ async fn a_worker_lost_longer_than_its_timeout_loses_its_job_to_another() {
     .await;
 }
 
+/// The queue's only worker is lost: its Job is taken back, and waits for the worker to
+/// answer again (the automatic quota without it is zero, but it may come back), then runs
+/// there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_only_worker_is_lost_waits_for_it_not_for_ever() {
+    let workers = vec![WorkerSpec {
+        name: "east",
+        nodes: 1,
+        cpu: 16,
+    }];
+    let mut fleet = Fleet::start(
+        &workers,
+        queue("research", &["east"], json!({"workerLostTimeout": "1s"})),
+    )
+    .await;
+    let d = fleet.dispatcher(true);
+    fleet.submit(job("train", "research", 2, 4));
+    eventually(10, "dispatched to east", || {
+        dispatched_to(&fleet, "train").as_deref() == Some("east")
+    })
+    .await;
+    fleet.disconnect("east");
+    eventually(10, "taken back, waiting for east", || {
+        let j = fleet.job("train");
+        condition(&j, "Requeued").is_some_and(|c| c["reason"] == "WorkerLost")
+            && condition(&j, "Admitted").is_some_and(|c| c["reason"] == "WorkerUnreachable")
+    })
+    .await;
+    d.settled().await;
+    let admitted = condition(&fleet.job("train"), "Admitted").unwrap().clone();
+    let message = admitted["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("while worker east is unreachable")
+            && message.contains("8 cpu (0 without them)"),
+        "{admitted}"
+    );
+    // No write to the manager ever said it would never fit.
+    let said = |what: &str| {
+        fleet
+            .manager
+            .recorded()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.uri.contains("/jobs/train"))
+            .any(|r| {
+                r.body
+                    .as_ref()
+                    .is_some_and(|b| b.to_string().contains(what))
+            })
+    };
+    assert!(said("WorkerUnreachable") && !said("NeverFits"));
+    fleet.reconnect("east");
+    eventually(10, "runs in east again, once", || {
+        let copies = fleet.copies("train");
+        dispatched_to(&fleet, "train").as_deref() == Some("east")
+            && copies.len() == 1
+            && copies[0].1["spec"]["suspend"] == false
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
     let workers = vec![WorkerSpec {
@@ -986,7 +1046,7 @@ async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
     let uid = fleet.copies("train")[0].1["metadata"]["uid"].clone();
     fleet.disconnect("east");
     // A Job that only east can hold arrives while it is away: the queue's automatic quota
-    // still counts east, so it waits for room, not "never fits".
+    // still counts east, and the Job waits for east to answer, not "never fits".
     fleet.submit(job("wide", "research", 1, 12));
     eventually(10, "the new Job says why it waits", || {
         condition(&fleet.job("wide"), "Admitted").is_some_and(|c| c["status"] == "False")
@@ -994,7 +1054,13 @@ async fn a_worker_lost_for_less_than_its_timeout_changes_nothing() {
     .await;
     d.settled().await;
     let wide = condition(&fleet.job("wide"), "Admitted").unwrap().clone();
-    assert_eq!(wide["reason"], "NoWorkerFits", "{wide}");
+    assert_eq!(wide["reason"], "WorkerUnreachable", "{wide}");
+    let message = wide["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("worker east could, and it is unreachable")
+            && message.contains("east: not connected (dial tcp: connection refused)"),
+        "{wide}"
+    );
     let q = fleet
         .manager
         .get(common::fake_api::DISPATCH_QUEUES, "", "research")

@@ -78,6 +78,25 @@ pub struct DispatchQueueSpec {
     /// queued again.
     #[serde(default = "default_worker_lost_timeout")]
     pub(crate) worker_lost_timeout: KubeDuration,
+    /// The order Jobs are admitted in: BestEffortFIFO, a Job that cannot be admitted yet does
+    /// not hold back later ones that can; StrictFIFO, it does.
+    #[serde(default)]
+    pub(crate) queueing_strategy: QueueingStrategy,
+    /// How long a Job may wait for room before room is kept for it: the nodes and NUMA zones
+    /// it will take in one worker, which later Jobs may not take. `0s`: never.
+    #[serde(default = "default_starvation_after")]
+    pub(crate) starvation_after: KubeDuration,
+}
+
+/// BestEffortFIFO: Jobs are tried in order (priority, then age) and a Job that cannot be
+/// admitted yet does not hold back later ones that can (they backfill around it).
+/// StrictFIFO: a Job that cannot be admitted holds back every later Job of the queue.
+// No doc comments on the variants: schemars would turn the enum into a oneOf.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub(crate) enum QueueingStrategy {
+    #[default]
+    BestEffortFIFO,
+    StrictFIFO,
 }
 
 fn spec_rules(s: &mut Schema) {
@@ -238,6 +257,9 @@ fn default_backoff_max() -> KubeDuration {
 fn default_worker_lost_timeout() -> KubeDuration {
     KubeDuration::new("15m")
 }
+fn default_starvation_after() -> KubeDuration {
+    KubeDuration::new("10m")
+}
 fn default_fanout() -> i32 {
     1
 }
@@ -321,6 +343,9 @@ pub struct QueueSettings {
     /// At least 1, at most the number of clusters.
     pub(crate) fanout: usize,
     pub worker_lost_timeout: Duration,
+    pub(crate) queueing: QueueingStrategy,
+    /// `None`: room is never kept for a waiting Job.
+    pub(crate) starvation_after: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -460,6 +485,7 @@ impl DispatchQueueSpec {
             false,
         );
         let worker_lost_timeout = duration("workerLostTimeout", &self.worker_lost_timeout, true);
+        let starvation_after = duration("starvationAfter", &self.starvation_after, false);
         if backoff_base > backoff_max {
             errors.push(format!(
                 "waitForPodsReady.requeuing: backoffBase {} is longer than backoffMax {}",
@@ -503,6 +529,8 @@ impl DispatchQueueSpec {
             strategy: self.placement.strategy.into(),
             fanout: (fanout as usize).min(self.clusters.len()),
             worker_lost_timeout,
+            queueing: self.queueing_strategy,
+            starvation_after: (!starvation_after.is_zero()).then_some(starvation_after),
         })
     }
 }

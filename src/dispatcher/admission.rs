@@ -6,19 +6,24 @@
 //!    its pod template can be read;
 //! 2. the queue's PodsReady gate is open (with `blockAdmission`, every Job the queue admitted
 //!    before is Ready);
-//! 3. the queue's quota covers its whole gang (pods × per-pod request);
-//! 4. the whole gang fits, node by node and NUMA zone by NUMA zone, in one of the queue's
-//!    workers that no Job is kept from: the best-scoring worker wins (the one its last attempt
-//!    failed in only when no other fits), or the best `fanout` are offered the Job at once.
+//! 3. with `queueingStrategy: StrictFIFO`, no earlier Job of its queue waits;
+//! 4. the queue's quota covers its whole gang (pods × per-pod request);
+//! 5. the whole gang fits, node by node and NUMA zone by NUMA zone, in one of the queue's
+//!    workers, beside the placements held there and the room kept for starving Jobs: the
+//!    best-scoring worker wins (the one its last attempt failed in only when no other fits),
+//!    or the best `fanout` are offered the Job at once.
 //!
 //! Starvation, both ways:
-//! - A Job that cannot be admitted does not block the Jobs behind it: they are tried in turn
-//!   and take whatever fits (backfill). Jobs that can never fit (more than the queue's whole
-//!   quota, larger than any worker even empty) never block anyone.
-//! - A Job that has waited `starvation_after` for capacity stops being overtaken: the quota
-//!   it needs is held for it, and one worker where it would fit once that worker's running
-//!   Jobs end is kept for it (no Job behind it is placed there). As that worker drains, the
-//!   starving Job gets it.
+//! - Under `BestEffortFIFO` (the default), a Job that cannot be admitted does not block the
+//!   Jobs behind it: they are tried in turn and take whatever fits (backfill). Jobs that can
+//!   never fit (more than the queue's whole quota, larger than any worker even empty) never
+//!   block anyone, under either strategy.
+//! - A Job that has waited its queue's `starvationAfter` stops being overtaken for what it
+//!   needs, and only that: the quota it needs is held for it, and room is kept for it (see
+//!   the `kept` module): the nodes and NUMA zones its gang will take in one worker once
+//!   enough of the pods running there end, chosen by the same exact fit as a placement.
+//!   Later Jobs still go to that worker when they fit beside the kept room. When the room
+//!   frees, the starving Job takes it; when the worker changes, the room is chosen again.
 //!
 //! Pending Jobs that are interchangeable (same queue, namespace, pod template and gang size)
 //! form a class; when the first of a class cannot be admitted, none of the rest can, so a pass
@@ -27,16 +32,18 @@
 //! whichever oracle answers.
 
 mod heads;
+mod kept;
 pub(crate) mod quota;
+mod workers;
 
 use super::job::{rfc3339, ClassKey, Job, JobKey};
-use super::ledger::{Hold, Ledger};
+use super::ledger::{Hold, HoldKind, Ledger};
 use super::oracle::{Circumstances, Fit, Gang, Oracle, Verdict};
 use super::reason;
 use super::state::State;
 use super::world::{DispatchConfig, Placement};
 use super::Action;
-use crate::api::QueueSettings;
+use crate::api::{QueueSettings, QueueingStrategy};
 use crate::placement::inflight::Take;
 use crate::placement::PodShape;
 use foldhash::{HashMap, HashMapExt as _};
@@ -46,6 +53,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
+use workers::Unusable;
 
 /// Why a Job waits: a reason (one of [`reason`]) and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +75,10 @@ pub(crate) struct Admission {
     /// an older Job of the same name is still being removed): the rest of their class is
     /// tried.
     pub(crate) job_waiting: BTreeMap<JobKey, WaitReason>,
+    /// The room kept for starving Jobs from now on (nominated placements). Room kept before
+    /// for a Job not in this list is let go; an entry whose `serial` is the one held is the
+    /// room kept before, unchanged.
+    pub(crate) kept: Vec<Hold>,
     /// When the pass could decide differently without any object changing (a back-off
     /// ends, a Job starts starving).
     pub(crate) wake_at: Option<SystemTime>,
@@ -102,64 +114,15 @@ struct QueueState {
     held: Amounts,
     /// With `blockAdmission`: an admitted Job not yet Ready, and its worker(s).
     gate: Option<(JobKey, String)>,
+    /// With `StrictFIFO`: the first Job of the queue that waits, which every later one waits
+    /// behind.
+    blocked_by: Option<JobKey>,
+    /// How many of its Jobs have room kept for them so far in the pass.
+    kept: usize,
     /// The quota in force, found once per pass.
     quota: Option<Arc<Quota>>,
-    usable: UsableWorkers,
-}
-
-/// The workers kept for starving Jobs so far in a pass, with the Job each is kept for, in
-/// the order they were first kept.
-#[derive(Default)]
-struct Reserved {
-    by_worker: BTreeMap<String, JobKey>,
-    order: Vec<String>,
-}
-
-impl Reserved {
-    fn insert(&mut self, worker: String, job: JobKey) {
-        if let Some(was) = self.by_worker.get_mut(&worker) {
-            *was = job;
-        } else {
-            self.order.push(worker.clone());
-            self.by_worker.insert(worker, job);
-        }
-    }
-}
-
-/// A queue's workers no Job is kept from in the pass: not unusable, not kept for a starving
-/// Job. Found once, and found again only from what changed: within a pass, why a worker is
-/// unusable is fixed and reservations only grow.
-#[derive(Default)]
-struct UsableWorkers {
-    /// The list (positions in the queue's list), and how many workers were reserved then.
-    found: Option<(usize, Arc<[usize]>)>,
-}
-
-impl UsableWorkers {
-    fn get<'w>(
-        &mut self,
-        workers: &'w [String],
-        reserved: &Reserved,
-        mut usable: impl FnMut(&'w str) -> bool,
-    ) -> Arc<[usize]> {
-        let list = match &self.found {
-            Some((n, list)) if *n == reserved.order.len() => return list.clone(),
-            Some((n, before)) => {
-                let added = &reserved.order[*n..];
-                let kept = |i: &usize| !added.contains(&workers[*i]);
-                if before.iter().all(kept) {
-                    before.clone()
-                } else {
-                    before.iter().copied().filter(kept).collect()
-                }
-            }
-            None => (0..workers.len())
-                .filter(|&i| usable(&workers[i]))
-                .collect(),
-        };
-        self.found = Some((reserved.order.len(), list.clone()));
-        list
-    }
+    /// Its workers (by position in its list) that may take Jobs in the pass, found once.
+    usable: Option<Arc<[usize]>>,
 }
 
 /// A worker that fits the gang, as admission ranks them.
@@ -188,8 +151,21 @@ struct Search<'w> {
     reasons: Vec<WorkerReason<'w>>,
     /// The kind of reason of the workers kept from this Job alone, if any.
     own: Option<&'static str>,
-    /// Some worker of the queue could not be asked about (kept from every Job now).
-    unseen: bool,
+}
+
+/// The Job being tried, as its placement is looked for.
+struct Look<'w> {
+    gang: Gang<'w>,
+    settings: &'w QueueSettings,
+    /// Its queue's slot in the pass.
+    slot: usize,
+    /// It has waited its queue's `starvationAfter`.
+    starving: bool,
+    /// It starves, and room may be kept for it in this pass (it has some, or the bounds
+    /// leave room for more): then it is judged afresh, as what it holds is decided anew.
+    may_keep: bool,
+    /// The room kept for it so far, if it still starves and that worker may take Jobs.
+    room: Option<&'w Hold>,
 }
 
 /// Why the Job cannot go to a worker for a reason of its own.
@@ -222,15 +198,17 @@ pub(crate) fn admit<'w>(
 /// An admission pass under way.
 struct Pass<'w> {
     state: &'w State,
+    ledger: &'w Ledger,
     config: &'w DispatchConfig,
     now: SystemTime,
     /// By slot; a Job's queue's slot is found once per look.
     queues: Vec<QueueState>,
     slots: HashMap<&'w str, usize>,
     resources: Resources<'w>,
-    reserved: Reserved,
-    /// Per worker, why no Job may go there in this pass (reservations aside), found once.
-    unusable: HashMap<&'w str, Option<String>>,
+    /// Per worker, why no Job may go there in this pass, found once.
+    unusable: HashMap<&'w str, Option<Unusable>>,
+    /// Per worker, the Job room is kept for there from this pass on.
+    kept_in: HashMap<&'w str, &'w Job>,
     out: Admission,
 }
 
@@ -264,13 +242,14 @@ impl<'w> Pass<'w> {
         }
         Self {
             state,
+            ledger,
             config,
             now,
             queues,
             slots,
             resources,
-            reserved: Reserved::default(),
             unusable: HashMap::new(),
+            kept_in: HashMap::new(),
             out: Admission::default(),
         }
     }
@@ -312,15 +291,20 @@ impl<'w> Pass<'w> {
             Ok(open) => open,
             Err(wait) => return Attempt::Wait(wait),
         };
-        let starving = self
-            .now
-            .duration_since(job.waiting_since())
-            .unwrap_or_default()
-            >= self.config.starvation_after;
-        if !starving {
-            self.out
-                .wake(job.waiting_since() + self.config.starvation_after);
+        if let Some(wait) = self.behind_older(job, settings, slot) {
+            return Attempt::Wait(wait);
         }
+        let starving = match settings.starvation_after {
+            None => false,
+            Some(after) => {
+                let since = job.waiting_since();
+                let starving = self.now.duration_since(since).unwrap_or_default() >= after;
+                if !starving {
+                    self.out.wake(since + after);
+                }
+                starving
+            }
+        };
         if let Some(wait) = self.quota_wait(job, settings, slot, starving) {
             return Attempt::Wait(wait);
         }
@@ -329,34 +313,66 @@ impl<'w> Pass<'w> {
             queue: &job.queue,
             queue_slot: slot,
             workers: &settings.clusters,
-            starving,
             usable: &usable,
+            starving,
         };
-        // A Job kept from some worker for a reason of its own is judged on its own: its
+        let room = self
+            .ledger
+            .hold_of(&job.uid)
+            .filter(|h| starving && h.nominated().is_some())
+            .filter(|h| usable.iter().any(|&i| settings.clusters[i] == h.cluster));
+        // A starving Job that room may be kept for is judged afresh: the room is decided anew
+        // at every look. So is a Job kept from some worker for a reason of its own: its
         // class's last verdict does not know that reason (and would hide it from the user).
-        if !self.has_own_blocker(job, &settings.clusters) {
+        let may_keep = starving && (room.is_some() || self.room_bound(settings, slot).is_none());
+        let judged_alone = may_keep || self.has_own_blocker(job, &settings.clusters);
+        if !judged_alone {
             if let Some(verdict) = oracle.recall(class, &now) {
                 return Attempt::Wait(verdict);
             }
         }
-        let gang = Gang {
-            class,
-            job,
-            shape,
-            pods: job.gang() as usize,
-            strategy: shape.strategy(settings.strategy),
+        let look = Look {
+            gang: Gang {
+                class,
+                job,
+                shape,
+                pods: job.gang() as usize,
+                strategy: shape.strategy(settings.strategy),
+            },
+            settings,
+            slot,
+            starving,
+            may_keep,
+            room,
         };
         let mut asked = Vec::new();
-        let search = self.search(&gang, settings, &now, &mut asked, oracle);
+        let search = self.search(&look, &now, &mut asked, oracle);
         let attempt = if search.fits.is_empty() {
-            self.no_fit(&gang, &now, settings, search, &asked, oracle)
+            self.no_fit(&look, search, &asked, oracle)
         } else {
-            self.choose(&gang, settings, search.fits, oracle)
+            self.choose(&look, search.fits, oracle)
         };
-        if let Attempt::Wait(verdict) = &attempt {
+        if let (Attempt::Wait(verdict), false) = (&attempt, judged_alone) {
             oracle.remember(class, &now, verdict, &asked);
         }
         attempt
+    }
+
+    /// With `StrictFIFO`, why the Job waits behind an earlier Job of its queue, if it does.
+    fn behind_older(&self, job: &Job, settings: &QueueSettings, slot: usize) -> Option<Verdict> {
+        if settings.queueing != QueueingStrategy::StrictFIFO {
+            return None;
+        }
+        let first = self.queues[slot].blocked_by.as_ref()?;
+        Some(Verdict::wait(
+            reason::BEHIND_OLDER_JOB,
+            self.say(|| {
+                format!(
+                    "queue {:?} admits its Jobs strictly in order (StrictFIFO): waiting behind {first}, which cannot be admitted yet",
+                    job.queue
+                )
+            }),
+        ))
     }
 
     /// What is decided before quota and placement: the queue, the namespace, the pod
@@ -407,7 +423,8 @@ impl<'w> Pass<'w> {
     }
 
     /// Why the Job waits for quota, if it does: its queue's quota does not cover its whole
-    /// gang now (a starving Job's quota is held for it from now on), or never will.
+    /// gang now (a starving Job's quota is held for it from now on), not while some of the
+    /// queue's workers are lost, or never.
     fn quota_wait(
         &mut self,
         job: &'w Job,
@@ -432,18 +449,31 @@ impl<'w> Pass<'w> {
                 reason::NEVER_FITS,
                 self.say(|| {
                     format!(
-                        "the gang of {} pods needs more than queue {:?} can ever give: {what}",
-                        job.gang(),
+                        "{} needs more than queue {:?} can ever give: {what}",
+                        the_gang(job),
                         job.queue
+                    )
+                }),
+            )),
+            QuotaCheck::Unreachable(what, lost) => Some(Verdict::wait(
+                reason::WORKER_UNREACHABLE,
+                self.say(|| {
+                    format!(
+                        "{} needs more than queue {:?} can give while {} {} unreachable (lost: no answer for longer than workerLostTimeout); it would get it were {} back: {what}",
+                        the_gang(job),
+                        job.queue,
+                        workers::named(&lost),
+                        if lost.len() == 1 { "is" } else { "are" },
+                        if lost.len() == 1 { "it" } else { "they" },
                     )
                 }),
             )),
             QuotaCheck::Short(what) => {
                 let mut message = self.say(|| {
                     format!(
-                        "waiting for quota in queue {:?}: the gang of {} pods needs {what}",
+                        "waiting for quota in queue {:?}: {} needs {what}",
                         job.queue,
-                        job.gang()
+                        the_gang(job)
                     )
                 });
                 if starving && describe {
@@ -456,25 +486,33 @@ impl<'w> Pass<'w> {
         }
     }
 
-    /// Asks about the gang in each worker of the queue that no Job is kept from, and not
-    /// kept from this Job alone.
+    /// Asks about the gang in each worker of the queue that may take Jobs, and is not kept
+    /// from this Job alone. In the worker where room is kept for it (`room`), the room
+    /// counts as free.
     fn search(
         &mut self,
-        gang: &Gang<'w>,
-        settings: &'w QueueSettings,
+        look: &Look<'w>,
         now: &Circumstances<'_>,
         asked: &mut Vec<usize>,
         oracle: &mut impl Oracle<'w>,
     ) -> Search<'w> {
+        let Look {
+            gang,
+            settings,
+            room,
+            ..
+        } = look;
         let job = gang.job;
         // Only a Job refused somewhere, or whose name a copy of another Job holds, is kept
         // from some worker for a reason of its own.
         let may_be_kept =
             !job.refusals.is_empty() || self.state.has_foreign_copy(&job.key, &job.uid);
+        let room_in = room.map(|h| h.cluster.as_str());
         let to_ask: Vec<&'w str> = now
             .usable
             .iter()
             .map(|&i| settings.clusters[i].as_str())
+            .filter(|name| Some(*name) != room_in)
             .filter(|name| !may_be_kept || self.own_blocker(job, name).is_none())
             .collect();
         oracle.prepare(gang, now, &to_ask);
@@ -493,14 +531,13 @@ impl<'w> Pass<'w> {
             fits: Vec::new(),
             reasons: Vec::new(),
             own: None,
-            unseen: now.usable.len() < settings.clusters.len(),
         };
         for &order in look_at.iter() {
             let name = settings.clusters[order].as_str();
-            if let Some(why) = check_each.then(|| self.unusable_now(name)).flatten() {
+            if let Some(u) = check_each.then(|| self.unusable(name)).flatten() {
                 search.reasons.push(WorkerReason {
                     worker: name,
-                    why,
+                    why: u.why,
                     never: false,
                 });
                 continue;
@@ -521,10 +558,13 @@ impl<'w> Pass<'w> {
                 continue;
             }
             asked.push(order);
-            let fit = match self.config.placement {
+            let fit = match (self.config.placement, room) {
                 // No judgement: every usable worker is offered the Job.
-                Placement::Everywhere => Fit::Fits(0),
-                Placement::Exact | Placement::SumOfFree => oracle.fit(gang, name, order),
+                (Placement::Everywhere, _) => Fit::Fits(0),
+                (Placement::Exact, Some(room)) if room.cluster == name => {
+                    oracle.fit_with_room(gang, name, room)
+                }
+                (Placement::Exact | Placement::SumOfFree, _) => oracle.fit(gang, name, order),
             };
             match fit {
                 Fit::Fits(score) => search.fits.push(Candidate {
@@ -534,11 +574,18 @@ impl<'w> Pass<'w> {
                     order,
                     name,
                 }),
-                Fit::Misfit { reason, never } => search.reasons.push(WorkerReason {
-                    worker: name,
-                    why: reason,
-                    never,
-                }),
+                Fit::Misfit { mut reason, never } => {
+                    if self.config.describe {
+                        if let Some(note) = self.kept_for_another(job, name) {
+                            reason.push_str(&note);
+                        }
+                    }
+                    search.reasons.push(WorkerReason {
+                        worker: name,
+                        why: reason,
+                        never,
+                    })
+                }
             }
         }
         search
@@ -548,11 +595,16 @@ impl<'w> Pass<'w> {
     /// `fanout` of them at once.
     fn choose(
         &mut self,
-        gang: &Gang<'w>,
-        settings: &QueueSettings,
+        look: &Look<'w>,
         mut fits: Vec<Candidate<'w>>,
         oracle: &mut impl Oracle<'w>,
     ) -> Attempt {
+        let Look {
+            gang,
+            settings,
+            room,
+            ..
+        } = look;
         // Best first: not the worker the last attempt failed in, highest score, queue order.
         fits.sort_by_key(|f| Reverse((f.preferred, f.score, Reverse(f.order))));
         let fanout = match self.config.placement {
@@ -569,7 +621,11 @@ impl<'w> Pass<'w> {
             };
         }
         let best = fits[0].name;
-        match oracle.place(gang, best) {
+        let placed = match room {
+            Some(room) if room.cluster == best => oracle.place_with_room(gang, best, room),
+            _ => oracle.place(gang, best),
+        };
+        match placed {
             Some(takes) => Attempt::Dispatch {
                 cluster: best.to_string(),
                 takes,
@@ -581,23 +637,26 @@ impl<'w> Pass<'w> {
         }
     }
 
-    /// Why a Job that fits no worker now waits. A starving Job has a worker kept for it, the
-    /// one where it would fit best once that worker drains.
+    /// Why a Job that fits no worker now waits. Room is kept for a starving Job in a worker
+    /// that could hold it empty (see the `kept` module); a Job that no worker of its queue
+    /// could hold even empty waits for ever, unless a worker that cannot take Jobs now (or
+    /// has not been seen yet) might.
     fn no_fit(
         &mut self,
-        gang: &Gang<'w>,
-        now: &Circumstances<'_>,
-        settings: &'w QueueSettings,
+        look: &Look<'w>,
         search: Search<'w>,
-        candidates: &[usize],
+        asked: &[usize],
         oracle: &mut impl Oracle<'w>,
     ) -> Attempt {
-        let Search {
-            reasons,
-            own,
-            unseen,
+        let Look {
+            gang,
+            settings,
+            slot,
+            starving,
+            may_keep,
             ..
-        } = search;
+        } = look;
+        let Search { reasons, own, .. } = search;
         let job = gang.job;
         // The Job's own reason when some worker is kept from it alone (then a refusal's
         // back-off is the reason to show), else its class's.
@@ -612,9 +671,14 @@ impl<'w> Pass<'w> {
                 Some(_) => Attempt::WaitAlone(verdict),
             }
         };
-        if candidates.is_empty() {
+        if asked.is_empty() {
+            let unreachable = own.is_none() && self.all_unreachable(settings);
             return wait(
-                reason::NO_ACTIVE_WORKER,
+                if unreachable {
+                    reason::WORKER_UNREACHABLE
+                } else {
+                    reason::NO_ACTIVE_WORKER
+                },
                 self.say(|| {
                     format!(
                         "no worker of queue {:?} can take Jobs now: {}",
@@ -625,49 +689,66 @@ impl<'w> Pass<'w> {
             );
         }
         let all_never = reasons.iter().all(|r| r.never);
-        if self.config.placement == Placement::Exact && (now.starving || all_never) {
-            match drained_best(gang, settings, candidates, oracle) {
-                // A worker that could not be looked at might still hold it: a short
-                // disconnect does not make a Job "never fits".
-                None if own.is_some() || unseen => {}
-                None => {
-                    return wait(
-                        reason::NEVER_FITS,
+        if self.config.placement == Placement::Exact && (*may_keep || all_never) {
+            let could_hold: Vec<usize> = asked
+                .iter()
+                .copied()
+                .filter(|&i| oracle.fit_drained(gang, &settings.clusters[i]).is_some())
+                .collect();
+            if could_hold.is_empty() {
+                if own.is_none() {
+                    let verdict = self.beyond_reach(gang, settings, asked, &reasons, oracle);
+                    return Attempt::Wait(verdict);
+                }
+            } else if *may_keep {
+                return match self.keep_room(look, &could_hold, oracle) {
+                    Ok(kept) => {
+                        let message = self.say(|| {
+                            format!(
+                                "no worker can take {} now; it has waited since {}, so room is kept for it {kept} as the pods running there end: {}",
+                                the_gang(job),
+                                rfc3339(job.waiting_since()),
+                                join(&reasons)
+                            )
+                        });
+                        let mut attempt = wait(reason::NO_WORKER_FITS, message);
+                        if let Attempt::Wait(v) | Attempt::WaitAlone(v) = &mut attempt {
+                            v.hold_quota = true;
+                        }
+                        attempt
+                    }
+                    Err(why_not) => wait(
+                        reason::NO_WORKER_FITS,
                         self.say(|| {
                             format!(
-                            "no worker of queue {:?} could hold the gang of {} pods even empty: {}",
-                            job.queue,
-                            job.gang(),
-                            join(&reasons)
-                        )
+                                "no worker can take {} now; it has waited since {}, but {why_not}: {}",
+                                the_gang(job),
+                                rfc3339(job.waiting_since()),
+                                join(&reasons)
+                            )
                         }),
-                    )
-                }
-                Some(name) if now.starving => {
-                    let message = self.say(|| format!(
-                        "no worker can take the gang of {} pods now; waiting since {}, so worker {name} is kept for it as it drains: {}",
-                        job.gang(),
-                        rfc3339(job.waiting_since()),
-                        join(&reasons)
-                    ));
-                    let mut attempt = wait(reason::NO_WORKER_FITS, message);
-                    if let Attempt::Wait(v) | Attempt::WaitAlone(v) = &mut attempt {
-                        v.reserve = Some(name.to_string());
-                        v.hold_quota = true;
-                    }
-                    return attempt;
-                }
-                Some(_) => {}
+                    ),
+                };
             }
         }
+        let no_room = match *starving && self.config.describe {
+            true => self.room_bound(settings, *slot),
+            false => None,
+        };
         wait(
             reason::NO_WORKER_FITS,
-            self.say(|| {
-                format!(
-                    "no worker can take the gang of {} pods now: {}",
-                    job.gang(),
+            self.say(|| match no_room {
+                Some(why_not) => format!(
+                    "no worker can take {} now; it has waited since {}, but {why_not}: {}",
+                    the_gang(job),
+                    rfc3339(job.waiting_since()),
                     join(&reasons)
-                )
+                ),
+                None => format!(
+                    "no worker can take {} now: {}",
+                    the_gang(job),
+                    join(&reasons)
+                ),
             }),
         )
     }
@@ -690,6 +771,7 @@ impl<'w> Pass<'w> {
                         job_uid: job.uid.clone(),
                         cluster,
                         takes,
+                        kind: HoldKind::Dispatched,
                         since: self.now,
                         serial: 0,
                     },
@@ -709,27 +791,35 @@ impl<'w> Pass<'w> {
                 true
             }
             Attempt::Wait(verdict) => {
-                self.hold_for(job, slot, &verdict);
+                self.waits(job, slot, &verdict);
                 if self.config.describe {
                     self.out.waiting.insert(class.clone(), verdict.into());
                 }
                 false
             }
             Attempt::WaitAlone(verdict) => {
-                self.hold_for(job, slot, &verdict);
+                self.waits(job, slot, &verdict);
                 self.out.job_waiting.insert(job.key.clone(), verdict.into());
                 true
             }
         }
     }
 
-    /// What a starving Job's wait holds: a worker kept for it, its queue's quota.
-    fn hold_for(&mut self, job: &'w Job, slot: usize, verdict: &Verdict) {
-        if let Some(worker) = &verdict.reserve {
-            self.reserved.insert(worker.clone(), job.key.clone());
-        }
+    /// What a Job's wait holds for it (a starving Job's quota), and holds back (under
+    /// `StrictFIFO`, the rest of its queue).
+    fn waits(&mut self, job: &'w Job, slot: usize, verdict: &Verdict) {
         if verdict.hold_quota {
             self.resources.add(&mut self.queues[slot].held, job);
+        }
+        let strict = self
+            .state
+            .queues
+            .get(&job.queue)
+            .and_then(|q| q.settings.as_ref().ok())
+            .is_some_and(|s| s.queueing == QueueingStrategy::StrictFIFO);
+        let queue = &mut self.queues[slot];
+        if strict && queue.blocked_by.is_none() && holds_back(verdict.reason) {
+            queue.blocked_by = Some(job.key.clone());
         }
     }
 
@@ -742,33 +832,25 @@ impl<'w> Pass<'w> {
             .clone()
     }
 
-    /// The queue's workers no Job is kept from now.
+    /// The queue's workers that may take Jobs in the pass, found once.
     fn usable_workers(&mut self, settings: &'w QueueSettings, slot: usize) -> Arc<[usize]> {
-        let state = self.state;
-        let (unusable, reserved) = (&mut self.unusable, &self.reserved);
-        self.queues[slot]
-            .usable
-            .get(&settings.clusters, reserved, |name| {
-                unusable
-                    .entry(name)
-                    .or_insert_with(|| why_unusable(state, name))
-                    .is_none()
-                    && !reserved.by_worker.contains_key(name)
-            })
+        if let Some(found) = &self.queues[slot].usable {
+            return found.clone();
+        }
+        let found: Arc<[usize]> = (0..settings.clusters.len())
+            .filter(|&i| self.unusable(&settings.clusters[i]).is_none())
+            .collect();
+        self.queues[slot].usable = Some(found.clone());
+        found
     }
 
-    /// Why no Job may go to `name` now, if none may.
-    fn unusable_now(&mut self, name: &'w str) -> Option<String> {
+    /// Why no Job may go to `name` in the pass, if none may.
+    fn unusable(&mut self, name: &'w str) -> Option<Unusable> {
         let state = self.state;
-        let base = self
-            .unusable
+        self.unusable
             .entry(name)
-            .or_insert_with(|| why_unusable(state, name));
-        if base.is_some() {
-            return base.clone();
-        }
-        let other = self.reserved.by_worker.get(name)?;
-        Some(self.say(|| format!("kept for {other}, which has waited longest")))
+            .or_insert_with(|| workers::why_unusable(state, name))
+            .clone()
     }
 
     /// Why the Job cannot go to `name` in particular (other Jobs of its class may go
@@ -819,12 +901,34 @@ impl<'w> Pass<'w> {
     }
 }
 
+/// "the gang of N pods", or "the Job's pod" for one.
+fn the_gang(job: &Job) -> String {
+    match job.gang() {
+        1 => "the Job's pod".to_string(),
+        n => format!("the gang of {n} pods"),
+    }
+}
+
+/// Whether a Job that waits for this reason holds back the later Jobs of a `StrictFIFO`
+/// queue. One that can never be admitted as it is (too big, invalid, in a namespace the
+/// queue does not take) does not: nothing it could wait for would let the rest through.
+fn holds_back(why: &str) -> bool {
+    !matches!(
+        why,
+        reason::NEVER_FITS
+            | reason::INVALID_JOB
+            | reason::NAMESPACE_NOT_ALLOWED
+            | reason::QUEUE_NOT_FOUND
+            | reason::QUEUE_INVALID
+            | reason::BEHIND_OLDER_JOB
+    )
+}
+
 impl Verdict {
     fn wait(reason: &'static str, message: String) -> Self {
         Self {
             reason,
             message,
-            reserve: None,
             hold_quota: false,
         }
     }
@@ -837,25 +941,6 @@ impl From<Verdict> for WaitReason {
             message: v.message,
         }
     }
-}
-
-/// The worker the gang would fit best in were it empty, among `candidates`, if any.
-fn drained_best<'w>(
-    gang: &Gang<'w>,
-    settings: &'w QueueSettings,
-    candidates: &[usize],
-    oracle: &mut impl Oracle<'w>,
-) -> Option<&'w str> {
-    let mut best: Option<(i64, &str)> = None;
-    for &order in candidates {
-        let name = settings.clusters[order].as_str();
-        if let Some(score) = oracle.fit_drained(gang, name) {
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, name));
-            }
-        }
-    }
-    best.map(|(_, name)| name)
 }
 
 /// Whether the Job's namespace matches its queue's namespaceSelector (a namespace whose
@@ -883,35 +968,6 @@ fn blocks_admission(state: &State, job: &Job) -> bool {
         .and_then(|q| q.settings.as_ref().ok())
         .and_then(|s| s.wait_for_pods_ready.as_ref())
         .is_some_and(|w| w.block_admission)
-}
-
-/// Why a worker cannot be tried for any Job now, if it cannot. (Workers kept for starving
-/// Jobs change within a pass: see [`Pass::unusable_now`].)
-fn why_unusable(state: &State, name: &str) -> Option<String> {
-    let Some(worker) = state.workers.get(name) else {
-        return Some("no such WorkerCluster".into());
-    };
-    if !worker.connected {
-        return Some(if worker.message.is_empty() {
-            "not connected".into()
-        } else {
-            format!("not connected ({})", worker.message)
-        });
-    }
-    if !worker.copies_synced {
-        return Some("connected, its Jobs not listed yet".into());
-    }
-    if let Some(why) = state
-        .inventory
-        .cluster(name)
-        .and_then(|c| c.unavailable.as_ref())
-    {
-        return Some(why.clone());
-    }
-    if state.has_stale_copies(name) {
-        return Some("copies of Jobs taken back from it are still being removed".into());
-    }
-    None
 }
 
 fn join(reasons: &[WorkerReason]) -> String {
@@ -957,6 +1013,7 @@ pub(crate) fn hold_for(
         job_uid: job.uid.clone(),
         cluster: cluster.to_string(),
         takes: super::oracle::view::takes_of(c, &gang, &bound, &fit, &config.engine, table),
+        kind: HoldKind::Dispatched,
         since: now,
         serial: 0,
     })

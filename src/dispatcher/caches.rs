@@ -15,11 +15,16 @@
 //!   nodes have the same allocatable (the inventory's capacity fingerprint).
 //! - Held views ([`HeldView`]): a worker with the placements held there taken off, kept
 //!   while neither its inventory nor its holds change ([`Caches::holds_changed`]).
+//! - Rooms that stand ([`RoomStands`]): room kept for a starving Job that no room freeing
+//!   sooner could replace, kept while its worker's nodes (any touch), holds and the room
+//!   itself stay as they were.
 //! - Placement verdicts ([`ClassMemo`]): why a class fits no worker, kept while its queue's
 //!   workers keep their state ([`Caches::worker_changed`]), the workers it was judged
-//!   against keep their capacity, the workers it may use are the same (none newly kept for
-//!   a starving Job) and the queues stay as they were ([`Caches::queues_changed`]). Quota
-//!   is not remembered: it is checked afresh at every look, and cheaply.
+//!   against keep their capacity, the workers it may use are the same, the queues stay as
+//!   they were ([`Caches::queues_changed`]) and, when messages are written, so does the room
+//!   kept for starving Jobs ([`Caches::kept_changed`]). Quota is not remembered: it is
+//!   checked afresh at every look, and cheaply. A starving Job's class is judged afresh at
+//!   every look: what it holds is decided anew each time.
 
 mod memo;
 pub(crate) mod oracle;
@@ -109,6 +114,18 @@ pub(crate) struct Findings {
     pub(crate) held_views: Vec<(String, HeldView)>,
     pub(crate) verdicts: Vec<(ClassKey, ClassMemo)>,
     pub(crate) shape_rooms: ShapeRooms,
+    pub(crate) rooms_stand: Vec<(String, RoomStands)>,
+}
+
+/// Room kept for a starving Job that no room freeing sooner could replace, and the state of
+/// its worker then: while the worker's nodes, the placements held there and the room itself
+/// stay as they were, it still could not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RoomStands {
+    pub(crate) serial: u64,
+    pub(crate) epoch: u64,
+    pub(crate) touches: u64,
+    pub(crate) holds: u64,
 }
 
 /// What is kept across passes, and the epochs that tell when it lapses.
@@ -124,6 +141,10 @@ pub(crate) struct Caches {
     shape_rooms: ShapeRooms,
     /// Bumped when a queue is added, changed or removed.
     queues_generation: u64,
+    /// Bumped when room kept for a starving Job is kept, moved or let go.
+    kept_generation: u64,
+    /// By Job uid: room kept for it that no room freeing sooner could replace.
+    rooms_stand: HashMap<String, RoomStands>,
     /// Per queue, bumped whenever its Jobs may have become admissible because one of its
     /// workers changed state (or as a whole).
     queue_epochs: HashMap<String, u64>,
@@ -216,6 +237,12 @@ impl Caches {
         bump(&mut self.hold_versions, cluster);
     }
 
+    /// Room kept for a starving Job was kept, moved or let go: the messages that say where
+    /// room is kept for another Job lapse.
+    pub(crate) fn kept_changed(&mut self) {
+        self.kept_generation += 1;
+    }
+
     /// The inventory was replaced by `new`: workers whose data changed may have gained room.
     pub(crate) fn inventory_replaced(
         &mut self,
@@ -283,6 +310,11 @@ impl Caches {
             self.verdicts.insert(class, memo);
         }
         prune(&mut self.verdicts, pending);
+        self.rooms_stand.extend(found.rooms_stand);
+        if self.rooms_stand.len() > 2 * ledger.nominations().count() + 16 {
+            self.rooms_stand
+                .retain(|uid, r| ledger.hold_of(uid).is_some_and(|h| h.serial == r.serial));
+        }
     }
 
     /// Keeps what a pass brought up to date, less the workers the inventory no longer has
@@ -330,12 +362,27 @@ impl Caches {
 
     /// What a class's placement verdict depends on, beyond its own Jobs and its queue's
     /// workers' nodes.
-    pub(crate) fn memo_key(&self, queue: &str, starving: bool) -> MemoKey {
+    pub(crate) fn memo_key(&self, queue: &str, describe: bool) -> MemoKey {
         MemoKey {
             queue_epoch: self.queue_epochs.get(queue).copied().unwrap_or(0),
             queues: self.queues_generation,
-            starving,
+            kept: if describe { self.kept_generation } else { 0 },
+            starving: false,
         }
+    }
+
+    /// The state of `cluster` that [`RoomStands`] compares, for room `serial`.
+    pub(crate) fn room_stands_key(&self, cluster: &str, serial: u64) -> RoomStands {
+        RoomStands {
+            serial,
+            epoch: self.capacity_epoch(cluster),
+            touches: self.touches_end(cluster),
+            holds: self.hold_version(cluster),
+        }
+    }
+
+    pub(crate) fn room_stands(&self, job_uid: &str) -> Option<&RoomStands> {
+        self.rooms_stand.get(job_uid)
     }
 
     pub(crate) fn verdict(&self, class: &ClassKey) -> Option<&ClassMemo> {

@@ -1,7 +1,9 @@
 //! What the queues owe and hold: each queue's quota in use, its pending Jobs by class in
 //! admission order, its admitted Jobs not yet Ready, and the placements held for dispatched
 //! Jobs until their workers' inventories show them. Kept up to date Job by Job as Jobs
-//! change, so that admission never adds up every Job.
+//! change, so that admission never adds up every Job. Held with them: the room kept for
+//! starving Jobs (their nominated placements), which every view of the workers takes off
+//! as it takes off a dispatched Job's placement.
 
 use super::job::{ClassKey, Job, JobKey, Rank};
 use crate::placement::inflight::Take;
@@ -23,16 +25,49 @@ pub(crate) struct QueueUse {
     pub(crate) not_ready: BTreeSet<Rank>,
 }
 
-/// Placements handed out to a Job and not yet visible in its worker's inventory.
+/// Room in one worker that no other Job may take: the placement of a dispatched Job whose
+/// pods its worker's inventory does not show yet, or the room kept for a starving Job.
 #[derive(Debug, Clone)]
 pub(crate) struct Hold {
     pub(crate) job_uid: String,
     pub(crate) cluster: String,
     pub(crate) takes: Vec<Take>,
+    pub(crate) kind: HoldKind,
     pub(crate) since: SystemTime,
     /// Which hold this is, among all the ledger ever held (set by [`Ledger::hold`]): its
     /// takes never change, so the serial stands for them.
     pub(crate) serial: u64,
+}
+
+/// Which kind of room a [`Hold`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    /// The placement of a dispatched Job, held until its worker's inventory shows its pods
+    /// (or for at most `hold_timeout`).
+    Dispatched,
+    /// A nominated placement: the nodes and NUMA zones a pending Job that waited
+    /// `starvationAfter` will take once enough of the pods running there end. Kept while
+    /// the Job starves and the worker stays as it was when the room was chosen.
+    Nominated(Nominated),
+}
+
+/// What a nominated placement was chosen for: it stands while these are unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Nominated {
+    /// The Job's pod shape and gang size.
+    pub(crate) shape: u64,
+    pub(crate) pods: u32,
+    /// The worker's capacity (its nodes and their allocatable) then.
+    pub(crate) capacity: u64,
+}
+
+impl Hold {
+    pub(crate) fn nominated(&self) -> Option<&Nominated> {
+        match &self.kind {
+            HoldKind::Nominated(n) => Some(n),
+            HoldKind::Dispatched => None,
+        }
+    }
 }
 
 /// What one Job contributes to its queue's totals.
@@ -103,6 +138,8 @@ pub(crate) struct Ledger {
     held_in: HashMap<String, BTreeMap<String, Arc<Hold>>>,
     /// The serial of the last placement held (see [`Hold::serial`]).
     hold_serial: u64,
+    /// The Jobs (by uid) whose hold is a nominated placement.
+    nominated: BTreeSet<String>,
 }
 
 impl Ledger {
@@ -203,6 +240,11 @@ impl Ledger {
             .entry(hold.cluster.clone())
             .or_default()
             .insert(hold.job_uid.clone(), hold.clone());
+        if hold.nominated().is_some() {
+            self.nominated.insert(hold.job_uid.clone());
+        } else {
+            self.nominated.remove(&hold.job_uid);
+        }
         let cluster = hold.cluster.clone();
         let old = self.holds.insert(hold.job_uid.clone(), hold)?;
         if old.cluster != cluster {
@@ -214,6 +256,7 @@ impl Ledger {
     /// Stops holding the Job's placement; returns it.
     pub(super) fn release(&mut self, job_uid: &str) -> Option<Arc<Hold>> {
         let old = self.holds.remove(job_uid)?;
+        self.nominated.remove(job_uid);
         self.unheld(&old);
         Some(old)
     }
@@ -242,5 +285,10 @@ impl Ledger {
 
     pub(crate) fn hold_of(&self, job_uid: &str) -> Option<&Hold> {
         self.holds.get(job_uid).map(Arc::as_ref)
+    }
+
+    /// The nominated placements, by Job uid.
+    pub(crate) fn nominations(&self) -> impl Iterator<Item = &Hold> + '_ {
+        self.nominated.iter().filter_map(|uid| self.hold_of(uid))
     }
 }

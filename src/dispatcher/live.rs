@@ -526,8 +526,16 @@ impl Live {
             None
         };
         let tick = Instant::now() + self.options.tick;
-        match wake.and_then(|w| w.duration_since(SystemTime::now()).ok()) {
-            Some(d) => tick.min(Instant::now() + d.max(Duration::from_millis(10))),
+        match wake {
+            Some(w) => {
+                // Due already (the pass let room go that the next one admits into): soon,
+                // and the dispatcher is not settled until that pass ran.
+                let d = w.duration_since(SystemTime::now()).unwrap_or_default();
+                if d.is_zero() {
+                    self.decided += 1;
+                }
+                tick.min(Instant::now() + d.max(Duration::from_millis(10)))
+            }
             None => tick,
         }
     }

@@ -2,18 +2,20 @@
 //! worker now, would it fit were the worker empty, and does a class's last verdict still
 //! stand. [`PlainOracle`] answers each afresh from the placement engine: it is the
 //! reference. The caches (`super::caches`) answer the same questions faster, and random runs
-//! hold the two to the same decisions.
+//! hold the two to the same decisions. The few questions about room kept for starving Jobs
+//! are answered afresh by every oracle, alike (the trait's provided methods).
 
 pub(crate) mod view;
 
-pub(crate) use view::{with_holds_taken_off, PassView};
+pub(crate) use view::{with_holds_taken_off, PassView, Room};
 
 use super::job::{ClassKey, Job};
-use super::ledger::Ledger;
+use super::ledger::{Hold, Ledger};
 use super::state::State;
 use super::world::{DispatchConfig, Placement};
+use crate::inventory::Cluster;
 use crate::placement::inflight::Take;
-use crate::placement::{fit_cluster, PodShape, Strategy};
+use crate::placement::{fit_cluster, ClusterFit, PodShape, Strategy};
 use std::sync::Arc;
 
 /// A gang admission asks about: the first waiting Job of a class, whose pods must all run
@@ -37,14 +39,12 @@ pub(crate) enum Fit {
     Misfit { reason: String, never: bool },
 }
 
-/// Why a Job waits, with what waiting holds for it: the verdict of one judgement, which a
-/// class keeps until something it depended on changes.
+/// Why a Job waits, and whether its quota is held for it: the verdict of one judgement,
+/// which a class keeps until something it depended on changes (a starving Job's is not kept).
 #[derive(Debug, Clone)]
 pub(crate) struct Verdict {
     pub(crate) reason: &'static str,
     pub(crate) message: String,
-    /// The worker kept for it as it drains (it starves).
-    pub(crate) reserve: Option<String>,
     /// Its queue's quota is held for it (it starves).
     pub(crate) hold_quota: bool,
 }
@@ -56,9 +56,10 @@ pub(crate) struct Circumstances<'a> {
     pub(crate) queue_slot: usize,
     /// The queue's workers, in its order.
     pub(crate) workers: &'a [String],
-    pub(crate) starving: bool,
-    /// The queue's workers (by position) no Job is kept from in the pass so far.
+    /// The queue's workers (by position) that may take Jobs in the pass.
     pub(crate) usable: &'a Arc<[usize]>,
+    /// The Job has waited its queue's `starvationAfter` (its message says so).
+    pub(crate) starving: bool,
 }
 
 /// Admission's questions. One oracle serves one admission pass; `'w` is the lifetime of the
@@ -94,6 +95,114 @@ pub(crate) trait Oracle<'w> {
         verdict: &Verdict,
         asked: &[usize],
     );
+
+    /// The pass's view of `worker` (placements held and handed out earlier in the pass taken
+    /// off), and what the pass reads.
+    fn current(&mut self, worker: &str) -> Option<&Cluster>;
+    fn context(&self) -> (&'w State, &'w DispatchConfig);
+    fn view_mut(&mut self) -> &mut PassView<'w>;
+
+    /// The pass gave room back in `worker`: what was found there in earlier passes may not
+    /// hold for the rest of it.
+    fn gained_room(&mut self, _worker: &'w str) {}
+
+    /// Whether the gang fits in `worker` with `room`, kept for its Job there, counted as
+    /// free.
+    fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {
+        let describe = self.context().1.describe;
+        match self.search_with_room(gang, worker, room) {
+            None => Fit::not_in_inventory(),
+            Some((_, fit)) => Fit::of(&fit, describe),
+        }
+    }
+
+    /// Places the gang in `worker`, where [`Oracle::fit_with_room`] just found it fits: the
+    /// pass's view of the worker gives the room back and loses the placement.
+    fn place_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Option<Vec<Take>> {
+        let (state, config) = self.context();
+        let (cluster, fit) = self.search_with_room(gang, worker, room)?;
+        if !fit.fits() {
+            return None;
+        }
+        let table = &state.inventory.resources;
+        let bound = gang.shape.bind(table);
+        let takes = view::takes_of(&cluster, gang, &bound, &fit, &config.engine, table);
+        let v = self.view_mut();
+        v.give_back(worker, &room.takes);
+        v.take(worker, &takes);
+        self.gained_room(worker);
+        Some(takes)
+    }
+
+    /// The engine's search for the gang in `worker` as the pass sees it, with `room` given
+    /// back; the worker searched is returned with it.
+    fn search_with_room(
+        &mut self,
+        gang: &Gang,
+        worker: &'w str,
+        room: &Hold,
+    ) -> Option<(Cluster, ClusterFit)> {
+        let (state, config) = self.context();
+        let cluster = view::with_room(self.current(worker)?, room);
+        let table = &state.inventory.resources;
+        let fit = fit_cluster(
+            &cluster,
+            table,
+            gang.shape,
+            &gang.shape.bind(table),
+            gang.pods,
+            &config.engine,
+            gang.strategy,
+        );
+        Some((cluster, fit))
+    }
+
+    /// The room the gang would take in `worker` once the pods running there end (see
+    /// [`view::room_in`]), counting the room kept for its Job (`own`, wherever it is) as
+    /// free.
+    fn room_for(&mut self, gang: &Gang, worker: &'w str, own: Option<&Hold>) -> Option<Room> {
+        let (state, config) = self.context();
+        let current = self.current(worker)?;
+        match own.filter(|h| h.cluster == worker) {
+            Some(own) => view::room_in(
+                &view::with_room(current, own),
+                gang,
+                &state.inventory,
+                &config.engine,
+            ),
+            None => view::room_in(current, gang, &state.inventory, &config.engine),
+        }
+    }
+
+    /// Room for the gang in the worker of `room` (kept for its Job) that running pods take
+    /// less of than they take of `room`, if the worker has nodes freer than the least free
+    /// one `room` is on: room kept follows the nodes that free first.
+    fn freer_room(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
+        freer_room(self, gang, room)
+    }
+
+    /// The pass keeps `takes` in `worker` for a starving Job: later Jobs in the pass do not
+    /// get them.
+    fn keep(&mut self, worker: &'w str, takes: &[Take]) {
+        self.view_mut().take(worker, takes);
+    }
+}
+
+/// [`Oracle::freer_room`], answered afresh.
+pub(crate) fn freer_room<'w, O: Oracle<'w> + ?Sized>(
+    oracle: &mut O,
+    gang: &Gang,
+    room: &Hold,
+) -> Option<Room> {
+    let (state, config) = oracle.context();
+    let current = view::with_room(oracle.current(&room.cluster)?, room);
+    let table = &state.inventory.resources;
+    if !view::freer_nodes_than(&current, gang, table, &room.takes) {
+        return None;
+    }
+    let now = view::shortfall(&current, &room.takes);
+    view::room_in(&current, gang, &state.inventory, &config.engine)
+        .filter(|better| better.shortfall < now)
 }
 
 /// Answers every question afresh, from the placement engine, on the pass's view of the
@@ -113,20 +222,17 @@ impl<'a> PlainOracle<'a> {
 
     /// The engine's search for the whole gang in the worker as the pass sees it.
     fn search(&mut self, gang: &Gang, worker: &str) -> Option<crate::placement::ClusterFit> {
-        let state = self.view.state();
-        let ledger = self.view.ledger();
+        let (state, config) = (self.view.state(), self.config);
         let table = &state.inventory.resources;
         let bound = gang.shape.bind(table);
-        let cluster = self.view.cluster(worker, |base| {
-            Arc::new(with_holds_taken_off(base, ledger.holds_in(worker)))
-        })?;
+        let cluster = self.current(worker)?;
         Some(fit_cluster(
             cluster,
             table,
             gang.shape,
             &bound,
             gang.pods,
-            &self.config.engine,
+            &config.engine,
             gang.strategy,
         ))
     }
@@ -174,6 +280,21 @@ impl<'w> Oracle<'w> for PlainOracle<'w> {
     }
 
     fn remember(&mut self, _: &ClassKey, _: &Circumstances, _: &Verdict, _: &[usize]) {}
+
+    fn current(&mut self, worker: &str) -> Option<&Cluster> {
+        let ledger = self.view.ledger();
+        self.view.cluster(worker, |base| {
+            Arc::new(with_holds_taken_off(base, ledger.holds_in(worker)))
+        })
+    }
+
+    fn context(&self) -> (&'w State, &'w DispatchConfig) {
+        (self.view.state(), self.config)
+    }
+
+    fn view_mut(&mut self) -> &mut PassView<'w> {
+        &mut self.view
+    }
 }
 
 impl Fit {

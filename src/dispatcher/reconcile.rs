@@ -97,7 +97,17 @@ impl<'a> Step<'a> {
             return self.offered(live, settings);
         }
         let Some(cluster) = job.cluster.as_deref() else {
-            return self.release();
+            // Pending: a placement held for a dispatch that did not land goes; room kept for
+            // it as it starves is admission's to keep or let go.
+            if self
+                .world
+                .ledger
+                .hold_of(&job.uid)
+                .is_some_and(|h| h.nominated().is_none())
+            {
+                self.release();
+            }
+            return;
         };
         // The queue went away or broke: an admitted Job keeps running; nothing is timed.
         if let Some(settings) = settings {
@@ -226,7 +236,11 @@ impl<'a> Step<'a> {
     /// `hold_timeout`; a restarted dispatcher holds it again until then.
     fn keep_hold(&mut self, cluster: &str, readiness: Readiness) {
         let (job, world, now) = (self.job, self.world, self.now);
-        let hold = world.ledger.hold_of(&job.uid);
+        // Room kept for it before it was claimed is not its placement (admission lets it go).
+        let hold = world
+            .ledger
+            .hold_of(&job.uid)
+            .filter(|h| h.nominated().is_none());
         let release = Action::Release {
             job_uid: job.uid.clone(),
         };

@@ -6,5 +6,6 @@
 mod admission;
 mod lifecycle;
 mod random;
+mod starvation;
 mod support;
 mod workers;

@@ -36,9 +36,6 @@ pub struct DispatchConfig {
     /// `switchyard.dev/origin` on worker copies: tells this manager's copies from others'.
     pub manager_id: String,
     pub engine: EngineConfig,
-    /// A Job waiting this long for capacity stops Jobs behind it from taking the cluster and
-    /// the quota it needs (see the admission module).
-    pub starvation_after: Duration,
     /// The longest a placement is held for a Job whose pods never all become Ready.
     pub hold_timeout: Duration,
     /// How long a claimed Job may wait for its copy to be created before another attempt.
@@ -62,7 +59,6 @@ impl Default for DispatchConfig {
             manager_id: "switchyard".into(),
             placement: Placement::Exact,
             engine: EngineConfig::default(),
-            starvation_after: Duration::from_secs(600),
             hold_timeout: Duration::from_secs(600),
             create_retry_after: Duration::from_secs(10),
             wait_rewrite_after: Duration::from_secs(30),
@@ -180,9 +176,13 @@ impl World {
             .inventory_replaced(&old, &self.state.inventory, &self.state.queues);
     }
 
-    /// Holds a placement for an admitted Job (replacing any it had).
+    /// Holds a placement for an admitted Job, or room for a starving one (replacing any it
+    /// had).
     pub(crate) fn hold(&mut self, hold: Hold) {
         self.caches.holds_changed(&hold.cluster);
+        if hold.nominated().is_some() {
+            self.caches.kept_changed();
+        }
         if let Some(old) = self.ledger.hold(hold) {
             self.released(&old);
         }
@@ -197,6 +197,9 @@ impl World {
 
     fn released(&mut self, old: &Hold) {
         self.caches.holds_changed(&old.cluster);
+        if old.nominated().is_some() {
+            self.caches.kept_changed();
+        }
         for t in &old.takes {
             self.caches.capacity_changed_on(&old.cluster, t.index);
         }

@@ -135,6 +135,7 @@ impl Fleet {
         v.connected = false;
         v.active = false;
         v.reason = "ClientConnectionFailed";
+        v.message = "dial tcp: connection refused".into();
         v.disconnected_since = Some(std::time::SystemTime::now());
         self.publish();
     }
@@ -144,6 +145,7 @@ impl Fleet {
         v.connected = true;
         v.active = true;
         v.reason = "Connected";
+        v.message = "connected".into();
         v.disconnected_since = None;
         self.publish();
     }

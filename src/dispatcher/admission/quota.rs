@@ -26,16 +26,37 @@ pub(crate) fn effective(
     }
     let table = &state.inventory.resources;
     automatic(state, settings, now)
+        .in_force
         .into_iter()
         .enumerate()
         .filter_map(|(r, sum)| Some((table.name(r).to_string(), sum?)))
         .collect()
 }
 
-/// The sum of the allocatable of the queue's workers not lost, by the inventory's resource
-/// ids (`None`: none of them has the resource).
-fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Vec<Option<i64>> {
-    let mut sums: Vec<Option<i64>> = vec![None; state.inventory.resources.len()];
+/// A queue's automatic quota, by the inventory's resource ids (`None`: none of the workers
+/// counted has the resource).
+struct Automatic {
+    /// The sum of the allocatable of the queue's workers not lost.
+    in_force: Vec<Option<i64>>,
+    /// The same with the lost workers counted (they may come back).
+    with_lost: Vec<Option<i64>>,
+    /// The lost workers the inventory knows.
+    lost: Vec<String>,
+}
+
+fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Automatic {
+    let mut a = Automatic {
+        in_force: vec![None; state.inventory.resources.len()],
+        with_lost: vec![None; state.inventory.resources.len()],
+        lost: Vec::new(),
+    };
+    let add = |sums: &mut Vec<Option<i64>>, allocatable: &[i64]| {
+        for (sum, v) in sums.iter_mut().zip(allocatable) {
+            if *v > 0 {
+                *sum = Some(sum.unwrap_or(0).saturating_add(*v));
+            }
+        }
+    };
     for name in &settings.clusters {
         let Some(c) = state.inventory.cluster(name) else {
             continue;
@@ -44,16 +65,14 @@ fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Vec<Op
             .workers
             .get(name)
             .is_some_and(|w| !w.lost(now, settings.worker_lost_timeout));
-        if !counted {
-            continue;
+        if counted {
+            add(&mut a.in_force, &c.summary.allocatable);
+        } else {
+            a.lost.push(name.clone());
         }
-        for (sum, v) in sums.iter_mut().zip(&c.summary.allocatable) {
-            if *v > 0 {
-                *sum = Some(sum.unwrap_or(0).saturating_add(*v));
-            }
-        }
+        add(&mut a.with_lost, &c.summary.allocatable);
     }
-    sums
+    a
 }
 
 /// The resources a pass counts quota in, each with an index: the inventory's (with the
@@ -119,6 +138,8 @@ impl<'w> Resources<'w> {
     /// The queue's quota in force (see [`effective`]), by index.
     pub(crate) fn quota(&self, state: &State, settings: &QueueSettings, now: SystemTime) -> Quota {
         let mut limits = vec![None; self.names.len()];
+        let mut with_lost = Vec::new();
+        let mut lost = Vec::new();
         match &settings.quota {
             Some(own) => {
                 for (name, v) in own {
@@ -129,14 +150,24 @@ impl<'w> Resources<'w> {
             }
             // The inventory's resources come first, with its ids.
             None => {
-                for (id, sum) in automatic(state, settings, now).into_iter().enumerate() {
+                let a = automatic(state, settings, now);
+                for (id, sum) in a.in_force.into_iter().enumerate() {
                     limits[id] = sum;
+                }
+                if !a.lost.is_empty() {
+                    with_lost = vec![None; self.names.len()];
+                    for (id, sum) in a.with_lost.into_iter().enumerate() {
+                        with_lost[id] = sum;
+                    }
+                    lost = a.lost;
                 }
             }
         }
         Quota {
             limits,
             automatic: settings.quota.is_none(),
+            with_lost,
+            lost,
         }
     }
 
@@ -160,6 +191,11 @@ pub(crate) struct Quota {
     /// The queue sets no quota of its own: it is the sum of its workers' allocatable, and a
     /// resource none of them has can never be given.
     pub(crate) automatic: bool,
+    /// An automatic quota with its lost workers counted (empty when none is lost): a lost
+    /// worker may come back, so what only it could give is waited for, not refused.
+    pub(crate) with_lost: Vec<Option<i64>>,
+    /// Those lost workers.
+    pub(crate) lost: Vec<String>,
 }
 
 /// Whether a queue's quota covers a gang now.
@@ -169,6 +205,9 @@ pub(crate) enum QuotaCheck {
     Short(String),
     /// Never: the gang asks for more than the quota is, or for a resource it has none of.
     Never(String),
+    /// Not while workers of the queue are lost: they would give what the gang asks for
+    /// beyond the quota in force (what, and the lost workers).
+    Unreachable(String, Vec<String>),
 }
 
 /// Whether `quota` covers the whole gang of `job` on top of what the queue's admitted Jobs
@@ -182,12 +221,30 @@ pub(crate) fn check(
     describe: bool,
 ) -> QuotaCheck {
     // The texts are only written when messages are asked for; the flags decide.
-    let (mut is_short, mut is_never) = (false, false);
+    let (mut is_short, mut is_never, mut is_unreachable) = (false, false, false);
     let mut short = String::new();
     let mut never = String::new();
+    let mut unreachable = String::new();
     for (r, n) in job.total_requests() {
         let id = resources.id(r);
-        let Some(limit) = id.and_then(|id| quota.limits[id]) else {
+        let limit = id.and_then(|id| quota.limits[id]);
+        if n > limit.unwrap_or(0) && (limit.is_some() || quota.automatic) {
+            let with_lost = id.and_then(|id| quota.with_lost.get(id).copied().flatten());
+            if with_lost.is_some_and(|all| n <= all) {
+                is_unreachable = true;
+                if describe {
+                    let _ = write!(
+                        unreachable,
+                        "{}{} {r} ({} without them)",
+                        sep(&unreachable),
+                        show(r, n),
+                        show(r, limit.unwrap_or(0))
+                    );
+                }
+                continue;
+            }
+        }
+        let Some(limit) = limit else {
             if quota.automatic && n > 0 {
                 is_never = true;
                 if describe {
@@ -226,6 +283,8 @@ pub(crate) fn check(
     }
     if is_never {
         QuotaCheck::Never(never)
+    } else if is_unreachable {
+        QuotaCheck::Unreachable(unreachable, quota.lost.clone())
     } else if is_short {
         QuotaCheck::Short(short)
     } else {

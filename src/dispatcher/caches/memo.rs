@@ -11,22 +11,22 @@ pub(crate) struct MemoKey {
     /// [`ClassMemo::looked`].
     pub(crate) queue_epoch: u64,
     pub(crate) queues: u64,
-    /// Whether the class's first Job was starving (a worker is kept for it as it drains).
+    /// When messages are written: which room is kept for starving Jobs (a worker's reason
+    /// says when room there is kept for another Job). Decisions do not depend on it: room
+    /// kept takes room off, which no misfit needs to hear of, and room let go is room gained.
+    pub(crate) kept: u64,
+    /// When messages are written: whether the class's first Job starved (its message says
+    /// so). A starving Job is judged afresh whenever room may be kept for it.
     pub(crate) starving: bool,
 }
 
-/// Why a class of pending Jobs fits no worker, and what it held for itself.
+/// Why a class of pending Jobs fits no worker (never kept for a starving Job's class).
 #[derive(Debug, Clone)]
 pub(crate) struct ClassMemo {
     pub(crate) key: MemoKey,
     pub(crate) reason: &'static str,
     pub(crate) message: String,
-    /// The worker kept for it, when it starves.
-    pub(crate) reserve: Option<String>,
-    /// Whether its quota is held for it.
-    pub(crate) holds_quota: bool,
-    /// The queue's workers it could use then (by position in the queue's list): workers kept
-    /// for Jobs ranked before it are not among them.
+    /// The queue's workers that could take Jobs then (by position in the queue's list).
     pub(crate) usable: Arc<[usize]>,
     /// The workers it was judged against (by position in the queue's list), with their
     /// capacity epochs then (`None` when not in the inventory). A node gaining room bumps

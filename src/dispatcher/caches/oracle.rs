@@ -10,9 +10,10 @@
 
 use super::{Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, ShapeRoom};
 use crate::dispatcher::job::ClassKey;
+use crate::dispatcher::ledger::Hold;
 use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::oracle::view::{fit_drained, node_of, takes_of, PassView};
-use crate::dispatcher::oracle::{Circumstances, Fit, Gang, Oracle, Verdict};
+use crate::dispatcher::oracle::{freer_room, Circumstances, Fit, Gang, Oracle, Room, Verdict};
 use crate::dispatcher::state::State;
 use crate::dispatcher::world::{DispatchConfig, Placement};
 use crate::inventory::{Cluster, Node};
@@ -50,7 +51,7 @@ struct QueueMemo {
 }
 
 impl QueueMemo {
-    fn new(state: &State, caches: &Caches, now: &Circumstances) -> Self {
+    fn new(state: &State, caches: &Caches, config: &DispatchConfig, now: &Circumstances) -> Self {
         let mut nodes = 0;
         let epochs = now
             .workers
@@ -62,7 +63,7 @@ impl QueueMemo {
             })
             .collect();
         Self {
-            key: caches.memo_key(now.queue, false),
+            key: caches.memo_key(now.queue, config.describe),
             epochs,
             nodes,
         }
@@ -106,6 +107,9 @@ pub(crate) struct CachedOracle<'w> {
     /// By the pass's queue slot.
     queues: Vec<Option<QueueMemo>>,
     judging: Judging<'w>,
+    /// Workers where the pass gave room back (room kept for a starving Job that now goes
+    /// there): what earlier passes found there does not tell about the rest of this one.
+    gained: Vec<&'w str>,
 }
 
 impl<'w> CachedOracle<'w> {
@@ -136,6 +140,7 @@ impl<'w> CachedOracle<'w> {
             bound: HashMap::new(),
             queues: Vec::new(),
             judging: Judging::default(),
+            gained: Vec::new(),
         }
     }
 
@@ -148,13 +153,17 @@ impl<'w> CachedOracle<'w> {
         if self.queues.len() <= now.queue_slot {
             self.queues.resize_with(now.queue_slot + 1, || None);
         }
-        let (state, caches) = (self.state, self.caches);
-        self.queues[now.queue_slot].get_or_insert_with(|| QueueMemo::new(state, caches, now))
+        let (state, caches, config) = (self.state, self.caches, self.config);
+        self.queues[now.queue_slot]
+            .get_or_insert_with(|| QueueMemo::new(state, caches, config, now))
     }
 
     /// The misfit of the class being judged in `worker`, found in an earlier pass under the
     /// current queues (and described, when messages are asked for).
     fn known_misfit(&self, worker: &str) -> Option<&'w KnownMisfit> {
+        if self.gained.contains(&worker) {
+            return None;
+        }
         let queues = self.caches.queues_generation();
         let describe = self.config.describe;
         self.judging
@@ -664,11 +673,18 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
     }
 
     fn recall(&mut self, class: &ClassKey, now: &Circumstances) -> Option<Verdict> {
+        if now
+            .workers
+            .iter()
+            .any(|w| self.gained.contains(&w.as_str()))
+        {
+            return None;
+        }
         let describe = self.config.describe;
         let caches = self.caches;
         let memo = self.queue_memo(now);
         let key = MemoKey {
-            starving: now.starving,
+            starving: describe && now.starving,
             ..memo.key.clone()
         };
         let m = caches.verdict(class).filter(|m| {
@@ -684,8 +700,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         Some(Verdict {
             reason: m.reason,
             message: m.message.clone(),
-            reserve: m.reserve.clone(),
-            hold_quota: m.holds_quota,
+            hold_quota: false,
         })
     }
 
@@ -696,9 +711,10 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         verdict: &Verdict,
         asked: &[usize],
     ) {
+        let describe = self.config.describe;
         let memo = self.queue_memo(now);
         let key = MemoKey {
-            starving: now.starving,
+            starving: describe && now.starving,
             ..memo.key.clone()
         };
         let looked: Arc<[(usize, Option<u64>)]> = asked
@@ -711,12 +727,42 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
                 key,
                 reason: verdict.reason,
                 message: verdict.message.clone(),
-                reserve: verdict.reserve.clone(),
-                holds_quota: verdict.hold_quota,
                 usable: now.usable.clone(),
                 looked,
             },
         ));
+    }
+
+    fn current(&mut self, worker: &str) -> Option<&Cluster> {
+        self.cluster(worker)
+    }
+
+    fn context(&self) -> (&'w State, &'w DispatchConfig) {
+        (self.state, self.config)
+    }
+
+    fn view_mut(&mut self) -> &mut PassView<'w> {
+        &mut self.view
+    }
+
+    fn freer_room(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
+        let worker = room.cluster.as_str();
+        let untouched = self.view.version(worker) == 0 && !self.gained.iter().any(|w| *w == worker);
+        let key = self.caches.room_stands_key(worker, room.serial);
+        if untouched && self.caches.room_stands(&room.job_uid) == Some(&key) {
+            return None;
+        }
+        let found = freer_room(self, gang, room);
+        if untouched && found.is_none() {
+            self.found.rooms_stand.push((room.job_uid.clone(), key));
+        }
+        found
+    }
+
+    fn gained_room(&mut self, worker: &'w str) {
+        if !self.gained.contains(&worker) {
+            self.gained.push(worker);
+        }
     }
 }
 

@@ -100,6 +100,14 @@ impl<'a> PassView<'a> {
         }
     }
 
+    /// The pass gives `takes` back in `name` (room kept for a Job that now goes there).
+    pub(crate) fn give_back(&mut self, name: &str, takes: &[Take]) {
+        *self.versions.entry(name.to_string()).or_insert(0) += 1;
+        if let Some(c) = self.clusters.get_mut(name) {
+            give_back(Arc::make_mut(c), takes.iter());
+        }
+    }
+
     /// Under the sum-of-free rule: whether the worker's free resources, summed over its
     /// nodes, cover `need`; its LeastAllocated score on those sums (0–10) if so.
     pub(crate) fn sum_fit(&mut self, name: &str, need: &BTreeMap<String, i64>) -> Fit {
@@ -166,6 +174,21 @@ pub(crate) fn with_holds_taken_off<'h>(
     c
 }
 
+/// `cluster` with `room` (kept for a starving Job) given back: the worker as that Job sees it.
+pub(crate) fn with_room(cluster: &Cluster, room: &Hold) -> Cluster {
+    let mut c = Cluster::clone(cluster);
+    give_back(&mut c, room.takes.iter());
+    c
+}
+
+fn give_back<'t>(cluster: &mut Cluster, takes: impl Iterator<Item = &'t Take>) {
+    for t in takes {
+        if let Some(node) = node_of(cluster, t).and_then(|i| cluster.nodes.get_mut(i)) {
+            t.release_from(Arc::make_mut(node));
+        }
+    }
+}
+
 /// Where the node a take was made on is in `cluster` now.
 pub(crate) fn node_of(cluster: &Cluster, t: &Take) -> Option<usize> {
     match cluster.nodes.get(t.index) {
@@ -227,9 +250,150 @@ pub(crate) fn fit_drained(
     fit.fits().then_some(fit.score)
 }
 
+/// Room to keep for a starving gang in one worker (see [`room_in`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Room {
+    /// What its pods will take, node by node (indices in the worker's list).
+    pub(crate) takes: Vec<Take>,
+    /// How much of that room running pods still take: per node (and NUMA zone), the part of
+    /// each amount not free now as thousandths of what the node (zone) has, summed. Lower
+    /// is sooner as far as the dispatcher can tell, 0 is free now.
+    pub(crate) shortfall: i64,
+    /// The gang's score in the worker once drained (higher is better).
+    pub(crate) score: i64,
+}
+
+/// The room the gang will take in `current` (the worker as the pass sees it) once the pods
+/// running there end: the same exact fit as any placement, on the worker's nodes as they are
+/// when empty, taken freest-now first, so that the room kept is the room that frees soonest
+/// as far as the pass can tell (it cannot know when pods end). `None` when the gang does not
+/// fit the worker even empty.
+pub(crate) fn room_in(
+    current: &Cluster,
+    gang: &Gang,
+    inventory: &Inventory,
+    engine: &EngineConfig,
+) -> Option<Room> {
+    let table = &inventory.resources;
+    let bound = gang.shape.bind(table);
+    let n = current.nodes.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_cached_key(|&i| (std::cmp::Reverse(freeness(&current.nodes[i], &bound)), i));
+    // The search takes nodes in order until the gang fits: on the first nodes of the order
+    // it places the gang exactly as on all of them, so only as many are drained as it needs
+    // (first as many as there are pods, doubling).
+    let mut first = gang.pods.clamp(1, n.max(1)).min(n);
+    loop {
+        let empty = drained_in(current, &order[..first], table.len());
+        let fit = fit_cluster(
+            &empty,
+            table,
+            gang.shape,
+            &bound,
+            gang.pods,
+            engine,
+            gang.strategy,
+        );
+        if fit.fits() {
+            let mut takes = takes_of(&empty, gang, &bound, &fit, engine, table);
+            for t in &mut takes {
+                t.index = order[t.index];
+            }
+            return Some(Room {
+                shortfall: shortfall(current, &takes),
+                takes,
+                score: fit.score,
+            });
+        }
+        if first >= n {
+            return None;
+        }
+        first = (first * 2).min(n);
+    }
+}
+
+/// How free a node is for pods of this shape: the least free share (thousandths) of the
+/// resources a pod asks for; -1 for a node without one of them.
+fn freeness(node: &Node, pod: &crate::placement::BoundPod) -> i64 {
+    pod.node_request
+        .iter()
+        .filter(|(_, _, q)| *q > 0)
+        .map(|(id, _, _)| {
+            let alloc = id.map_or(0, |id| node.allocatable.get(id).copied().unwrap_or(0));
+            match id {
+                Some(id) if alloc > 0 => node.free(*id).max(0).saturating_mul(1000) / alloc,
+                _ => -1,
+            }
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// How much of the room `takes` running pods still take in `current` (see
+/// [`Room::shortfall`]).
+pub(crate) fn shortfall(current: &Cluster, takes: &[Take]) -> i64 {
+    let mut shortfall = 0i64;
+    for t in takes {
+        let Some(node) = node_of(current, t).and_then(|i| current.nodes.get(i)) else {
+            continue;
+        };
+        for &(id, amount) in &t.amounts {
+            let missing = (amount - node.free(id).max(0)).clamp(0, amount.max(0));
+            let alloc = node.allocatable.get(id).copied().unwrap_or(0).max(1);
+            shortfall = shortfall.saturating_add(missing.saturating_mul(1000) / alloc);
+        }
+        let zones = node.numa.as_ref().map_or(&[][..], |n| &n.zones[..]);
+        for &(zi, id, amount) in &t.zone_amounts {
+            let Some(z) = zones.get(zi) else { continue };
+            let available = z.available.get(id).copied().unwrap_or(0).max(0);
+            let missing = (amount - available).clamp(0, amount.max(0));
+            let alloc = z.allocatable.get(id).copied().unwrap_or(0).max(1);
+            shortfall = shortfall.saturating_add(missing.saturating_mul(1000) / alloc);
+        }
+    }
+    shortfall
+}
+
+/// Whether some node of `current` that the room `takes` is not on is freer for pods of the
+/// gang's shape than the least free node it is on: then a room found now might free sooner.
+pub(crate) fn freer_nodes_than(
+    current: &Cluster,
+    gang: &Gang,
+    table: &crate::inventory::ResourceTable,
+    takes: &[Take],
+) -> bool {
+    let bound = gang.shape.bind(table);
+    let on: Vec<usize> = takes.iter().filter_map(|t| node_of(current, t)).collect();
+    let Some(worst) = on
+        .iter()
+        .map(|&i| freeness(&current.nodes[i], &bound))
+        .min()
+    else {
+        return true;
+    };
+    current
+        .nodes
+        .iter()
+        .enumerate()
+        .any(|(i, n)| !on.contains(&i) && freeness(n, &bound) > worst)
+}
+
 /// The cluster with nothing running: what it could hold once it drains.
 fn drained(cluster: &Cluster, resources: usize) -> Cluster {
-    let mut c = cluster.clone();
+    let order: Vec<usize> = (0..cluster.nodes.len()).collect();
+    drained_in(cluster, &order, resources)
+}
+
+/// The cluster with nothing running, its nodes in `order` (positions in its list). What
+/// keeps Jobs from it now (`unavailable`) is not kept: the question is what it could hold.
+fn drained_in(cluster: &Cluster, order: &[usize], resources: usize) -> Cluster {
+    let mut c = Cluster {
+        name: cluster.name.clone(),
+        labels: cluster.labels.clone(),
+        nodes: order.iter().map(|&i| cluster.nodes[i].clone()).collect(),
+        summary: cluster.summary.clone(),
+        unavailable: None,
+    };
     for n in &mut c.nodes {
         let n = Arc::make_mut(n);
         n.requested.iter_mut().for_each(|v| *v = 0);

@@ -1,4 +1,5 @@
-//! Admission as a user sees it: placement, quota, order, the PodsReady gate and starvation.
+//! Admission as a user sees it: placement, quota, order and the PodsReady gate (starvation
+//! has its own file).
 
 use super::support::*;
 use crate::dispatcher::job::to_system_time;
@@ -294,73 +295,4 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
         .position(|(_, a)| matches!(a, Action::Dispatch { job, .. } if job.name == "second"))
         .expect("second dispatched");
     assert!(write < dispatch);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Starvation, both ways.
-
-#[test]
-fn small_jobs_pass_a_big_one_until_it_starves_then_its_worker_is_kept_for_it() {
-    let inv = InventoryBuilder::default()
-        .cluster("a")
-        .node("a-0", 16, 0)
-        .build();
-    // Quota to spare: only the worker's room and the reservation decide.
-    let mut env = Env::new(
-        inv,
-        vec![queue("q", "clusters: [a]\nquota: {cpu: \"100\"}")],
-    );
-    // Shorter than the holds' timeout: this inventory never shows the running Jobs' pods.
-    env.world.config.starvation_after = mins(2);
-    env.submit(job("run").each(12, 0).created(env.now).build());
-    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
-    env.advance(secs(1));
-    env.submit(job("big").each(16, 0).created(env.now).build());
-    env.advance(secs(1));
-    env.submit(job("small").each(2, 0).created(env.now).build());
-    // The big Job fits nowhere now; it does not hold back the small one behind it.
-    assert_eq!(dispatches(&env.settle()), [("small".into(), "a".into())]);
-
-    // Once the big Job has waited `starvation_after`, nothing behind it starts in the worker
-    // it waits for, though there is room for it.
-    env.advance(mins(3));
-    env.submit(job("late").each(2, 0).created(env.now).build());
-    let acts = env.settle();
-    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
-    let p = env.plan();
-    let late = p
-        .waiting
-        .iter()
-        .find(|(class, _)| *class == &env.job("late").class())
-        .map(|(_, w)| w.message.clone())
-        .expect("the late Job's class waits");
-    assert!(
-        late.contains("kept for team/big, which has waited longest"),
-        "{late}"
-    );
-
-    // The worker drains: the big Job gets it, the late one waits for room again.
-    env.finish("run", true);
-    env.finish("small", true);
-    let mut went = Vec::new();
-    for _ in 0..10 {
-        let p = env.step();
-        went.extend(dispatches(&p.actions));
-        if !went.is_empty() {
-            break;
-        }
-    }
-    assert_eq!(went, [("big".into(), "a".into())]);
-    // The pass that dispatched the starving Job ended without its reservation, and the late
-    // Job failed under that: nothing changed since, so the next pass does not judge it again.
-    let key = env.world.caches.memo_key("q", false);
-    let memo = env.world.caches.verdict(&env.job("late").class());
-    assert_eq!(
-        memo.filter(|m| m.key == key).map(|m| m.reason),
-        Some(reason::NO_WORKER_FITS),
-        "the late Job's failure still stands"
-    );
-    let acts = env.settle();
-    assert!(dispatches(&acts).is_empty(), "{acts:#?}");
-    assert!(env.job("late").suspended);
 }

@@ -121,7 +121,10 @@ fn check_settled(env: &Env, step: &str) {
 fn random_runs_keep_quota_single_placement_and_valid_statuses() {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for seed in 0..40u64 {
-        for (_, a) in random_run(seed, 400, true).done {
+        let env = random_run(seed, 400, true);
+        let kept = env.planned.iter().filter(|p| p.contains(" kept ")).count();
+        *seen.entry("Kept room".into()).or_insert(0) += kept;
+        for (_, a) in env.done {
             let kind = match a {
                 Action::Requeue { reason, .. } => format!("Requeue {reason}"),
                 Action::DeleteCopy { reason, .. } => format!("DeleteCopy {reason}"),
@@ -155,6 +158,7 @@ fn random_runs_keep_quota_single_placement_and_valid_statuses() {
             "DeleteCopy StaleCopy",
             "DeleteCopy Finished",
             "DeleteCopy OrphanedCopy",
+            "Kept room",
         ]
         .map(String::from),
     );
@@ -198,11 +202,15 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
     let queues = vec![
         queue(
             "q",
-            "clusters: [a, b, c]\nquota: {cpu: \"20\", nvidia.com/gpu: \"4\"}\nworkerLostTimeout: 5m\nwaitForPodsReady:\n  enabled: true\n  timeout: 3m\n  recoveryTimeout: 2m\n  requeuing: {backoffBase: 30s, backoffMax: 2m, limit: 3}",
+            "clusters: [a, b, c]\nquota: {cpu: \"20\", nvidia.com/gpu: \"4\"}\nworkerLostTimeout: 5m\nstarvationAfter: 4m\nwaitForPodsReady:\n  enabled: true\n  timeout: 3m\n  recoveryTimeout: 2m\n  requeuing: {backoffBase: 30s, backoffMax: 2m, limit: 3}",
         ),
         queue(
             "wide",
             "clusters: [a, b, c]\nquota: {cpu: \"12\"}\nplacement: {fanout: 2}\nworkerLostTimeout: 3m\nwaitForPodsReady: {enabled: true, blockAdmission: true, timeout: 4m}",
+        ),
+        queue(
+            "strict",
+            "clusters: [a, c]\nquota: {cpu: \"10\"}\nqueueingStrategy: StrictFIFO\nstarvationAfter: 2m",
         ),
     ];
     let quotas: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::from([
@@ -211,6 +219,10 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
             BTreeMap::from([("cpu".into(), 20_000), ("nvidia.com/gpu".into(), 4_000)]),
         ),
         ("wide".to_string(), BTreeMap::from([("cpu".into(), 12_000)])),
+        (
+            "strict".to_string(),
+            BTreeMap::from([("cpu".into(), 10_000)]),
+        ),
     ]);
     let mut env = Env::new(inv, queues);
     env.world.config.remember = remember;
@@ -223,7 +235,11 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
         let label = format!("seed {seed} step {step}");
         match what {
             0..=19 => {
-                let q = if rng.percent(70) { "q" } else { "wide" };
+                let q = match rng.below(10) {
+                    0..=5 => "q",
+                    6..=7 => "wide",
+                    _ => "strict",
+                };
                 let gpus = if q == "q" && rng.percent(40) {
                     1 + rng.below(2) as u32
                 } else {

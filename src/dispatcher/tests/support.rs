@@ -45,6 +45,14 @@ impl InventoryBuilder {
         self
     }
 
+    /// What pods the dispatcher does not know of take on the last node added (by
+    /// [`InventoryBuilder::node`]): its inventory shows them requested.
+    pub(super) fn busy(mut self, cpus: u32, gpus: u32) -> Self {
+        self.yaml +=
+            &format!("        requested: {{cpu: \"{cpus}\", nvidia.com/gpu: \"{gpus}\"}}\n");
+        self
+    }
+
     /// A node whose kubelet runs the single-numa-node Topology Manager policy at pod scope,
     /// with these (CPUs, GPUs) per NUMA zone and 64Gi of memory in each.
     pub(super) fn numa_node(mut self, name: &str, zones: &[(u32, u32)]) -> Self {
@@ -302,6 +310,16 @@ impl Env {
         for a in &p.actions {
             self.planned.push(format!("{:?} {a:?}", self.now));
         }
+        // The room kept for starving Jobs is decided too (it is no action: nothing is written).
+        let kept: Vec<String> = self
+            .world
+            .ledger
+            .nominations()
+            .map(|h| format!("{} in {} {:?}", h.job_uid, h.cluster, h.takes))
+            .collect();
+        if !kept.is_empty() {
+            self.planned.push(format!("{:?} kept {kept:?}", self.now));
+        }
         p
     }
 
@@ -321,7 +339,8 @@ impl Env {
         for _ in 0..50 {
             let p = self.step();
             self.wake_at = p.wake_at;
-            if p.actions.is_empty() {
+            // A plan that asks to be woken now (it let room go) is followed at once.
+            if p.actions.is_empty() && p.wake_at.is_none_or(|w| w > self.now) {
                 return all;
             }
             all.extend(p.actions);

@@ -1,0 +1,289 @@
+//! Starvation, both ways: small Jobs pass a big one that cannot start (backfill), and a Job
+//! that waited its queue's `starvationAfter` gets room kept for it, which later Jobs leave
+//! alone while they still start beside it. `StrictFIFO` queues let no Job pass.
+
+use super::support::*;
+use crate::dispatcher::ledger::Hold;
+use crate::dispatcher::*;
+use crate::inventory::Inventory;
+use std::sync::Arc;
+
+/// Why the Job waits now, as the next plan says.
+fn why(env: &mut Env, name: &str) -> WaitReason {
+    let p = env.plan();
+    let job = env.job(name);
+    p.job_waiting
+        .get(&job.key)
+        .or_else(|| p.waiting.get(&job.class()))
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} does not wait: {:#?}", p.actions))
+}
+
+/// The room kept for the Job: its worker and its nodes.
+fn room_of(env: &Env, name: &str) -> Option<(String, Vec<String>)> {
+    let hold: &Hold = env.world.ledger.hold_of(&env.job(name).uid)?;
+    hold.nominated()?;
+    let nodes = hold.takes.iter().map(|t| t.node.to_string()).collect();
+    Some((hold.cluster.clone(), nodes))
+}
+
+/// One node `gpu` (32 CPUs, 8 GPUs) in worker `a`.
+fn one_gpu_node() -> Inventory {
+    InventoryBuilder::default()
+        .cluster("a")
+        .node("gpu", 32, 8)
+        .build()
+}
+
+/// Queue `q` over worker `a`, with quota to spare (only room decides), starving after `after`.
+fn starving_queue(after: &str, extra: &str) -> Queue {
+    queue(
+        "q",
+        &format!("clusters: [a]\nquota: {{cpu: \"100\", nvidia.com/gpu: \"100\"}}\nstarvationAfter: {after}\n{extra}"),
+    )
+}
+
+#[test]
+fn a_starving_gang_keeps_its_own_room_and_cpu_jobs_still_start_beside_it() {
+    // The holds' timeout (10m) is longer than the test: this inventory never shows the
+    // dispatched Jobs' pods, their placements stay held until they finish.
+    let mut env = Env::new(one_gpu_node(), vec![starving_queue("2m", "")]);
+    env.submit(job("run").each(4, 6).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    env.submit(job("big").each(8, 8).created(env.now).build());
+    let w = why(&mut env, "big");
+    assert_eq!(w.reason, reason::NO_WORKER_FITS, "{}", w.message);
+    assert_eq!(
+        room_of(&env, "big"),
+        None,
+        "no room is kept before starvationAfter"
+    );
+
+    // Two minutes on, the gang starves: the node's 8 GPUs (and 8 of its CPUs) are kept for
+    // it, though 6 of the GPUs are still taken.
+    env.advance(mins(3));
+    env.settle();
+    assert_eq!(room_of(&env, "big"), Some(("a".into(), vec!["gpu".into()])));
+    let w = why(&mut env, "big");
+    assert!(
+        w.message
+            .contains("room is kept for it in worker a (node gpu)"),
+        "{}",
+        w.message
+    );
+
+    // A CPU-only Job fits beside the room (32 − 4 running − 8 kept ≥ 8 CPUs): it starts.
+    env.submit(job("cpu").each(8, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("cpu".into(), "a".into())]);
+    // A Job that would take the GPUs the room needs waits, though 2 are free now.
+    env.submit(job("gpu").each(1, 2).created(env.now).build());
+    assert!(dispatches(&env.settle()).is_empty());
+    let w = why(&mut env, "gpu");
+    assert_eq!(w.reason, reason::NO_WORKER_FITS);
+    assert!(
+        w.message
+            .contains("room there is kept for team/big, which waited longer"),
+        "{}",
+        w.message
+    );
+
+    // The running gang ends: the starving one takes its room, and lets it go.
+    env.finish("run", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        went.extend(dispatches(&env.step().actions));
+        if !went.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(went, [("big".into(), "a".into())]);
+    assert_eq!(room_of(&env, "big"), None);
+    assert!(env.world.ledger.nominations().next().is_none());
+    // Its placement is held now: the small GPU Job still finds no GPU.
+    assert!(dispatches(&env.settle()).is_empty());
+    assert!(env.job("gpu").suspended);
+}
+
+#[test]
+fn starvation_after_0s_keeps_no_room() {
+    let mut env = Env::new(one_gpu_node(), vec![starving_queue("0s", "")]);
+    env.submit(job("run").each(4, 6).created(env.now).build());
+    env.settle();
+    env.advance(secs(1));
+    env.submit(job("big").each(8, 8).created(env.now).build());
+    // Long past the default 10m, within the running Job's hold.
+    env.advance(mins(9));
+    env.submit(job("gpu").each(1, 2).created(env.now).build());
+    // The small GPU Job takes the 2 free GPUs: nothing is kept for the big one, ever.
+    assert_eq!(dispatches(&env.settle()), [("gpu".into(), "a".into())]);
+    assert_eq!(room_of(&env, "big"), None);
+    let w = why(&mut env, "big");
+    assert!(!w.message.contains("room"), "{}", w.message);
+}
+
+#[test]
+fn the_room_is_on_the_nodes_freest_now_and_follows_the_nodes_that_free_first() {
+    // Three 8-GPU nodes, busy with pods the dispatcher does not run: 6, 8 and 2 GPUs taken.
+    let busy = |gpus: [u32; 3]| {
+        let mut b = InventoryBuilder::default().cluster("a");
+        for (i, g) in gpus.into_iter().enumerate() {
+            b = b.node(&format!("n{i}"), 32, 8).busy(4, g);
+        }
+        Arc::new(b.build())
+    };
+    let mut env = Env::new(
+        Inventory::clone(&busy([6, 8, 2])),
+        vec![starving_queue("2m", "")],
+    );
+    env.submit(job("big").pods(2).each(4, 8).created(env.now).build());
+    env.advance(mins(3));
+    env.settle();
+    // The two nodes with the most GPUs free now: n2 (6 free), then n0 (2 free).
+    let nodes = |env: &Env| {
+        let (worker, mut nodes) = room_of(env, "big").expect("room is kept");
+        assert_eq!(worker, "a");
+        nodes.sort();
+        nodes
+    };
+    assert_eq!(nodes(&env), ["n0", "n2"]);
+
+    // n1 drains first: the room moves there (n1 and n2 free sooner than n0 and n2), and a
+    // small GPU Job takes the 2 GPUs free on n0, which the room no longer needs.
+    env.world.set_inventory(busy([6, 0, 2]));
+    env.submit(job("small").each(1, 2).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("small".into(), "a".into())]);
+    assert_eq!(nodes(&env), ["n1", "n2"]);
+    let placed = |acts: &[Action], name: &str| -> Vec<String> {
+        acts.iter()
+            .find_map(|a| match a {
+                Action::Dispatch { job, hold, .. } if job.name == name => {
+                    Some(hold.takes.iter().map(|t| t.node.to_string()).collect())
+                }
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let small = placed(
+        &env.done.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+        "small",
+    );
+    assert_eq!(small, ["n0"]);
+
+    // Nothing frees sooner than n1 and n2 now: the room stays while n0 drains.
+    env.world.set_inventory(busy([0, 0, 2]));
+    assert!(dispatches(&env.settle()).is_empty());
+    assert_eq!(nodes(&env), ["n1", "n2"]);
+    // n2 drains: the gang starts on n1 and n2.
+    env.world.set_inventory(busy([0, 0, 0]));
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts), [("big".into(), "a".into())]);
+    let mut big = placed(&acts, "big");
+    big.sort();
+    assert_eq!(big, ["n1", "n2"]);
+}
+
+#[test]
+fn room_is_kept_for_one_job_per_worker_and_in_at_most_half_of_a_queues_workers() {
+    // Two workers, each one 8-GPU node with 6 GPUs taken by pods the dispatcher does not run.
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 32, 8)
+        .busy(0, 6)
+        .cluster("b")
+        .node("b-0", 32, 8)
+        .busy(0, 6)
+        .build();
+    let spec = |q: &str| {
+        queue(
+            q,
+            "clusters: [a, b]\nquota: {cpu: \"100\", nvidia.com/gpu: \"100\"}\nstarvationAfter: 1m",
+        )
+    };
+    let mut env = Env::new(inv, vec![spec("q"), spec("r")]);
+    // Three Jobs of q, each its own class (a class's Jobs wait behind its first anyway).
+    for (i, name) in ["q-1", "q-2", "q-3"].into_iter().enumerate() {
+        let cpus = i as u32 + 1;
+        env.submit(
+            job(name)
+                .each(cpus, 8)
+                .created(env.now + secs(i as u64))
+                .build(),
+        );
+    }
+    env.advance(secs(10));
+    env.submit(job("r-1").queue("r").each(1, 8).created(env.now).build());
+    env.advance(mins(5));
+    env.settle();
+    // q keeps room in one of its two workers (half), for its oldest Job; r in the other.
+    let (q_worker, _) = room_of(&env, "q-1").expect("the oldest Job of q has room");
+    let (r_worker, _) = room_of(&env, "r-1").expect("r's Job has room");
+    assert_ne!(q_worker, r_worker, "one Job per worker");
+    assert_eq!(room_of(&env, "q-2"), None);
+    assert_eq!(room_of(&env, "q-3"), None);
+    let w = why(&mut env, "q-2");
+    assert!(
+        w.message
+            .contains("its queue keeps room for at most 1 Job at once"),
+        "{}",
+        w.message
+    );
+}
+
+#[test]
+fn strict_fifo_never_lets_a_later_job_pass_but_one_that_can_never_fit_blocks_no_one() {
+    let mut env = Env::new(
+        one_gpu_node(),
+        vec![starving_queue("2m", "queueingStrategy: StrictFIFO")],
+    );
+    env.submit(job("run").each(4, 6).created(env.now).build());
+    env.settle();
+    env.advance(secs(1));
+    // Larger than the node even empty: it waits for ever, and holds no one back.
+    env.submit(job("huge").each(64, 0).created(env.now).build());
+    env.advance(secs(1));
+    env.submit(job("early").each(1, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("early".into(), "a".into())]);
+    assert_eq!(why(&mut env, "huge").reason, reason::NEVER_FITS);
+
+    // A gang that does not fit now holds back every Job after it, even those that fit.
+    env.advance(secs(1));
+    env.submit(job("big").each(8, 8).created(env.now).build());
+    env.advance(secs(1));
+    env.submit(job("small").each(1, 0).created(env.now).build());
+    assert!(dispatches(&env.settle()).is_empty());
+    let w = why(&mut env, "small");
+    assert_eq!(w.reason, reason::BEHIND_OLDER_JOB);
+    assert!(
+        w.message.contains("waiting behind team/big"),
+        "{}",
+        w.message
+    );
+    assert_eq!(wait_category(w.reason), "Order");
+
+    // Once the gang starts, the rest follow in order.
+    env.finish("run", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        went.extend(dispatches(&env.step().actions));
+        if went.len() >= 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        went,
+        [("big".into(), "a".into()), ("small".into(), "a".into())]
+    );
+}
+
+#[test]
+fn under_best_effort_fifo_the_same_small_job_passes() {
+    let mut env = Env::new(one_gpu_node(), vec![starving_queue("2m", "")]);
+    env.submit(job("run").each(4, 6).created(env.now).build());
+    env.settle();
+    env.advance(secs(1));
+    env.submit(job("big").each(8, 8).created(env.now).build());
+    env.advance(secs(1));
+    env.submit(job("small").each(1, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("small".into(), "a".into())]);
+}
