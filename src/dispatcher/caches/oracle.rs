@@ -747,7 +747,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
 
     fn freer_room(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
         let worker = room.cluster.as_str();
-        let untouched = self.view.version(worker) == 0 && !self.gained.iter().any(|w| *w == worker);
+        let untouched = self.view.version(worker) == 0 && !self.gained.contains(&worker);
         let key = self.caches.room_stands_key(worker, room.serial);
         if untouched && self.caches.room_stands(&room.job_uid) == Some(&key) {
             return None;
