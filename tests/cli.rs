@@ -772,3 +772,39 @@ fn simulate_text_shows_the_same_jobs_as_a_table_and_the_summary() {
         "{text}"
     );
 }
+
+/// What each Job of the bundled example went through, under every strategy, is what the binary
+/// printed before the summary grew (the expected files are that binary's `--output json`); so
+/// is every summary figure it had then.
+#[test]
+fn simulate_the_bundled_jobs_end_as_they_did_before_for_every_strategy() {
+    let expected = [
+        (
+            "switchyard",
+            include_str!("data/simulate/bundled-switchyard.json"),
+        ),
+        (
+            "all-at-once",
+            include_str!("data/simulate/bundled-all-at-once.json"),
+        ),
+        (
+            "sum-aggregate",
+            include_str!("data/simulate/bundled-sum-aggregate.json"),
+        ),
+    ];
+    for (strategy, before) in expected {
+        let before: serde_json::Value = serde_json::from_str(before).unwrap();
+        let out = switchyard()
+            .args(["simulate", "--output", "json", "--strategy", strategy])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{strategy}");
+        let now: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(now["strategy"], strategy);
+        assert_eq!(now["jobs"], before["jobs"], "{strategy}: the jobs");
+        let old = before["summary"].as_object().unwrap();
+        for (k, v) in old {
+            assert_eq!(&now["summary"][k], v, "{strategy}: summary.{k}");
+        }
+    }
+}
