@@ -114,6 +114,8 @@ pub(crate) struct Record {
     pub(crate) finished: Option<SystemTime>,
     pub(crate) cluster: Option<String>,
     pub(crate) topology_errors: u64,
+    /// How long the pods that succeeded ran, summed, in the copy that completed.
+    pub(crate) ran: Option<Duration>,
 }
 
 struct Usage {
@@ -145,6 +147,8 @@ pub struct Simulation {
     pub(crate) waiting: BTreeMap<dispatcher::ClassKey, String>,
     pub(crate) remote_writes: u64,
     pub(crate) topology_errors: u64,
+    /// Per worker (by index), its kubelets' TopologyAffinityErrors.
+    pub(crate) topology_errors_by_worker: Vec<u64>,
     pub(crate) status_refusals: u64,
     usage: Vec<Usage>,
     pub(crate) max_quota: BTreeMap<String, BTreeMap<String, f64>>,
@@ -211,6 +215,7 @@ impl Simulation {
             waiting: BTreeMap::new(),
             remote_writes: 0,
             topology_errors: 0,
+            topology_errors_by_worker: vec![0; scenario.inventory.clusters.len()],
             status_refusals: 0,
             usage,
             max_quota: BTreeMap::new(),
@@ -362,6 +367,17 @@ impl Simulation {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
         }
         self.topology_errors += fx.topology_errors;
+        if let Some(n) = self.topology_errors_by_worker.get_mut(w) {
+            *n += fx.topology_errors;
+        }
+        for (origin, ran) in &fx.completed {
+            if let Some(r) = self
+                .index_of_uid(origin)
+                .and_then(|i| self.records.get_mut(i))
+            {
+                r.ran = Some(*ran);
+            }
+        }
         if !(fx.freed.is_empty() && fx.taken.is_empty()) {
             // The summaries to bring up to date, and the dispatcher's log of touched nodes.
             let touched = self.changed.entry(self.workers[w].index).or_default();
@@ -655,6 +671,13 @@ impl Simulation {
     }
     pub fn strategy(&self) -> Strategy {
         self.strategy
+    }
+    /// Each worker's name with its kubelets' TopologyAffinityErrors.
+    pub(crate) fn topology_errors_by_worker(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.workers
+            .iter()
+            .zip(&self.topology_errors_by_worker)
+            .map(|(w, n)| (w.name.as_str(), *n))
     }
     pub(crate) fn usage_integrals(&self) -> impl Iterator<Item = (&str, &[f64])> {
         self.workers

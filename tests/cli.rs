@@ -808,3 +808,41 @@ fn simulate_the_bundled_jobs_end_as_they_did_before_for_every_strategy() {
         }
     }
 }
+
+#[test]
+fn simulate_the_new_summary_figures_have_the_documented_shape() {
+    let format = simulate_output_example();
+    let got: Ordered = serde_json::from_str(&simulate("json")).unwrap();
+    let (want, summary) = (format.get("summary"), got.get("summary"));
+    for spread in ["startWait", "completionTime"] {
+        assert_eq!(
+            summary.get(spread).keys(),
+            want.get(spread).keys(),
+            "{spread}"
+        );
+    }
+    assert_eq!(
+        summary.get("topologyAffinityErrorsByCluster").keys(),
+        ["cpu-central", "gpu-east", "gpu-west"],
+        "every worker"
+    );
+    assert_eq!(summary.get("byQueue").keys(), ["batch", "training"]);
+    assert_eq!(summary.get("byKind").keys(), ["cpu-only", "nvidia.com/gpu"]);
+    let breakdown = want.get("byQueue").get("research").keys();
+    for group in ["byQueue", "byKind"] {
+        if let Ordered::Map(entries) = summary.get(group) {
+            for (name, b) in entries {
+                assert_eq!(b.keys(), breakdown, "{group} {name}");
+            }
+        }
+    }
+    // The batch queue asks for CPUs and memory only; training also for GPUs.
+    assert_eq!(
+        summary.get("byQueue").get("batch").get("goodput").keys(),
+        ["cpu", "memory"]
+    );
+    assert_eq!(
+        summary.get("goodput").keys(),
+        ["cpu", "memory", "nvidia.com/gpu"]
+    );
+}

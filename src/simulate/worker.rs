@@ -38,7 +38,7 @@ pub(crate) struct Behaviour {
 struct Pod {
     node: usize,
     take: Take,
-    ready: bool,
+    ready_at: Option<SystemTime>,
 }
 
 /// A copy of a manager Job in this worker.
@@ -55,6 +55,8 @@ pub(crate) struct SimJob {
     unscheduled: u32,
     succeeded: u32,
     failed: u32,
+    /// How long its pods that succeeded ran (Ready to end), summed.
+    ran: Duration,
     start_time: SystemTime,
     finished: Option<(bool, SystemTime)>,
 }
@@ -88,6 +90,9 @@ pub(crate) struct Effects {
     pub(crate) freed: Vec<usize>,
     /// Nodes (by index) that a bound pod took room on.
     pub(crate) taken: Vec<usize>,
+    /// Copies that completed: their origin's uid and how long their pods that succeeded ran,
+    /// summed.
+    pub(crate) completed: Vec<(String, Duration)>,
 }
 
 pub(crate) struct SimWorker {
@@ -182,6 +187,7 @@ impl SimWorker {
             unscheduled: first,
             succeeded: 0,
             failed: 0,
+            ran: Duration::ZERO,
             start_time: now,
             finished: None,
         };
@@ -228,7 +234,7 @@ impl SimWorker {
         let Some(p) = job.pods.get_mut(pod) else {
             return;
         };
-        p.ready = true;
+        p.ready_at = Some(now);
         fx.changed.push(job_uid.clone());
         fx.events.push((
             now + job.behaviour.duration,
@@ -265,9 +271,13 @@ impl SimWorker {
                     after_failure(job, now, fx);
                 } else {
                     job.succeeded += 1;
+                    if let Some(ready) = p.ready_at {
+                        job.ran += now.duration_since(ready).unwrap_or_default();
+                    }
                     let remaining = job.behaviour.completions.saturating_sub(job.succeeded);
                     if remaining == 0 {
                         job.finished = Some((true, now));
+                        fx.completed.push((job.origin_uid.clone(), job.ran));
                     } else if (job.pods.len() as u32 + job.unscheduled)
                         < remaining.min(job.behaviour.parallelism)
                     {
@@ -354,7 +364,7 @@ impl SimWorker {
                     Pod {
                         node: n,
                         take,
-                        ready: false,
+                        ready_at: None,
                     },
                 );
                 fx.events.push((
@@ -391,7 +401,7 @@ impl SimWorker {
         } else {
             job.pods.len() as i32 + job.unscheduled as i32
         };
-        let ready = job.pods.values().filter(|p| p.ready).count() as i32;
+        let ready = job.pods.values().filter(|p| p.ready_at.is_some()).count() as i32;
         let t = |s: SystemTime| Time(crate::dispatcher::mirror::to_timestamp(s));
         let mut status = JobStatus {
             active: Some(active),
