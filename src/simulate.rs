@@ -3,8 +3,9 @@
 //!
 //! The manager side is a [`World`] updated the way the live executor updates it after each
 //! successful API call ([`status::after`]); each worker is a [`SimWorker`]: a kube-scheduler
-//! that places pods NUMA-unaware, kubelets whose Topology Manager rejects what it cannot align,
-//! and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
+//! that places pods NUMA-unaware (or, for a worker with a `schedulerName`, NUMA-aware, as its
+//! second scheduler with Switchyard's extender would), kubelets whose Topology Manager rejects
+//! what it cannot align, and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
 //! or fail. The dispatcher sees the workers' inventories and copies immediately, as if its
 //! watches had no lag.
 //!
@@ -184,7 +185,8 @@ impl Simulation {
         let mut usage = Vec::new();
         for (i, c) in scenario.inventory.clusters.iter().enumerate() {
             world.upsert_worker(Worker::named(&c.name));
-            workers.push(SimWorker::new(&c.name, i));
+            let numa_aware = scenario.scheduler_names.get(i).is_some_and(Option::is_some);
+            workers.push(SimWorker::new(&c.name, i, numa_aware));
             by_name.insert(c.name.clone(), i);
             usage.push(Usage {
                 used: vec![0; scenario.inventory.resources.len()],

@@ -331,6 +331,8 @@ fn the_scenario_format_example_parses() {
         .map(|c| c.name.as_str())
         .collect();
     assert_eq!(clusters, ["eu-1", "us-1"]);
+    assert_eq!(s.scheduler_name("eu-1"), None);
+    assert_eq!(s.scheduler_name("us-1"), Some("switchyard-scheduler"));
     assert_eq!(s.queues.len(), 1);
     let (name, research) = &s.queues[0];
     assert_eq!(name, "research");
@@ -541,7 +543,101 @@ jobs:
 }
 
 // ---------------------------------------------------------------------------------------------
-// What users feel: waits, completion times and goodput.
+// What users feel: the worker's scheduler, waits, completion times and goodput.
+
+/// One worker under `single-numa-node`: `wide` has the most CPUs and memory but one GPU per
+/// NUMA zone, `narrow-1` and `narrow-2` two GPUs per zone. SCHEDULER is replaced by the
+/// worker's `schedulerName` line, or by nothing.
+const ONE_NUMA_WORKER: &str = r#"
+clusters:
+  - name: gpu
+    SCHEDULER
+    nodes:
+      - name: wide
+        allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-2, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-3, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+      - name: narrow-1
+        allocatable: {cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+      - name: narrow-2
+        allocatable: {cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+queues:
+  - name: training
+    clusters: [gpu]
+jobs:
+  - name: train
+    queue: training
+    submitAt: 0s
+    parallelism: 2
+    duration: 10m
+    podStartDelay: 30s
+    template:
+      containers:
+        - name: trainer
+          resources:
+            requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+            limits: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+"#;
+
+#[test]
+fn a_worker_with_a_numa_aware_scheduler_runs_the_gang_its_default_scheduler_cannot() {
+    // The dispatcher sends the gang to the worker either way: two of its nodes can hold it
+    // NUMA-aligned. Its default scheduler only looks at free CPUs and memory, puts each pod
+    // on `wide`, and the kubelet there rejects it, again at every replacement, until the Job
+    // controller gives up.
+    let default = run(
+        &ONE_NUMA_WORKER.replace("SCHEDULER", ""),
+        Strategy::Switchyard,
+    );
+    let train = job(&default, "train");
+    assert_eq!(train.cluster.as_deref(), Some("gpu"));
+    assert_eq!(train.result, "Failed");
+    let every_pod_failure = u64::from(BACKOFF_LIMIT) + 1;
+    assert_eq!(
+        default.summary.topology_affinity_errors, every_pod_failure,
+        "each pod failure was a TopologyAffinityError"
+    );
+    assert_eq!(
+        default.summary.topology_affinity_errors_by_cluster["gpu"],
+        default.summary.topology_affinity_errors
+    );
+
+    // The same Jobs on the same worker with `schedulerName`: each pod goes to a node whose
+    // kubelet admits it.
+    let aware = run(
+        &ONE_NUMA_WORKER.replace("SCHEDULER", "schedulerName: switchyard-scheduler"),
+        Strategy::Switchyard,
+    );
+    let train = job(&aware, "train");
+    assert_eq!(train.result, "Succeeded");
+    assert_eq!(seconds(&train.finished), 630.0, "30s to start, 10m to run");
+    assert_eq!(aware.summary.topology_affinity_errors, 0);
+    assert_eq!(
+        aware.summary.topology_affinity_errors_by_cluster,
+        [("gpu".to_string(), 0)].into()
+    );
+}
 
 /// One worker with room for everything that fits at all: every time below follows from the
 /// Jobs' own delays and durations.
@@ -661,4 +757,27 @@ fn a_job_s_work_counts_once_under_all_at_once_too() {
             "{strategy:?}"
         );
     }
+}
+
+#[test]
+fn a_bad_scheduler_name_or_a_misspelt_cluster_field_is_named() {
+    let cluster = |extra: &str| {
+        format!(
+            "clusters:\n  - name: west\n    {extra}\n    nodes:\n      - {{name: west-1, allocatable: {{cpu: \"4\"}}}}\n"
+        )
+    };
+    let err = scenario::parse(&cluster("schedulerName: Not_A_Profile"))
+        .expect_err("not a scheduler name")
+        .to_string();
+    assert!(
+        err.contains("clusters[0] (west): schedulerName: \"Not_A_Profile\""),
+        "{err}"
+    );
+    let err = scenario::parse(&cluster("schedulername: numa"))
+        .expect_err("not a field")
+        .to_string();
+    assert!(
+        err.contains("unknown field `schedulername`") && err.contains("`schedulerName`"),
+        "{err}"
+    );
 }
