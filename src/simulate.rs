@@ -46,6 +46,13 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy, in the order `--strategy all` reports them.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Switchyard,
+        Strategy::AllAtOnce,
+        Strategy::SumAggregate,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Switchyard => "switchyard",

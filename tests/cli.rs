@@ -846,3 +846,68 @@ fn simulate_the_new_summary_figures_have_the_documented_shape() {
         ["cpu", "memory", "nvidia.com/gpu"]
     );
 }
+
+#[test]
+fn simulate_all_strategies_give_three_reports_side_by_side() {
+    let run = |args: &[&str]| -> String {
+        let out = switchyard().arg("simulate").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let strategies = ["switchyard", "all-at-once", "sum-aggregate"];
+
+    let all: serde_json::Value =
+        serde_json::from_str(&run(&["--strategy", "all", "--output", "json"])).unwrap();
+    let reports = all.as_array().expect("a JSON array");
+    assert_eq!(reports.len(), 3);
+    for (report, strategy) in reports.iter().zip(strategies) {
+        assert_eq!(report["strategy"], strategy);
+        let alone: serde_json::Value =
+            serde_json::from_str(&run(&["--strategy", strategy, "--output", "json"])).unwrap();
+        assert_eq!(report, &alone, "{strategy}: as when run alone");
+    }
+
+    let text = run(&["--strategy", "all"]);
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["FIGURE", "switchyard", "all-at-once", "sum-aggregate"]
+    );
+    let row = |figure: &str| -> Vec<&str> {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{figure} ")))
+            .unwrap_or_else(|| panic!("no row {figure:?} in\n{text}"));
+        line[figure.len()..].split_whitespace().collect()
+    };
+    let cells = |key: &str| -> Vec<String> {
+        reports
+            .iter()
+            .map(|r| r["summary"][key].to_string())
+            .collect()
+    };
+    for (figure, key) in [
+        ("succeeded", "succeeded"),
+        ("topologyAffinityErrors", "topologyAffinityErrors"),
+        ("remoteWritesPerJob", "remoteWritesPerJob"),
+    ] {
+        assert_eq!(row(figure), cells(key), "{figure}");
+    }
+    let p95: Vec<String> = reports
+        .iter()
+        .map(|r| r["summary"]["startWait"]["p95"].to_string())
+        .collect();
+    assert_eq!(row("startWait p95"), p95);
+    assert_eq!(row("deactivated"), ["1", "1", "1"]);
+    // Then each strategy's jobs, in the same order.
+    let sections: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("strategy: "))
+        .collect();
+    assert_eq!(sections, strategies);
+}

@@ -626,3 +626,115 @@ fn write_table<S: AsRef<str>>(out: &mut String, header: &[&str], rows: &[Vec<S>]
         line(r.iter().map(AsRef::as_ref).collect());
     }
 }
+
+/// Several strategies' reports on one scenario, as one JSON array in the order given.
+pub fn compare_json(reports: &[Report]) -> String {
+    serde_json::to_string_pretty(reports)
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()))
+}
+
+/// Several strategies' reports on one scenario: their summaries side by side in one table
+/// (a row per figure, named by its path in the JSON summary, a column per strategy), then
+/// each strategy's jobs.
+pub fn compare_text(reports: &[Report]) -> String {
+    let columns: Vec<Vec<(String, String)>> = reports.iter().map(figures).collect();
+    // Every figure of any strategy, in the order of the first that has it.
+    let mut labels: Vec<&str> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (label, _) in columns.iter().flatten() {
+        if seen.insert(label.as_str()) {
+            labels.push(label);
+        }
+    }
+    let rows: Vec<Vec<String>> = labels
+        .iter()
+        .map(|label| {
+            let mut row = vec![label.to_string()];
+            for column in &columns {
+                let cell = column.iter().find(|(l, _)| l == label);
+                row.push(cell.map_or_else(|| "-".into(), |(_, v)| v.clone()));
+            }
+            row
+        })
+        .collect();
+    let mut header = vec!["FIGURE"];
+    header.extend(reports.iter().map(|r| r.strategy.as_str()));
+    let mut out = String::new();
+    write_table(&mut out, &header, &rows);
+    for r in reports {
+        out.push('\n');
+        out.push_str(&r.jobs_text());
+    }
+    out
+}
+
+/// A report's summary as (figure, value) rows: every figure of the JSON summary, in its
+/// order, named by its path there (keys joined by spaces: resource names have dots), and the
+/// deactivated Jobs after the pending ones.
+fn figures(report: &Report) -> Vec<(String, String)> {
+    let s = &report.summary;
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut add = |label: String, value: String| out.push((label, value));
+    for (label, n) in [
+        ("jobs", s.jobs),
+        ("succeeded", s.succeeded),
+        ("failed", s.failed),
+        ("pending", s.pending),
+        ("deactivated", report.deactivated()),
+    ] {
+        add(label.into(), n.to_string());
+    }
+    add("makespan".into(), show(&s.makespan));
+    add("meanWait".into(), show(&s.mean_wait));
+    for (c, u) in &s.utilization {
+        add(format!("utilization {c}"), show(u));
+    }
+    add(
+        "topologyAffinityErrors".into(),
+        s.topology_affinity_errors.to_string(),
+    );
+    add("remoteWritesPerJob".into(), show(&s.remote_writes_per_job));
+    for (q, per) in &s.max_quota_usage {
+        for (r, v) in per {
+            add(format!("maxQuotaUsage {q} {r}"), show(v));
+        }
+    }
+    let spread = |prefix: &str, sp: &Spread| {
+        [
+            ("mean", &sp.mean),
+            ("p50", &sp.p50),
+            ("p95", &sp.p95),
+            ("max", &sp.max),
+        ]
+        .map(|(k, v)| (format!("{prefix} {k}"), show(v)))
+    };
+    out.extend(spread("startWait", &s.start_wait));
+    out.extend(spread("completionTime", &s.completion_time));
+    for (r, v) in &s.goodput {
+        out.push((format!("goodput {r}"), show(v)));
+    }
+    for (c, n) in &s.topology_affinity_errors_by_cluster {
+        out.push((
+            format!("topologyAffinityErrorsByCluster {c}"),
+            n.to_string(),
+        ));
+    }
+    for (group, breakdowns) in [("byQueue", &s.by_queue), ("byKind", &s.by_kind)] {
+        for (name, b) in breakdowns {
+            let at = format!("{group} {name}");
+            for (k, n) in [
+                ("jobs", b.jobs),
+                ("succeeded", b.succeeded),
+                ("failed", b.failed),
+                ("pending", b.pending),
+            ] {
+                out.push((format!("{at} {k}"), n.to_string()));
+            }
+            out.extend(spread(&format!("{at} startWait"), &b.start_wait));
+            for (r, v) in &b.goodput {
+                out.push((format!("{at} goodput {r}"), show(v)));
+            }
+        }
+    }
+    out
+}
