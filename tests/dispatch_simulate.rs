@@ -781,3 +781,30 @@ fn a_bad_scheduler_name_or_a_misspelt_cluster_field_is_named() {
         "{err}"
     );
 }
+
+/// A worker's NUMA-aware scheduler binds a pod only where the kubelet admits it: on the mixed
+/// trace with a `schedulerName` on every cluster no kubelet rejects anything, whatever chose
+/// the worker, and no pod waits for ever for a node it can be aligned on.
+#[test]
+fn with_numa_aware_schedulers_no_kubelet_rejects_a_pod() {
+    // 4 clusters of 8 nodes: the largest gang (8 pods × 4 GPUs) fits in each.
+    let trace = |scheduler| {
+        let text = simulate::synthetic::mixed_trace(4, 8, 150, 11, scheduler);
+        scenario::parse(&text).expect("the mixed trace parses")
+    };
+    let aware = trace(Some("switchyard-scheduler"));
+    for strategy in Strategy::ALL {
+        let s = simulate::run(&aware, strategy).summary;
+        assert_eq!(s.topology_affinity_errors, 0, "{strategy:?}");
+        assert_eq!(
+            (s.succeeded, s.failed, s.pending),
+            (150, 0, 0),
+            "{strategy:?}"
+        );
+    }
+    // The same trace on default schedulers: single-numa-node and restricted kubelets reject
+    // pods the default scheduler put where they cannot be aligned.
+    let default = trace(None);
+    let s = simulate::run(&default, Strategy::SumAggregate).summary;
+    assert!(s.topology_affinity_errors > 0);
+}
