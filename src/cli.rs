@@ -65,10 +65,12 @@ pub struct SimulateArgs {
     pub scenario: Option<PathBuf>,
     /// How workers are chosen: switchyard (exact NUMA-aware fit of the whole gang),
     /// all-at-once (a copy to every worker, the first to start keeps it), sum-aggregate (by
-    /// the sum of a worker's free resources).
+    /// the sum of a worker's free resources), or all (the three on the same scenario, side by
+    /// side).
     #[arg(long, value_enum, default_value = "switchyard")]
     pub strategy: SimStrategy,
-    /// Output format.
+    /// Output format (with `--strategy all`: one table of the three summaries, or a JSON
+    /// array of the three reports).
     #[arg(long, value_enum, default_value = "text")]
     pub output: SimOutput,
     /// Also print every decision as it is carried out, with its virtual time (to stderr).
@@ -81,6 +83,7 @@ pub enum SimStrategy {
     Switchyard,
     AllAtOnce,
     SumAggregate,
+    All,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

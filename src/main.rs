@@ -100,22 +100,32 @@ fn main() -> anyhow::Result<()> {
                 None => simulate::scenario::parse(simulate::scenario::BUNDLED)
                     .context("the bundled scenario does not parse")?,
             };
-            let strategy = match args.strategy {
-                SimStrategy::Switchyard => Strategy::Switchyard,
-                SimStrategy::AllAtOnce => Strategy::AllAtOnce,
-                SimStrategy::SumAggregate => Strategy::SumAggregate,
+            let strategies = match args.strategy {
+                SimStrategy::Switchyard => vec![Strategy::Switchyard],
+                SimStrategy::AllAtOnce => vec![Strategy::AllAtOnce],
+                SimStrategy::SumAggregate => vec![Strategy::SumAggregate],
+                SimStrategy::All => Strategy::ALL.to_vec(),
             };
-            let mut sim = simulate::Simulation::new(&scenario, strategy);
-            if args.events {
-                sim = sim.with_events();
+            let mut reports = Vec::new();
+            for strategy in strategies {
+                let mut sim = simulate::Simulation::new(&scenario, strategy);
+                if args.events {
+                    sim = sim.with_events();
+                }
+                let report = sim.run();
+                if args.events && args.strategy == SimStrategy::All {
+                    eprintln!("strategy: {}", strategy.as_str());
+                }
+                for line in &report.events {
+                    eprintln!("{line}");
+                }
+                reports.push(report);
             }
-            let report = sim.run();
-            for line in &report.events {
-                eprintln!("{line}");
-            }
-            match args.output {
-                SimOutput::Json => println!("{}", report.to_json()),
-                SimOutput::Text => print!("{}", report.to_text()),
+            match (args.output, reports.as_slice()) {
+                (SimOutput::Json, [one]) => println!("{}", one.to_json()),
+                (SimOutput::Text, [one]) => print!("{}", one.to_text()),
+                (SimOutput::Json, many) => println!("{}", simulate::report::compare_json(many)),
+                (SimOutput::Text, many) => print!("{}", simulate::report::compare_text(many)),
             }
         }
     }

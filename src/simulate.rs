@@ -3,8 +3,9 @@
 //!
 //! The manager side is a [`World`] updated the way the live executor updates it after each
 //! successful API call ([`status::after`]); each worker is a [`SimWorker`]: a kube-scheduler
-//! that places pods NUMA-unaware, kubelets whose Topology Manager rejects what it cannot align,
-//! and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
+//! that places pods NUMA-unaware (or, for a worker with a `schedulerName`, NUMA-aware, as its
+//! second scheduler with Switchyard's extender would), kubelets whose Topology Manager rejects
+//! what it cannot align, and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
 //! or fail. The dispatcher sees the workers' inventories and copies immediately, as if its
 //! watches had no lag.
 //!
@@ -45,6 +46,13 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy, in the order `--strategy all` reports them.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Switchyard,
+        Strategy::AllAtOnce,
+        Strategy::SumAggregate,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Switchyard => "switchyard",
@@ -114,6 +122,8 @@ pub(crate) struct Record {
     pub(crate) finished: Option<SystemTime>,
     pub(crate) cluster: Option<String>,
     pub(crate) topology_errors: u64,
+    /// How long the pods that succeeded ran, summed, in the copy that completed.
+    pub(crate) ran: Option<Duration>,
 }
 
 struct Usage {
@@ -145,6 +155,8 @@ pub struct Simulation {
     pub(crate) waiting: BTreeMap<dispatcher::ClassKey, String>,
     pub(crate) remote_writes: u64,
     pub(crate) topology_errors: u64,
+    /// Per worker (by index), its kubelets' TopologyAffinityErrors.
+    pub(crate) topology_errors_by_worker: Vec<u64>,
     pub(crate) status_refusals: u64,
     usage: Vec<Usage>,
     pub(crate) max_quota: BTreeMap<String, BTreeMap<String, f64>>,
@@ -180,7 +192,8 @@ impl Simulation {
         let mut usage = Vec::new();
         for (i, c) in scenario.inventory.clusters.iter().enumerate() {
             world.upsert_worker(Worker::named(&c.name));
-            workers.push(SimWorker::new(&c.name, i));
+            let numa_aware = scenario.scheduler_names.get(i).is_some_and(Option::is_some);
+            workers.push(SimWorker::new(&c.name, i, numa_aware));
             by_name.insert(c.name.clone(), i);
             usage.push(Usage {
                 used: vec![0; scenario.inventory.resources.len()],
@@ -211,6 +224,7 @@ impl Simulation {
             waiting: BTreeMap::new(),
             remote_writes: 0,
             topology_errors: 0,
+            topology_errors_by_worker: vec![0; scenario.inventory.clusters.len()],
             status_refusals: 0,
             usage,
             max_quota: BTreeMap::new(),
@@ -362,6 +376,17 @@ impl Simulation {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
         }
         self.topology_errors += fx.topology_errors;
+        if let Some(n) = self.topology_errors_by_worker.get_mut(w) {
+            *n += fx.topology_errors;
+        }
+        for (origin, ran) in &fx.completed {
+            if let Some(r) = self
+                .index_of_uid(origin)
+                .and_then(|i| self.records.get_mut(i))
+            {
+                r.ran = Some(*ran);
+            }
+        }
         if !(fx.freed.is_empty() && fx.taken.is_empty()) {
             // The summaries to bring up to date, and the dispatcher's log of touched nodes.
             let touched = self.changed.entry(self.workers[w].index).or_default();
@@ -656,6 +681,13 @@ impl Simulation {
     }
     pub fn strategy(&self) -> Strategy {
         self.strategy
+    }
+    /// Each worker's name with its kubelets' TopologyAffinityErrors.
+    pub(crate) fn topology_errors_by_worker(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.workers
+            .iter()
+            .zip(&self.topology_errors_by_worker)
+            .map(|(w, n)| (w.name.as_str(), *n))
     }
     pub(crate) fn usage_integrals(&self) -> impl Iterator<Item = (&str, &[f64])> {
         self.workers

@@ -866,3 +866,142 @@ fn simulate_text_shows_the_same_jobs_as_a_table_and_the_summary() {
         "{text}"
     );
 }
+
+/// What each Job of the bundled example went through, under every strategy, is what the binary
+/// printed before the summary grew (the expected files are that binary's `--output json`); so
+/// is every summary figure it had then.
+#[test]
+fn simulate_the_bundled_jobs_end_as_they_did_before_for_every_strategy() {
+    let expected = [
+        (
+            "switchyard",
+            include_str!("data/simulate/bundled-switchyard.json"),
+        ),
+        (
+            "all-at-once",
+            include_str!("data/simulate/bundled-all-at-once.json"),
+        ),
+        (
+            "sum-aggregate",
+            include_str!("data/simulate/bundled-sum-aggregate.json"),
+        ),
+    ];
+    for (strategy, before) in expected {
+        let before: serde_json::Value = serde_json::from_str(before).unwrap();
+        let out = switchyard()
+            .args(["simulate", "--output", "json", "--strategy", strategy])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{strategy}");
+        let now: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(now["strategy"], strategy);
+        assert_eq!(now["jobs"], before["jobs"], "{strategy}: the jobs");
+        let old = before["summary"].as_object().unwrap();
+        for (k, v) in old {
+            assert_eq!(&now["summary"][k], v, "{strategy}: summary.{k}");
+        }
+    }
+}
+
+#[test]
+fn simulate_the_new_summary_figures_have_the_documented_shape() {
+    let format = simulate_output_example();
+    let got: Ordered = serde_json::from_str(&simulate("json")).unwrap();
+    let (want, summary) = (format.get("summary"), got.get("summary"));
+    for spread in ["startWait", "completionTime"] {
+        assert_eq!(
+            summary.get(spread).keys(),
+            want.get(spread).keys(),
+            "{spread}"
+        );
+    }
+    assert_eq!(
+        summary.get("topologyAffinityErrorsByCluster").keys(),
+        ["cpu-central", "gpu-east", "gpu-west"],
+        "every worker"
+    );
+    assert_eq!(summary.get("byQueue").keys(), ["batch", "training"]);
+    assert_eq!(summary.get("byKind").keys(), ["cpu-only", "nvidia.com/gpu"]);
+    let breakdown = want.get("byQueue").get("research").keys();
+    for group in ["byQueue", "byKind"] {
+        if let Ordered::Map(entries) = summary.get(group) {
+            for (name, b) in entries {
+                assert_eq!(b.keys(), breakdown, "{group} {name}");
+            }
+        }
+    }
+    // The batch queue asks for CPUs and memory only; training also for GPUs.
+    assert_eq!(
+        summary.get("byQueue").get("batch").get("goodput").keys(),
+        ["cpu", "memory"]
+    );
+    assert_eq!(
+        summary.get("goodput").keys(),
+        ["cpu", "memory", "nvidia.com/gpu"]
+    );
+}
+
+#[test]
+fn simulate_all_strategies_give_three_reports_side_by_side() {
+    let run = |args: &[&str]| -> String {
+        let out = switchyard().arg("simulate").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let strategies = ["switchyard", "all-at-once", "sum-aggregate"];
+
+    let all: serde_json::Value =
+        serde_json::from_str(&run(&["--strategy", "all", "--output", "json"])).unwrap();
+    let reports = all.as_array().expect("a JSON array");
+    assert_eq!(reports.len(), 3);
+    for (report, strategy) in reports.iter().zip(strategies) {
+        assert_eq!(report["strategy"], strategy);
+        let alone: serde_json::Value =
+            serde_json::from_str(&run(&["--strategy", strategy, "--output", "json"])).unwrap();
+        assert_eq!(report, &alone, "{strategy}: as when run alone");
+    }
+
+    let text = run(&["--strategy", "all"]);
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["FIGURE", "switchyard", "all-at-once", "sum-aggregate"]
+    );
+    let row = |figure: &str| -> Vec<&str> {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{figure} ")))
+            .unwrap_or_else(|| panic!("no row {figure:?} in\n{text}"));
+        line[figure.len()..].split_whitespace().collect()
+    };
+    let cells = |key: &str| -> Vec<String> {
+        reports
+            .iter()
+            .map(|r| r["summary"][key].to_string())
+            .collect()
+    };
+    for (figure, key) in [
+        ("succeeded", "succeeded"),
+        ("topologyAffinityErrors", "topologyAffinityErrors"),
+        ("remoteWritesPerJob", "remoteWritesPerJob"),
+    ] {
+        assert_eq!(row(figure), cells(key), "{figure}");
+    }
+    let p95: Vec<String> = reports
+        .iter()
+        .map(|r| r["summary"]["startWait"]["p95"].to_string())
+        .collect();
+    assert_eq!(row("startWait p95"), p95);
+    assert_eq!(row("deactivated"), ["1", "1", "1"]);
+    // Then each strategy's jobs, in the same order.
+    let sections: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("strategy: "))
+        .collect();
+    assert_eq!(sections, strategies);
+}

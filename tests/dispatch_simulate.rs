@@ -331,6 +331,8 @@ fn the_scenario_format_example_parses() {
         .map(|c| c.name.as_str())
         .collect();
     assert_eq!(clusters, ["eu-1", "us-1"]);
+    assert_eq!(s.scheduler_name("eu-1"), None);
+    assert_eq!(s.scheduler_name("us-1"), Some("switchyard-scheduler"));
     assert_eq!(s.queues.len(), 1);
     let (name, research) = &s.queues[0];
     assert_eq!(name, "research");
@@ -538,4 +540,271 @@ jobs:
     assert_eq!(counts(last)[2..], [0, gives_up]);
     assert_eq!(job(&report, "flaky").result, "Failed");
     assert_eq!(times(&report, "flaky", "Failed in its worker"), [*end]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What users feel: the worker's scheduler, waits, completion times and goodput.
+
+/// One worker under `single-numa-node`: `wide` has the most CPUs and memory but one GPU per
+/// NUMA zone, `narrow-1` and `narrow-2` two GPUs per zone. SCHEDULER is replaced by the
+/// worker's `schedulerName` line, or by nothing.
+const ONE_NUMA_WORKER: &str = r#"
+clusters:
+  - name: gpu
+    SCHEDULER
+    nodes:
+      - name: wide
+        allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-2, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+            - {name: node-3, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}, {name: nvidia.com/gpu, capacity: "1", allocatable: "1", available: "1"}]}
+      - name: narrow-1
+        allocatable: {cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+      - name: narrow-2
+        allocatable: {cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}
+        topology:
+          attributes:
+            - {name: topologyManagerPolicy, value: single-numa-node}
+            - {name: topologyManagerScope, value: pod}
+          zones:
+            - {name: node-0, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+            - {name: node-1, type: Node, resources: [{name: cpu, capacity: "16", allocatable: "16", available: "16"}, {name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}, {name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}]}
+queues:
+  - name: training
+    clusters: [gpu]
+jobs:
+  - name: train
+    queue: training
+    submitAt: 0s
+    parallelism: 2
+    duration: 10m
+    podStartDelay: 30s
+    template:
+      containers:
+        - name: trainer
+          resources:
+            requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+            limits: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}
+"#;
+
+#[test]
+fn a_worker_with_a_numa_aware_scheduler_runs_the_gang_its_default_scheduler_cannot() {
+    // The dispatcher sends the gang to the worker either way: two of its nodes can hold it
+    // NUMA-aligned. Its default scheduler only looks at free CPUs and memory, puts each pod
+    // on `wide`, and the kubelet there rejects it, again at every replacement, until the Job
+    // controller gives up.
+    let default = run(
+        &ONE_NUMA_WORKER.replace("SCHEDULER", ""),
+        Strategy::Switchyard,
+    );
+    let train = job(&default, "train");
+    assert_eq!(train.cluster.as_deref(), Some("gpu"));
+    assert_eq!(train.result, "Failed");
+    let every_pod_failure = u64::from(BACKOFF_LIMIT) + 1;
+    assert_eq!(
+        default.summary.topology_affinity_errors, every_pod_failure,
+        "each pod failure was a TopologyAffinityError"
+    );
+    assert_eq!(
+        default.summary.topology_affinity_errors_by_cluster["gpu"],
+        default.summary.topology_affinity_errors
+    );
+
+    // The same Jobs on the same worker with `schedulerName`: each pod goes to a node whose
+    // kubelet admits it.
+    let aware = run(
+        &ONE_NUMA_WORKER.replace("SCHEDULER", "schedulerName: switchyard-scheduler"),
+        Strategy::Switchyard,
+    );
+    let train = job(&aware, "train");
+    assert_eq!(train.result, "Succeeded");
+    assert_eq!(seconds(&train.finished), 630.0, "30s to start, 10m to run");
+    assert_eq!(aware.summary.topology_affinity_errors, 0);
+    assert_eq!(
+        aware.summary.topology_affinity_errors_by_cluster,
+        [("gpu".to_string(), 0)].into()
+    );
+}
+
+/// One worker with room for everything that fits at all: every time below follows from the
+/// Jobs' own delays and durations.
+const FOUR_KINDS_OF_JOBS: &str = r#"
+clusters:
+  - name: w
+    nodes:
+      - {name: w-1, allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "2", pods: "110"}}
+queues:
+  - name: a
+    clusters: [w]
+  - name: b
+    clusters: [w]
+jobs:
+  - {name: cpu-job, queue: a, submitAt: 0s, parallelism: 2, completions: 3, duration: 10m, podStartDelay: 30s, template: {containers: [{name: c, resources: {requests: {cpu: "2", memory: 4Gi}}}]}}
+  - {name: too-big, queue: a, submitAt: 0s, parallelism: 1, duration: 10m, template: {containers: [{name: c, resources: {requests: {cpu: "32", memory: 1Gi, nvidia.com/gpu: "1"}}}]}}
+  - {name: flaky, queue: b, submitAt: 0s, parallelism: 1, duration: 1m, podStartDelay: 10s, fails: true, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+  - {name: gpu-job, queue: b, submitAt: 1m, parallelism: 1, duration: 30m, podStartDelay: 1m, template: {containers: [{name: c, resources: {requests: {cpu: "4", memory: 8Gi, nvidia.com/gpu: "1"}}}]}}
+"#;
+
+#[test]
+fn waits_completion_times_and_goodput_are_what_the_jobs_went_through() {
+    // By hand:
+    // - cpu-job (queue a, cpu-only): 2 pods at a time, 3 completions, 2 CPUs and 4 GiB each.
+    //   Admitted at 0; pods 1 and 2 Ready at 30, done at 630; pod 3 starts at 630, Ready at
+    //   660, done at 1260. Started 30 (both pods of the gang Ready), finished 1260.
+    //   Goodput: 3 pods × 600 s = 1800 pod-s = 0.5 pod-h: cpu 2 × 0.5 = 1, memory 4 × 0.5 = 2.
+    // - too-big (queue a, nvidia.com/gpu): 32 CPUs, more than the worker and the queue have:
+    //   pending, never started.
+    // - flaky (queue b, cpu-only): its pod is Ready at 10 and fails at 70; replacements after
+    //   10, 20, 40, 80, 160, 320 s fail at 150, 240, 350, 500, 730, 1120: the 7th failure,
+    //   past backoffLimit 6, fails the Job at 1120. Started 10; no goodput (it failed).
+    // - gpu-job (queue b, nvidia.com/gpu): submitted and admitted at 60, Ready at 120, done
+    //   at 1920. Goodput: 1800 s = 0.5 h: cpu 4 × 0.5 = 2, memory 8 × 0.5 = 4, gpu 0.5.
+    // Start waits: cpu-job 30, flaky 10, gpu-job 60 → sorted 10, 30, 60: mean 33.333, p50 the
+    // 2nd (⌈0.5 × 3⌉), p95 the 3rd (⌈0.95 × 3⌉). Completion times (Succeeded only): cpu-job
+    // 1260, gpu-job 1860: mean 1560, p50 the 1st, p95 the 2nd.
+    let report = run(FOUR_KINDS_OF_JOBS, Strategy::Switchyard);
+    let s = &report.summary;
+    let spread = |s: &simulate::report::Spread| serde_json::json!([s.mean, s.p50, s.p95, s.max]);
+    assert_eq!((s.jobs, s.succeeded, s.failed, s.pending), (4, 2, 1, 1));
+    assert_eq!(s.mean_wait, serde_json::json!(0), "admitted as submitted");
+    assert_eq!(
+        spread(&s.start_wait),
+        serde_json::json!([33.333, 30, 60, 60])
+    );
+    assert_eq!(
+        spread(&s.completion_time),
+        serde_json::json!([1560, 1260, 1860, 1860])
+    );
+    assert_eq!(
+        serde_json::to_value(&s.goodput).unwrap(),
+        serde_json::json!({"cpu": 3, "memory": 6, "nvidia.com/gpu": 0.5})
+    );
+
+    // Queue a: cpu-job and too-big. Start waits: 30. Goodput: cpu-job's; too-big asks for a
+    // GPU, so the queue shows 0 GPU-hours.
+    let a = &s.by_queue["a"];
+    assert_eq!((a.jobs, a.succeeded, a.failed, a.pending), (2, 1, 0, 1));
+    assert_eq!(spread(&a.start_wait), serde_json::json!([30, 30, 30, 30]));
+    assert_eq!(
+        serde_json::to_value(&a.goodput).unwrap(),
+        serde_json::json!({"cpu": 1, "memory": 2, "nvidia.com/gpu": 0})
+    );
+    // Queue b: flaky and gpu-job. Start waits 10, 60: mean 35, p50 the 1st, p95 the 2nd.
+    let b = &s.by_queue["b"];
+    assert_eq!((b.jobs, b.succeeded, b.failed, b.pending), (2, 1, 1, 0));
+    assert_eq!(spread(&b.start_wait), serde_json::json!([35, 10, 60, 60]));
+    assert_eq!(
+        serde_json::to_value(&b.goodput).unwrap(),
+        serde_json::json!({"cpu": 2, "memory": 4, "nvidia.com/gpu": 0.5})
+    );
+
+    // Kinds: cpu-only is cpu-job and flaky (start waits 30, 10); nvidia.com/gpu is too-big
+    // and gpu-job (start wait 60).
+    assert_eq!(
+        s.by_kind.keys().collect::<Vec<_>>(),
+        ["cpu-only", "nvidia.com/gpu"]
+    );
+    let cpu = &s.by_kind["cpu-only"];
+    assert_eq!(
+        (cpu.jobs, cpu.succeeded, cpu.failed, cpu.pending),
+        (2, 1, 1, 0)
+    );
+    assert_eq!(spread(&cpu.start_wait), serde_json::json!([20, 10, 30, 30]));
+    assert_eq!(
+        serde_json::to_value(&cpu.goodput).unwrap(),
+        serde_json::json!({"cpu": 1, "memory": 2})
+    );
+    let gpu = &s.by_kind["nvidia.com/gpu"];
+    assert_eq!(
+        (gpu.jobs, gpu.succeeded, gpu.failed, gpu.pending),
+        (2, 1, 0, 1)
+    );
+    assert_eq!(spread(&gpu.start_wait), serde_json::json!([60, 60, 60, 60]));
+    assert_eq!(
+        serde_json::to_value(&gpu.goodput).unwrap(),
+        serde_json::json!({"cpu": 2, "memory": 4, "nvidia.com/gpu": 0.5})
+    );
+    assert_eq!(
+        s.topology_affinity_errors_by_cluster,
+        [("w".to_string(), 0)].into()
+    );
+}
+
+#[test]
+fn a_job_s_work_counts_once_under_all_at_once_too() {
+    // All-at-once starts pods of each Job in every worker and removes the copies that lose:
+    // only the copy that completed counts, so the goodput is the exact fit's.
+    // `one`: 2 pods × 2 CPUs × 60 s = 240 CPU-s; `two`: 1 CPU × 60 s = 60 CPU-s; 300 CPU-s =
+    // 0.083 core-hours. Memory: 3 pod-minutes × 1 GiB = 0.05 GiB-hours.
+    for strategy in [Strategy::AllAtOnce, Strategy::Switchyard] {
+        let report = run(THREE_WORKERS, strategy);
+        assert_eq!(
+            serde_json::to_value(&report.summary.goodput).unwrap(),
+            serde_json::json!({"cpu": 0.083, "memory": 0.05}),
+            "{strategy:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_scheduler_name_or_a_misspelt_cluster_field_is_named() {
+    let cluster = |extra: &str| {
+        format!(
+            "clusters:\n  - name: west\n    {extra}\n    nodes:\n      - {{name: west-1, allocatable: {{cpu: \"4\"}}}}\n"
+        )
+    };
+    let err = scenario::parse(&cluster("schedulerName: Not_A_Profile"))
+        .expect_err("not a scheduler name")
+        .to_string();
+    assert!(
+        err.contains("clusters[0] (west): schedulerName: \"Not_A_Profile\""),
+        "{err}"
+    );
+    let err = scenario::parse(&cluster("schedulername: numa"))
+        .expect_err("not a field")
+        .to_string();
+    assert!(
+        err.contains("unknown field `schedulername`") && err.contains("`schedulerName`"),
+        "{err}"
+    );
+}
+
+/// A worker's NUMA-aware scheduler binds a pod only where the kubelet admits it: on the mixed
+/// trace with a `schedulerName` on every cluster no kubelet rejects anything, whatever chose
+/// the worker, and no pod waits for ever for a node it can be aligned on.
+#[test]
+fn with_numa_aware_schedulers_no_kubelet_rejects_a_pod() {
+    // 4 clusters of 8 nodes: the largest gang (8 pods × 4 GPUs) fits in each.
+    let trace = |scheduler| {
+        let text = simulate::synthetic::mixed_trace(4, 8, 150, 11, scheduler);
+        scenario::parse(&text).expect("the mixed trace parses")
+    };
+    let aware = trace(Some("switchyard-scheduler"));
+    for strategy in Strategy::ALL {
+        let s = simulate::run(&aware, strategy).summary;
+        assert_eq!(s.topology_affinity_errors, 0, "{strategy:?}");
+        assert_eq!(
+            (s.succeeded, s.failed, s.pending),
+            (150, 0, 0),
+            "{strategy:?}"
+        );
+    }
+    // The same trace on default schedulers: single-numa-node and restricted kubelets reject
+    // pods the default scheduler put where they cannot be aligned.
+    let default = trace(None);
+    let s = simulate::run(&default, Strategy::SumAggregate).summary;
+    assert!(s.topology_affinity_errors > 0);
 }

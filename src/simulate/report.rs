@@ -9,6 +9,9 @@ use serde_json::{Number, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+#[cfg(test)]
+mod tests;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub strategy: String,
@@ -61,6 +64,156 @@ pub struct Summary {
     pub topology_affinity_errors: u64,
     pub remote_writes_per_job: Value,
     pub max_quota_usage: BTreeMap<String, BTreeMap<String, Value>>,
+    /// `started − submitted` over the Jobs that started.
+    pub start_wait: Spread,
+    /// `finished − submitted` over the Succeeded Jobs.
+    pub completion_time: Spread,
+    /// Per resource, the resource-hours of the pods of Succeeded Jobs.
+    pub goodput: BTreeMap<String, Value>,
+    pub topology_affinity_errors_by_cluster: BTreeMap<String, u64>,
+    pub by_queue: BTreeMap<String, Breakdown>,
+    /// `cpu-only`, and one entry per extended resource requested.
+    pub by_kind: BTreeMap<String, Breakdown>,
+}
+
+/// Mean, nearest-rank percentiles and maximum of some seconds; all `null` when there are none.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    pub mean: Value,
+    pub p50: Value,
+    pub p95: Value,
+    pub max: Value,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Self {
+        if values.is_empty() {
+            return Self {
+                mean: Value::Null,
+                p50: Value::Null,
+                p95: Value::Null,
+                max: Value::Null,
+            };
+        }
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        // Nearest rank: the smallest value with at least p % of the values at or below it.
+        let rank = |p: usize| values[(p * n).div_ceil(100).clamp(1, n) - 1];
+        Self {
+            mean: num(values.iter().sum::<f64>() / n as f64, 3),
+            p50: num(rank(50), 3),
+            p95: num(rank(95), 3),
+            max: num(values[n - 1], 3),
+        }
+    }
+
+    /// As the text output shows it.
+    fn text(&self) -> String {
+        if self.mean.is_null() {
+            return "-".into();
+        }
+        format!(
+            "mean {}s, p50 {}s, p95 {}s, max {}s",
+            self.mean, self.p50, self.p95, self.max
+        )
+    }
+}
+
+/// The Jobs of one queue, or of one kind.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Breakdown {
+    pub jobs: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    pub pending: usize,
+    pub start_wait: Spread,
+    pub goodput: BTreeMap<String, Value>,
+}
+
+/// What a [`Breakdown`] is made of, while Jobs are added to it.
+#[derive(Default)]
+struct Tally {
+    jobs: usize,
+    succeeded: usize,
+    failed: usize,
+    pending: usize,
+    start_waits: Vec<f64>,
+    goodput: BTreeMap<String, f64>,
+}
+
+impl Tally {
+    fn add(&mut self, job: &Outcome) {
+        self.jobs += 1;
+        match job.result {
+            "Succeeded" => self.succeeded += 1,
+            "Failed" => self.failed += 1,
+            "Pending" => self.pending += 1,
+            _ => {}
+        }
+        self.start_waits.extend(job.start_wait);
+        for (r, hours) in &job.goodput {
+            *self.goodput.entry(r.clone()).or_insert(0.0) += hours;
+        }
+    }
+
+    fn breakdown(self) -> Breakdown {
+        Breakdown {
+            jobs: self.jobs,
+            succeeded: self.succeeded,
+            failed: self.failed,
+            pending: self.pending,
+            start_wait: Spread::of(self.start_waits),
+            goodput: hours(&self.goodput),
+        }
+    }
+}
+
+/// What one Job adds to the summary's distributions and breakdowns.
+struct Outcome<'a> {
+    result: &'a str,
+    start_wait: Option<f64>,
+    /// Every resource it requests, with the resource-hours its pods did (0 unless it
+    /// succeeded).
+    goodput: Vec<(String, f64)>,
+}
+
+fn hours(goodput: &BTreeMap<String, f64>) -> BTreeMap<String, Value> {
+    goodput
+        .iter()
+        .map(|(r, h)| (r.clone(), num(*h, 3)))
+        .collect()
+}
+
+/// Resources a Job's kind is named after: all but cpu, memory, ephemeral-storage, pods and
+/// hugepages-*.
+fn is_extended(resource: &str) -> bool {
+    !matches!(resource, "cpu" | "memory" | "ephemeral-storage" | "pods")
+        && !resource.starts_with("hugepages-")
+}
+
+/// Resources counted in bytes, whose goodput is in GiB-hours.
+fn in_bytes(resource: &str) -> bool {
+    matches!(resource, "memory" | "ephemeral-storage") || resource.starts_with("hugepages-")
+}
+
+/// `milli` thousandths of `resource` held for `seconds`, in the resource's unit-hours (cores,
+/// GiB, devices).
+fn resource_hours(resource: &str, milli: i64, seconds: f64) -> f64 {
+    let mut amount = milli as f64 / 1000.0;
+    if in_bytes(resource) {
+        amount /= (1u64 << 30) as f64;
+    }
+    amount * seconds / 3600.0
+}
+
+/// The unit of a resource's goodput in the text output.
+fn hours_unit(resource: &str) -> &'static str {
+    match resource {
+        "cpu" => "core-h",
+        r if in_bytes(r) => "GiB-h",
+        _ => "device-h",
+    }
 }
 
 /// A number as JSON: an integer when whole, else rounded to `places` decimals.
@@ -83,6 +236,15 @@ pub(super) fn build(sim: &Simulation) -> Report {
     let mut jobs = Vec::new();
     let (mut succeeded, mut failed, mut pending) = (0, 0, 0);
     let mut waits = Vec::new();
+    let (mut start_waits, mut completion_times) = (Vec::new(), Vec::new());
+    let mut all = Tally::default();
+    let mut by_queue: BTreeMap<String, Tally> = world
+        .state
+        .queues
+        .keys()
+        .map(|q| (q.clone(), Tally::default()))
+        .collect();
+    let mut by_kind: BTreeMap<String, Tally> = BTreeMap::new();
     let mut makespan = 0f64;
     let mut requested: BTreeSet<String> = BTreeSet::new();
     for (i, sj) in sim.scenario_jobs().iter().enumerate() {
@@ -141,6 +303,41 @@ pub(super) fn build(sim: &Simulation) -> Report {
         }
         if let Some(t) = rec.finished {
             makespan = makespan.max(secs(t));
+        }
+        let succeeded = result == "Succeeded";
+        let start_wait = rec.started.map(|t| secs(t) - secs(submitted));
+        start_waits.extend(start_wait);
+        if let (true, Some(t)) = (succeeded, rec.finished) {
+            completion_times.push(secs(t) - secs(submitted));
+        }
+        // Work counts once its Job has succeeded: that of the copy that completed.
+        let ran = match (succeeded, rec.ran) {
+            (true, Some(d)) => d.as_secs_f64(),
+            _ => 0.0,
+        };
+        let outcome = Outcome {
+            result: &result,
+            start_wait,
+            goodput: sj
+                .pod
+                .node_request
+                .iter()
+                .map(|(r, milli)| (r.clone(), resource_hours(r, *milli, ran)))
+                .collect(),
+        };
+        all.add(&outcome);
+        by_queue.entry(sj.queue.clone()).or_default().add(&outcome);
+        let mut kinds = sj
+            .pod
+            .node_request
+            .keys()
+            .filter(|r| is_extended(r))
+            .peekable();
+        if kinds.peek().is_none() {
+            by_kind.entry("cpu-only".into()).or_default().add(&outcome);
+        }
+        for kind in kinds {
+            by_kind.entry(kind.clone()).or_default().add(&outcome);
         }
         jobs.push(JobReport {
             name: sj.name.clone(),
@@ -226,6 +423,21 @@ pub(super) fn build(sim: &Simulation) -> Report {
                 num(sim.remote_writes as f64 / n as f64, 3)
             },
             max_quota_usage,
+            start_wait: Spread::of(start_waits),
+            completion_time: Spread::of(completion_times),
+            goodput: hours(&all.goodput),
+            topology_affinity_errors_by_cluster: sim
+                .topology_errors_by_worker()
+                .map(|(name, n)| (name.to_string(), n))
+                .collect(),
+            by_queue: by_queue
+                .into_iter()
+                .map(|(q, t)| (q, t.breakdown()))
+                .collect(),
+            by_kind: by_kind
+                .into_iter()
+                .map(|(k, t)| (k, t.breakdown()))
+                .collect(),
         },
         events: sim.log.clone().unwrap_or_default(),
         status_writes: sim.status_writes.clone().unwrap_or_default(),
@@ -240,10 +452,13 @@ impl Report {
 
     /// The jobs as a table, then the summary.
     pub fn to_text(&self) -> String {
-        let show = |v: &Value| match v {
-            Value::Null => "-".to_string(),
-            other => other.to_string(),
-        };
+        let mut out = self.jobs_text();
+        self.summary_text(&mut out);
+        out
+    }
+
+    /// The strategy, the jobs as a table and why those that did not succeed did not.
+    fn jobs_text(&self) -> String {
         let header = [
             "NAME",
             "NAMESPACE",
@@ -256,11 +471,11 @@ impl Report {
             "RESULT",
             "REQUEUES",
         ];
-        let rows: Vec<[String; 10]> = self
+        let rows: Vec<Vec<String>> = self
             .jobs
             .iter()
             .map(|j| {
-                [
+                vec![
                     j.name.clone(),
                     j.namespace.clone(),
                     j.queue.clone(),
@@ -274,26 +489,8 @@ impl Report {
                 ]
             })
             .collect();
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for r in &rows {
-            for (w, c) in widths.iter_mut().zip(r) {
-                *w = (*w).max(c.len());
-            }
-        }
         let mut out = format!("strategy: {}\n\n", self.strategy);
-        let line = |cells: Vec<&str>, out: &mut String| {
-            let parts: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            out.push_str(parts.join("  ").trim_end());
-            out.push('\n');
-        };
-        line(header.to_vec(), &mut out);
-        for r in &rows {
-            line(r.iter().map(String::as_str).collect(), &mut out);
-        }
+        write_table(&mut out, &header, &rows);
         let reasons: Vec<&JobReport> = self.jobs.iter().filter(|j| j.reason.is_some()).collect();
         if !reasons.is_empty() {
             out.push_str("\nwhy:\n");
@@ -307,14 +504,22 @@ impl Report {
                 );
             }
         }
-        let s = &self.summary;
-        // The JSON summary has no count of its own for them (the format's), so the text
-        // names them, or the counts would not add up to the jobs.
-        let deactivated = self
-            .jobs
+        out
+    }
+
+    /// Jobs given up after their requeuing limit. The JSON summary has no count of its own
+    /// for them (the format's), so the text names them, or the counts would not add up to
+    /// the jobs.
+    fn deactivated(&self) -> usize {
+        self.jobs
             .iter()
             .filter(|j| j.result == "Deactivated")
-            .count();
+            .count()
+    }
+
+    fn summary_text(&self, out: &mut String) {
+        let s = &self.summary;
+        let deactivated = self.deactivated();
         let _ = write!(
             out,
             "\njobs {}: {} succeeded, {} failed, {} pending",
@@ -350,6 +555,186 @@ impl Report {
             let parts: Vec<String> = per.iter().map(|(r, v)| format!("{r} {v}")).collect();
             let _ = writeln!(out, "max quota usage of {q}: {}", parts.join(", "));
         }
-        out
+        let _ = writeln!(out, "start wait: {}", s.start_wait.text());
+        let _ = writeln!(out, "completion time: {}", s.completion_time.text());
+        let _ = writeln!(out, "goodput: {}", goodput_text(&s.goodput));
+        let by_cluster: Vec<String> = s
+            .topology_affinity_errors_by_cluster
+            .iter()
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "TopologyAffinityErrors by cluster: {}",
+            by_cluster.join(", ")
+        );
+        for (what, groups) in [("queue", &s.by_queue), ("kind", &s.by_kind)] {
+            for (name, b) in groups {
+                let _ = writeln!(
+                    out,
+                    "{what} {name}: {} jobs, {} succeeded, {} failed, {} pending; start wait: {}; goodput: {}",
+                    b.jobs,
+                    b.succeeded,
+                    b.failed,
+                    b.pending,
+                    b.start_wait.text(),
+                    goodput_text(&b.goodput)
+                );
+            }
+        }
     }
+}
+
+/// A time or figure as the text shows it: `-` for none.
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn goodput_text(goodput: &BTreeMap<String, Value>) -> String {
+    if goodput.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = goodput
+        .iter()
+        .map(|(r, v)| format!("{r} {v} {}", hours_unit(r)))
+        .collect();
+    parts.join(", ")
+}
+
+/// Rows under a header, each column as wide as its widest cell, two spaces apart.
+fn write_table<S: AsRef<str>>(out: &mut String, header: &[&str], rows: &[Vec<S>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.as_ref().len());
+        }
+    }
+    let mut line = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(AsRef::as_ref).collect());
+    }
+}
+
+/// Several strategies' reports on one scenario, as one JSON array in the order given.
+pub fn compare_json(reports: &[Report]) -> String {
+    serde_json::to_string_pretty(reports)
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()))
+}
+
+/// Several strategies' reports on one scenario: their summaries side by side in one table
+/// (a row per figure, named by its path in the JSON summary, a column per strategy), then
+/// each strategy's jobs.
+pub fn compare_text(reports: &[Report]) -> String {
+    let columns: Vec<Vec<(String, String)>> = reports.iter().map(figures).collect();
+    // Every figure of any strategy, in the order of the first that has it.
+    let mut labels: Vec<&str> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (label, _) in columns.iter().flatten() {
+        if seen.insert(label.as_str()) {
+            labels.push(label);
+        }
+    }
+    let rows: Vec<Vec<String>> = labels
+        .iter()
+        .map(|label| {
+            let mut row = vec![label.to_string()];
+            for column in &columns {
+                let cell = column.iter().find(|(l, _)| l == label);
+                row.push(cell.map_or_else(|| "-".into(), |(_, v)| v.clone()));
+            }
+            row
+        })
+        .collect();
+    let mut header = vec!["FIGURE"];
+    header.extend(reports.iter().map(|r| r.strategy.as_str()));
+    let mut out = String::new();
+    write_table(&mut out, &header, &rows);
+    for r in reports {
+        out.push('\n');
+        out.push_str(&r.jobs_text());
+    }
+    out
+}
+
+/// A report's summary as (figure, value) rows: every figure of the JSON summary, in its
+/// order, named by its path there (keys joined by spaces: resource names have dots), and the
+/// deactivated Jobs after the pending ones.
+fn figures(report: &Report) -> Vec<(String, String)> {
+    let s = &report.summary;
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut add = |label: String, value: String| out.push((label, value));
+    for (label, n) in [
+        ("jobs", s.jobs),
+        ("succeeded", s.succeeded),
+        ("failed", s.failed),
+        ("pending", s.pending),
+        ("deactivated", report.deactivated()),
+    ] {
+        add(label.into(), n.to_string());
+    }
+    add("makespan".into(), show(&s.makespan));
+    add("meanWait".into(), show(&s.mean_wait));
+    for (c, u) in &s.utilization {
+        add(format!("utilization {c}"), show(u));
+    }
+    add(
+        "topologyAffinityErrors".into(),
+        s.topology_affinity_errors.to_string(),
+    );
+    add("remoteWritesPerJob".into(), show(&s.remote_writes_per_job));
+    for (q, per) in &s.max_quota_usage {
+        for (r, v) in per {
+            add(format!("maxQuotaUsage {q} {r}"), show(v));
+        }
+    }
+    let spread = |prefix: &str, sp: &Spread| {
+        [
+            ("mean", &sp.mean),
+            ("p50", &sp.p50),
+            ("p95", &sp.p95),
+            ("max", &sp.max),
+        ]
+        .map(|(k, v)| (format!("{prefix} {k}"), show(v)))
+    };
+    out.extend(spread("startWait", &s.start_wait));
+    out.extend(spread("completionTime", &s.completion_time));
+    for (r, v) in &s.goodput {
+        out.push((format!("goodput {r}"), show(v)));
+    }
+    for (c, n) in &s.topology_affinity_errors_by_cluster {
+        out.push((
+            format!("topologyAffinityErrorsByCluster {c}"),
+            n.to_string(),
+        ));
+    }
+    for (group, breakdowns) in [("byQueue", &s.by_queue), ("byKind", &s.by_kind)] {
+        for (name, b) in breakdowns {
+            let at = format!("{group} {name}");
+            for (k, n) in [
+                ("jobs", b.jobs),
+                ("succeeded", b.succeeded),
+                ("failed", b.failed),
+                ("pending", b.pending),
+            ] {
+                out.push((format!("{at} {k}"), n.to_string()));
+            }
+            out.extend(spread(&format!("{at} startWait"), &b.start_wait));
+            for (r, v) in &b.goodput {
+                out.push((format!("{at} goodput {r}"), show(v)));
+            }
+        }
+    }
+    out
 }

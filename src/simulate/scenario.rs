@@ -3,7 +3,7 @@
 //! DispatchQueue spec's shape, and Jobs with their simulated behaviour.
 
 use crate::api::{KubeDuration, NamedQueueSpec, QueueSettings};
-use crate::inventory::file::{build, ClusterSpec};
+use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
 use crate::placement::{PodShape, PodSpecView, PodView};
 use serde::Deserialize;
@@ -28,11 +28,27 @@ pub enum ScenarioError {
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
-    clusters: Vec<ClusterSpec>,
+    clusters: Vec<ClusterFile>,
     #[serde(default)]
     queues: Vec<NamedQueueSpec>,
     #[serde(default)]
     jobs: Vec<JobFile>,
+}
+
+/// A cluster of the inventory format ([`ClusterSpec`]'s fields, spelled out rather than
+/// flattened so that a mistake in a node is reported with its path and line), plus what only
+/// a simulated worker has.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClusterFile {
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    nodes: Vec<NodeSpec>,
+    /// As `WorkerCluster.spec.schedulerName`: the worker places the copies' pods with its
+    /// NUMA-aware scheduler.
+    scheduler_name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,6 +91,21 @@ pub struct Scenario {
     pub inventory: Inventory,
     pub queues: Vec<(String, QueueSettings)>,
     pub jobs: Vec<ScenarioJob>,
+    /// Per inventory cluster (same order), its `schedulerName`.
+    pub(crate) scheduler_names: Vec<Option<String>>,
+}
+
+impl Scenario {
+    /// The `schedulerName` of cluster `name`: its pods are placed NUMA-aware. `None`: the
+    /// default scheduler's, NUMA-unaware (or no such cluster).
+    pub fn scheduler_name(&self, cluster: &str) -> Option<&str> {
+        let i = self
+            .inventory
+            .clusters
+            .iter()
+            .position(|c| c.name == cluster)?;
+        self.scheduler_names.get(i)?.as_deref()
+    }
 }
 
 /// The example bundled with the binary: the run of `switchyard simulate` without a scenario.
@@ -90,7 +121,25 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
     let file: File = serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
-    let inventory = build(file.clusters).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+    let mut scheduler_names = Vec::with_capacity(file.clusters.len());
+    let mut specs = Vec::with_capacity(file.clusters.len());
+    for (i, c) in file.clusters.into_iter().enumerate() {
+        if let Some(name) = &c.scheduler_name {
+            if !crate::api::is_dns1123_subdomain(name) {
+                return Err(ScenarioError::Invalid(format!(
+                    "clusters[{i}] ({}): schedulerName: {name:?} is not a DNS-1123 subdomain (a scheduler profile's name)",
+                    c.name
+                )));
+            }
+        }
+        scheduler_names.push(c.scheduler_name);
+        specs.push(ClusterSpec {
+            name: c.name,
+            labels: c.labels,
+            nodes: c.nodes,
+        });
+    }
+    let inventory = build(specs).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
     let clusters: BTreeSet<&str> = inventory.clusters.iter().map(|c| c.name.as_str()).collect();
 
     let mut queues = Vec::new();
@@ -210,5 +259,6 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         inventory,
         queues,
         jobs,
+        scheduler_names,
     })
 }

@@ -1,9 +1,10 @@
 //! A simulated worker cluster: its Jobs (the dispatched copies), their pods, a kube-scheduler
 //! that places each pod as the default one would (resources only, NUMA-unaware:
-//! NodeResourcesFit with LeastAllocated on cpu and memory), kubelets whose Topology Manager
-//! rejects a pod it cannot align (TopologyAffinityError, counted), and a Job controller
-//! (replacement pods with back-off, backoffLimit 6, Complete and Failed as Kubernetes 1.31+
-//! writes them).
+//! NodeResourcesFit with LeastAllocated on cpu and memory) or, for a worker with a
+//! `schedulerName`, as its NUMA-aware scheduler with Switchyard's extender would, kubelets whose
+//! Topology Manager rejects a pod it cannot align (TopologyAffinityError, counted), and a Job
+//! controller (replacement pods with back-off, backoffLimit 6, Complete and Failed as
+//! Kubernetes 1.31+ writes them).
 //!
 //! Node usage changes here without the cluster's summary being recomputed each time: the
 //! simulation does it once before the dispatcher plans (see `Simulation::dispatch`).
@@ -12,7 +13,7 @@ use crate::dispatcher::{JobKey, WorkerCopy};
 use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
 use crate::placement::{
-    fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeState, PodShape,
+    fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape,
 };
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -38,7 +39,7 @@ pub(crate) struct Behaviour {
 struct Pod {
     node: usize,
     take: Take,
-    ready: bool,
+    ready_at: Option<SystemTime>,
 }
 
 /// A copy of a manager Job in this worker.
@@ -55,6 +56,8 @@ pub(crate) struct SimJob {
     unscheduled: u32,
     succeeded: u32,
     failed: u32,
+    /// How long its pods that succeeded ran (Ready to end), summed.
+    ran: Duration,
     start_time: SystemTime,
     finished: Option<(bool, SystemTime)>,
 }
@@ -88,12 +91,18 @@ pub(crate) struct Effects {
     pub(crate) freed: Vec<usize>,
     /// Nodes (by index) that a bound pod took room on.
     pub(crate) taken: Vec<usize>,
+    /// Copies that completed: their origin's uid and how long their pods that succeeded ran,
+    /// summed.
+    pub(crate) completed: Vec<(String, Duration)>,
 }
 
 pub(crate) struct SimWorker {
     pub(crate) name: String,
     /// Index of the worker's cluster in the inventory.
     pub(crate) index: usize,
+    /// Pods are placed by the worker's NUMA-aware scheduler (it has a `schedulerName`), else
+    /// by its default scheduler.
+    numa_aware: bool,
     pub(crate) jobs: BTreeMap<String, SimJob>,
     /// Pods that found no node, in creation order: (job uid), tried again when room frees.
     waiting: VecDeque<String>,
@@ -146,10 +155,11 @@ impl Rows {
 }
 
 impl SimWorker {
-    pub(crate) fn new(name: &str, index: usize) -> Self {
+    pub(crate) fn new(name: &str, index: usize, numa_aware: bool) -> Self {
         Self {
             name: name.to_string(),
             index,
+            numa_aware,
             jobs: BTreeMap::new(),
             waiting: VecDeque::new(),
             rows: Rows::default(),
@@ -182,6 +192,7 @@ impl SimWorker {
             unscheduled: first,
             succeeded: 0,
             failed: 0,
+            ran: Duration::ZERO,
             start_time: now,
             finished: None,
         };
@@ -228,7 +239,7 @@ impl SimWorker {
         let Some(p) = job.pods.get_mut(pod) else {
             return;
         };
-        p.ready = true;
+        p.ready_at = Some(now);
         fx.changed.push(job_uid.clone());
         fx.events.push((
             now + job.behaviour.duration,
@@ -265,9 +276,13 @@ impl SimWorker {
                     after_failure(job, now, fx);
                 } else {
                     job.succeeded += 1;
+                    if let Some(ready) = p.ready_at {
+                        job.ran += now.duration_since(ready).unwrap_or_default();
+                    }
                     let remaining = job.behaviour.completions.saturating_sub(job.succeeded);
                     if remaining == 0 {
                         job.finished = Some((true, now));
+                        fx.completed.push((job.origin_uid.clone(), job.ran));
                     } else if (job.pods.len() as u32 + job.unscheduled)
                         < remaining.min(job.behaviour.parallelism)
                     {
@@ -292,8 +307,8 @@ impl SimWorker {
         }
     }
 
-    /// Places waiting pods, oldest first, as kube-scheduler would; each bound pod is then
-    /// admitted or rejected by its node's kubelet.
+    /// Places waiting pods, oldest first, as the worker's scheduler would; each bound pod is
+    /// then admitted or rejected by its node's kubelet.
     fn schedule(
         &mut self,
         cluster: &mut Cluster,
@@ -320,8 +335,13 @@ impl SimWorker {
                 still.push_back(uid);
                 continue;
             }
-            let Some(n) = pick_node(cluster, &self.rows, table, &job.behaviour.shape, &job.bound)
-            else {
+            let (pod, bound) = (&job.behaviour.shape, &job.bound);
+            let picked = if self.numa_aware {
+                pick_aligned_node(cluster, &self.rows, table, pod, bound)
+            } else {
+                pick_node(cluster, &self.rows, table, pod, bound)
+            };
+            let Some(n) = picked else {
                 unplaceable.push(shape);
                 still.push_back(uid);
                 continue;
@@ -354,7 +374,7 @@ impl SimWorker {
                     Pod {
                         node: n,
                         take,
-                        ready: false,
+                        ready_at: None,
                     },
                 );
                 fx.events.push((
@@ -391,7 +411,7 @@ impl SimWorker {
         } else {
             job.pods.len() as i32 + job.unscheduled as i32
         };
-        let ready = job.pods.values().filter(|p| p.ready).count() as i32;
+        let ready = job.pods.values().filter(|p| p.ready_at.is_some()).count() as i32;
         let t = |s: SystemTime| Time(crate::dispatcher::mirror::to_timestamp(s));
         let mut status = JobStatus {
             active: Some(active),
@@ -507,12 +527,7 @@ fn pick_node(
     pod: &BoundPod,
 ) -> Option<usize> {
     let pods = table.id("pods");
-    // A resource no node lists fits nowhere.
-    let request: Vec<(usize, i64)> = pod
-        .node_request
-        .iter()
-        .map(|(id, _, q)| id.map(|id| (id, *q)))
-        .collect::<Option<_>>()?;
+    let request = node_request(pod)?;
     let scored = [table.id("cpu"), table.id("memory")].map(|r| {
         r.map(|r| {
             let want = request
@@ -522,16 +537,10 @@ fn pick_node(
             (r, want)
         })
     });
-    let cell = |v: &[i64], r: usize| v.get(r).copied().unwrap_or(0);
     let mut best: Option<(i64, usize)> = None;
     for i in 0..cluster.nodes.len() {
         let (alloc, requested) = rows.row(i);
-        let free = |r: usize| cell(alloc, r).saturating_sub(cell(requested, r));
-        // No pod slot left.
-        if pods.is_some_and(|p| cell(alloc, p) > 0 && free(p) < 1000) {
-            continue;
-        }
-        if request.iter().any(|&(r, q)| free(r) < q) {
+        if !has_room(alloc, requested, &request, pods) {
             continue;
         }
         let score = least_allocated(alloc, requested, &scored);
@@ -542,6 +551,71 @@ fn pick_node(
     }
     best.map(|(_, i)| i)
 }
+
+/// The pod's request as (resource id, amount), or `None` when it asks for a resource no node
+/// lists (it fits nowhere).
+fn node_request(pod: &BoundPod) -> Option<Vec<(usize, i64)>> {
+    pod.node_request
+        .iter()
+        .map(|(id, _, q)| id.map(|id| (id, *q)))
+        .collect()
+}
+
+/// NodeResourcesFit: the node's free amounts (allocatable − requested) cover the request, and
+/// it has a pod slot left.
+fn has_room(
+    alloc: &[i64],
+    requested: &[i64],
+    request: &[(usize, i64)],
+    pods: Option<usize>,
+) -> bool {
+    let cell = |v: &[i64], r: usize| v.get(r).copied().unwrap_or(0);
+    let free = |r: usize| cell(alloc, r).saturating_sub(cell(requested, r));
+    if pods.is_some_and(|p| cell(alloc, p) > 0 && free(p) < 1000) {
+        return false;
+    }
+    request.iter().all(|&(r, q)| free(r) >= q)
+}
+
+/// The NUMA-aware scheduler's choice for one pod (the worker's second scheduler, with
+/// Switchyard's extender): only nodes whose kubelet would admit it, by the same Topology
+/// Manager check under the node's own policy, the one the extender's prioritize scores
+/// highest, the first in node order on a tie. `None`: the pod waits for room, as it does when
+/// the extender filters every node out.
+fn pick_aligned_node(
+    cluster: &Cluster,
+    rows: &Rows,
+    table: &ResourceTable,
+    shape: &PodShape,
+    pod: &BoundPod,
+) -> Option<usize> {
+    let pods = table.id("pods");
+    let request = node_request(pod)?;
+    let config = EngineConfig::default();
+    let mut judge = NodeJudge::new(table, shape, pod, &config, shape.strategy(config.strategy));
+    let mut best: Option<(i64, usize)> = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        // The node-level check from the table first: most nodes of a busy worker fail it,
+        // and it costs less than the Topology Manager's.
+        let (alloc, requested) = rows.row(i);
+        if !has_room(alloc, requested, &request, pods) {
+            continue;
+        }
+        let Ok(score) = judge.verdict(node) else {
+            continue;
+        };
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, i));
+            if score >= MAX_NODE_SCORE {
+                break;
+            }
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
+/// The highest score the extender gives a node: no later node can beat it.
+const MAX_NODE_SCORE: i64 = 10;
 
 /// The default scheduler's LeastAllocated score (0–100) over cpu and memory after placing
 /// the pod.
