@@ -632,15 +632,16 @@ impl Simulation {
         self.next_copy += 1;
         let uid = format!("copy-{}", self.next_copy);
         let j = &self.jobs[i];
+        let origin = format!("job-{i}");
         let behaviour = Behaviour {
             shape: j.pod.clone(),
+            keep_off: self.world.ledger.keep_off(&origin, cluster).into(),
             parallelism: j.parallelism,
             completions: j.completions,
             duration: j.duration,
             start_delay: j.pod_start_delay,
             fails: j.fails,
         };
-        let origin = format!("job-{i}");
         let now = self.now;
         let mut fx = worker::Effects::default();
         let before = self.topology_errors;

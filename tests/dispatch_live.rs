@@ -626,7 +626,8 @@ async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
     let mut created = job("nearly-done", "research", 1, 4);
     created["metadata"]["annotations"] = json!({CLAIM: "only"});
     let stored = fleet.submit(created);
-    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     fleet.workers["only"].upsert(JOBS, copy);
     fleet.submit(job("fresh", "research", 1, 4));
     let d = fleet.dispatcher(false);
@@ -948,7 +949,8 @@ async fn a_status_the_api_server_would_refuse_is_reported_and_not_sent() {
             "message": "m", "lastProbeTime": "2026-11-22T04:00:30Z",
             "lastTransitionTime": "2026-11-22T04:00:30Z"}]});
     let stored = fleet.submit(claimed);
-    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let mut copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     copy["status"] = json!({"succeeded": 1, "active": 0,
         "startTime": "2026-11-22T04:00:00Z", "completionTime": "2026-11-22T04:01:00Z",
         "conditions": [
@@ -1363,7 +1365,8 @@ async fn a_restart_after_the_requeue_was_written_removes_the_copy_and_keeps_the_
         "switchyard.dev/requeue-after": from_now(1),
         "switchyard.dev/avoid-cluster": "east"});
     let stored = fleet.submit(requeued);
-    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     fleet.workers["east"].upsert(JOBS, copy);
     let _d = fleet.dispatcher(true);
     let mut max_live = 0;
@@ -1401,7 +1404,8 @@ async fn a_restart_after_the_final_status_was_mirrored_only_removes_the_copy() {
     done["spec"]["suspend"] = json!(false);
     done["status"] = complete.clone();
     let stored = fleet.submit(done);
-    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let mut copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     copy["status"] = complete.clone();
     fleet.workers["only"].upsert(JOBS, copy);
     let d = fleet.dispatcher(true);
@@ -1442,7 +1446,8 @@ async fn a_restart_past_a_pods_ready_deadline_requeues_once_then_runs_once() {
     late["metadata"]["annotations"] = json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(60)});
     late["spec"]["suspend"] = json!(false);
     let stored = fleet.submit(late);
-    let mut copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let mut copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     copy["status"] = json!({"active": 1, "ready": 0, "startTime": "2026-11-22T04:00:00Z"});
     fleet.workers["east"].upsert(JOBS, copy);
     let _d = fleet.dispatcher(true);
@@ -1744,7 +1749,8 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
         json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
     claimed["spec"]["suspend"] = json!(false);
     let stored = fleet.manager.upsert(JOBS, claimed);
-    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     fleet.workers["east"].upsert(JOBS, copy);
 
     // Seen from the stale view, the copy is one its Job does not keep; the Job read again
@@ -1774,7 +1780,8 @@ async fn a_copy_whose_job_read_again_still_does_not_keep_it_is_removed() {
     .await;
     let stored = fleet.submit(job("unclaimed", "elsewhere", 1, 4));
     // A copy left from an earlier attempt: the Job, read again, claims no worker.
-    let copy = switchyard::dispatcher::remote::copy_of(&stored, "switchyard", None).unwrap();
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
     fleet.workers["west"].upsert(JOBS, copy);
     let _d = fleet.dispatcher(true);
     eventually(10, "the stale copy is removed", || {
@@ -1782,4 +1789,69 @@ async fn a_copy_whose_job_read_again_still_does_not_keep_it_is_removed() {
     })
     .await;
     assert_eq!(fleet.workers["west"].count("DELETE", "/jobs"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_room() {
+    // Three 16-CPU nodes; `run` takes 12 CPUs on two of them. `big` (2 × 16 CPUs) fits
+    // only once one of those ends; after a second of waiting, room is kept for it.
+    let workers = vec![WorkerSpec {
+        name: "only",
+        nodes: 3,
+        cpu: 16,
+    }];
+    let fleet = Fleet::start(
+        &workers,
+        // Quota to spare: only room decides.
+        queue(
+            "research",
+            &["only"],
+            json!({"starvationAfter": "1s", "quota": {"cpu": "100", "memory": "100Gi"}}),
+        ),
+    )
+    .await;
+    let d = fleet.dispatcher(true);
+    fleet.submit(job("run", "research", 2, 12));
+    eventually(10, "run is dispatched", || {
+        dispatched_to(&fleet, "run").is_some()
+    })
+    .await;
+    fleet.submit(job("big", "research", 2, 16));
+    let kept = "room is kept for it in worker only (nodes ";
+    eventually(10, "room is kept for big", || {
+        condition(&fleet.job("big"), "Admitted")
+            .and_then(|c| c["message"].as_str())
+            .is_some_and(|m| m.contains(kept))
+    })
+    .await;
+    let message = condition(&fleet.job("big"), "Admitted").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rest = &message[message.find(kept).unwrap() + kept.len()..];
+    let mut room: Vec<&str> = rest[..rest.find(')').unwrap()].split(", ").collect();
+    room.sort();
+    assert_eq!(room.len(), 2, "{message}");
+
+    // A small Job fits beside the room (4 CPUs are left where `run` is and the room is
+    // not): its copy tells the worker's scheduler to keep its pods off the room's nodes.
+    fleet.submit(job("small", "research", 1, 4));
+    eventually(10, "small is dispatched", || {
+        dispatched_to(&fleet, "small").is_some()
+    })
+    .await;
+    d.settled().await;
+    let copies = fleet.copies("small");
+    assert_eq!(copies.len(), 1);
+    let terms = &copies[0].1["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(
+        terms,
+        &json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": room}]}]),
+        "{message}"
+    );
+    // `run`'s copy was made before any room was kept: nothing was added to it.
+    let run = fleet.copies("run");
+    assert!(run[0].1["spec"]["template"]["spec"]["affinity"].is_null());
+    assert_eq!(dispatched_to(&fleet, "big"), None);
 }

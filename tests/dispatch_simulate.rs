@@ -808,3 +808,50 @@ fn with_numa_aware_schedulers_no_kubelet_rejects_a_pod() {
     let s = simulate::run(&default, Strategy::SumAggregate).summary;
     assert!(s.topology_affinity_errors > 0);
 }
+
+/// One worker behind the default (LeastAllocated, NUMA-unaware) scheduler: two GPU nodes and a
+/// CPU node that is already partly used, so that the GPU nodes look the emptiest to it.
+const ROOM_FOR_A_GANG: &str = r#"
+clusters:
+  - name: w
+    nodes:
+      - {name: g1, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+      - {name: g2, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+      - {name: c1, allocatable: {cpu: "40", memory: 256Gi, pods: "110"}, requested: {cpu: "8"}}
+queues:
+  - name: q
+    clusters: [w]
+    starvationAfter: 1m
+jobs:
+  - {name: long, queue: q, submitAt: 0s, parallelism: 1, duration: 30m, template: {containers: [{name: c, resources: {requests: {cpu: "8", memory: 8Gi, nvidia.com/gpu: "8"}}}]}}
+  - {name: gang, queue: q, submitAt: 10s, parallelism: 2, duration: 10m, template: {containers: [{name: c, resources: {requests: {cpu: "48", memory: 8Gi, nvidia.com/gpu: "8"}}}]}}
+  - {name: small, queue: q, submitAt: 5m, parallelism: 1, duration: 40m, template: {containers: [{name: c, resources: {requests: {cpu: "24", memory: 8Gi}}}]}}
+"#;
+
+#[test]
+fn the_room_kept_for_a_starving_gang_is_left_alone_by_the_workers_scheduler() {
+    // `gang` needs both GPU nodes; `long` holds one of them for 30 minutes. After a minute
+    // of waiting, room is kept for `gang` on both; `small` still starts beside that room,
+    // on c1. The worker's scheduler alone would put `small` on the emptier-looking free GPU
+    // node and take CPUs the gang needs there for 40 minutes; the copy's node affinity keeps
+    // it off, and the gang starts as soon as `long` ends.
+    let report = run(ROOM_FOR_A_GANG, Strategy::Switchyard);
+    let (long, gang, small) = (
+        job(&report, "long"),
+        job(&report, "gang"),
+        job(&report, "small"),
+    );
+    assert_eq!(
+        seconds(&small.started),
+        300.0,
+        "small starts beside the room"
+    );
+    assert_eq!(seconds(&long.finished), 1800.0);
+    assert_eq!(gang.result, "Succeeded");
+    assert_eq!(
+        seconds(&gang.started),
+        1800.0,
+        "the gang starts when long ends, not when small does"
+    );
+    assert_eq!(report.summary.failed, 0);
+}

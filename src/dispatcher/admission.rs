@@ -305,9 +305,13 @@ impl<'w> Pass<'w> {
                 starving
             }
         };
-        if let Some(wait) = self.quota_wait(job, settings, slot, starving) {
-            return Attempt::Wait(wait);
-        }
+        // A starving Job short of quota still gets room kept for it (below); any other
+        // quota wait is the answer.
+        let quota_short = match self.quota_wait(job, settings, slot, starving) {
+            Some(wait) if wait.hold_quota => Some(wait),
+            Some(wait) => return Attempt::Wait(wait),
+            None => None,
+        };
         let usable = self.usable_workers(settings, slot);
         let now = Circumstances {
             queue: &job.queue,
@@ -326,11 +330,6 @@ impl<'w> Pass<'w> {
         // class's last verdict does not know that reason (and would hide it from the user).
         let may_keep = starving && (room.is_some() || self.room_bound(settings, slot).is_none());
         let judged_alone = may_keep || self.has_own_blocker(job, &settings.clusters);
-        if !judged_alone {
-            if let Some(verdict) = oracle.recall(class, &now) {
-                return Attempt::Wait(verdict);
-            }
-        }
         let look = Look {
             gang: Gang {
                 class,
@@ -345,6 +344,14 @@ impl<'w> Pass<'w> {
             may_keep,
             room,
         };
+        if let Some(wait) = quota_short {
+            return self.short_of_quota(&look, wait, &usable, oracle);
+        }
+        if !judged_alone {
+            if let Some(verdict) = oracle.recall(class, &now) {
+                return Attempt::Wait(verdict);
+            }
+        }
         let mut asked = Vec::new();
         let search = self.search(&look, &now, &mut asked, oracle);
         let attempt = if search.fits.is_empty() {

@@ -287,6 +287,28 @@ impl Ledger {
         self.holds.get(job_uid).map(Arc::as_ref)
     }
 
+    /// The nodes of `cluster` where room is kept for Jobs other than `job_uid`, less the
+    /// nodes of that Job's own placement there (it was found to fit beside the room): the
+    /// nodes its copy's pods are kept off, by name.
+    pub(crate) fn keep_off(&self, job_uid: &str, cluster: &str) -> Vec<Arc<str>> {
+        let own: Vec<&Arc<str>> = self
+            .hold_of(job_uid)
+            .filter(|h| h.cluster == cluster)
+            .map(|h| h.takes.iter().map(|t| &t.node).collect())
+            .unwrap_or_default();
+        let mut nodes: Vec<Arc<str>> = self
+            .holds_in(cluster)
+            .filter(|h| h.nominated().is_some() && h.job_uid != job_uid)
+            .flat_map(|h| &h.takes)
+            .map(|t| &t.node)
+            .filter(|n| !own.contains(n))
+            .cloned()
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    }
+
     /// The nominated placements, by Job uid.
     pub(crate) fn nominations(&self) -> impl Iterator<Item = &Hold> + '_ {
         self.nominated.iter().filter_map(|uid| self.hold_of(uid))

@@ -1114,7 +1114,12 @@ impl Live {
             };
             for c in clusters {
                 if let Some(v) = self.views.get(c) {
-                    clients.insert(c.clone(), (v.client.clone(), v.scheduler_name.clone()));
+                    let target = Target {
+                        client: v.client.clone(),
+                        scheduler_name: v.scheduler_name.clone(),
+                        keep_off: self.world.ledger.keep_off(&before.uid, c),
+                    };
+                    clients.insert(c.clone(), target);
                 }
             }
             apply(&mut self.world, a, Outcome::Assumed, now);
@@ -1572,16 +1577,21 @@ impl JobWriter<'_> {
     }
 
     /// Creates the copy in `cluster`. `Ok(false)`: not now (try again later).
-    async fn create(
-        &mut self,
-        cluster: &str,
-        client: Option<&(Option<kube::Client>, Option<String>)>,
-    ) -> Result<bool, String> {
-        let Some((Some(client), scheduler)) = client else {
+    async fn create(&mut self, cluster: &str, target: Option<&Target>) -> Result<bool, String> {
+        let Some(Target {
+            client: Some(client),
+            scheduler_name,
+            keep_off,
+        }) = target
+        else {
             return Ok(false);
         };
-        let body = remote::copy_of(&self.raw, &self.ctx.manager_id, scheduler.as_deref())
-            .map_err(|e| e.to_string())?;
+        let target = remote::CopyTarget {
+            scheduler_name: scheduler_name.as_deref(),
+            keep_off,
+        };
+        let body =
+            remote::copy_of(&self.raw, &self.ctx.manager_id, target).map_err(|e| e.to_string())?;
         let body: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
         let key = &self.job.key;
         let api: Api<DynamicObject> =
@@ -1649,14 +1659,15 @@ impl JobWriter<'_> {
 
     /// Whether the Job's copy (ours, by origin uid, not being deleted) is in its worker after
     /// all; when it is, it is handed to the World as if just created.
-    async fn copy_still_there(
-        &mut self,
-        clients: &HashMap<String, (Option<kube::Client>, Option<String>)>,
-    ) -> bool {
+    async fn copy_still_there(&mut self, clients: &HashMap<String, Target>) -> bool {
         let Some(cluster) = self.job.cluster.clone() else {
             return false;
         };
-        let Some((Some(client), _)) = clients.get(&cluster) else {
+        let Some(Target {
+            client: Some(client),
+            ..
+        }) = clients.get(&cluster)
+        else {
             return false;
         };
         let api: Api<DynamicObject> =
@@ -1749,7 +1760,7 @@ impl JobWriter<'_> {
         &mut self,
         action: &Action,
         clusters: &[String],
-        clients: &HashMap<String, (Option<kube::Client>, Option<String>)>,
+        clients: &HashMap<String, Target>,
     ) -> bool {
         let mut claimed = self.job.clone();
         if let [one] = clusters {
@@ -1817,12 +1828,20 @@ async fn manager_keeps(
 }
 
 /// Carries out one Job's actions in order, stopping at the first that fails.
+/// A worker a Job's writes go to: its client, and what its copy is made for there.
+struct Target {
+    client: Option<kube::Client>,
+    scheduler_name: Option<String>,
+    /// The nodes the copy's pods are kept off (see [`super::ledger::Ledger::keep_off`]).
+    keep_off: Vec<Arc<str>>,
+}
+
 async fn write_job(
     ctx: &Ctx,
     job: Job,
     raw: Arc<Value>,
     actions: Vec<Action>,
-    clients: HashMap<String, (Option<kube::Client>, Option<String>)>,
+    clients: HashMap<String, Target>,
     now: SystemTime,
 ) -> Done {
     let api = Api::namespaced_with(ctx.client.clone(), &job.key.namespace, &job_resource());

@@ -3,8 +3,10 @@
 //!
 //! The copy has the same namespace and name, our origin labels, no `spec.managedBy` (the
 //! worker's own Job controller runs it), none of what the manager's API server generated (the
-//! selector, the controller labels, uid, resourceVersion, status, ...), is unsuspended, and
-//! uses the WorkerCluster's scheduler profile when it names one.
+//! selector, the controller labels, uid, resourceVersion, status, ...), is unsuspended, uses
+//! the WorkerCluster's scheduler profile when it names one, and keeps its pods off the nodes
+//! where room is kept for starving Jobs (a required node affinity on `metadata.name`), so that
+//! the worker's scheduler, which does not know of that room, leaves it alone too.
 
 use super::job::JobKey;
 use super::state::WorkerCopy;
@@ -40,12 +42,17 @@ pub enum CopyError {
     Missing(&'static str),
 }
 
+/// What a copy is made for, in its worker.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CopyTarget<'a> {
+    /// The WorkerCluster's `spec.schedulerName`.
+    pub scheduler_name: Option<&'a str>,
+    /// Nodes the copy's pods must not go to (room kept there for other Jobs).
+    pub keep_off: &'a [std::sync::Arc<str>],
+}
+
 /// The copy to create in a worker for the manager Job `job`.
-pub fn copy_of(
-    job: &Value,
-    manager_id: &str,
-    scheduler_name: Option<&str>,
-) -> Result<Value, CopyError> {
+pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Value, CopyError> {
     let mut copy = job.clone();
     let obj = copy.as_object_mut().ok_or(CopyError::Missing("body"))?;
     obj.remove("status");
@@ -94,10 +101,53 @@ pub fn copy_of(
     }
     // Lets a worker's inventory tell which pods belong to which dispatched Job.
     tlabels.insert(ORIGIN_UID_LABEL.into(), uid.into());
-    if let Some(name) = scheduler_name {
-        object(template, "spec").insert("schedulerName".into(), name.into());
+    let pod = object(template, "spec");
+    if let Some(name) = target.scheduler_name {
+        pod.insert("schedulerName".into(), name.into());
+    }
+    if !target.keep_off.is_empty() {
+        keep_off(pod, target.keep_off);
     }
     Ok(copy)
+}
+
+/// Adds `metadata.name NotIn nodes` to every required node selector term of the pod spec (the
+/// terms are ORed: each must keep off them), or a term of its own when there is none.
+fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
+    let field = serde_json::json!({
+        "key": "metadata.name",
+        "operator": "NotIn",
+        "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
+    });
+    let affinity = object(pod, "affinity");
+    let node = object(affinity, "nodeAffinity");
+    let required = object(node, "requiredDuringSchedulingIgnoredDuringExecution");
+    let terms = required
+        .entry("nodeSelectorTerms")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !terms.is_array() {
+        *terms = Value::Array(Vec::new());
+    }
+    let terms = terms.as_array_mut().expect("just made an array");
+    if terms.is_empty() {
+        terms.push(serde_json::json!({}));
+    }
+    for term in terms.iter_mut() {
+        if !term.is_object() {
+            *term = serde_json::json!({});
+        }
+        let term = term.as_object_mut().expect("just made an object");
+        let fields = term
+            .entry("matchFields")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !fields.is_array() {
+            *fields = Value::Array(Vec::new());
+        }
+        fields
+            .as_array_mut()
+            .expect("just made an array")
+            .push(field.clone());
+    }
 }
 
 /// The copy as the dispatcher tracks it, from a worker Job labelled with our origin.
@@ -129,4 +179,111 @@ fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<Stri
         *slot = Value::Object(Map::new());
     }
     slot.as_object_mut().expect("just made an object")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::parse_yaml;
+    use crate::placement::{fit::node_accepts, PodShape, PodView};
+    use std::sync::Arc;
+
+    /// A Job as the manager's API server returns it (defaulted, with its uid and status).
+    fn stored_job() -> Value {
+        let exchange: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/kube-api/get_job.json"))
+                .unwrap();
+        exchange["response"]["body"].clone()
+    }
+
+    /// The copy's pod template as the worker's scheduler reads it, and whether it may go to
+    /// each of `nodes` (by name, labelled `zone: a`).
+    fn accepted(copy: &Value, nodes: &[&str]) -> Vec<bool> {
+        let mut yaml = String::from("clusters:\n  - name: w\n    nodes:\n");
+        for n in nodes {
+            yaml.push_str(&format!(
+                "      - name: {n}\n        labels: {{zone: a}}\n        allocatable: {{cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n"
+            ));
+        }
+        let inventory = parse_yaml(&yaml).unwrap();
+        let view: PodView = serde_json::from_value(copy["spec"]["template"].clone()).unwrap();
+        let shape = PodShape::from_view(&view).unwrap();
+        nodes
+            .iter()
+            .map(|n| node_accepts(&shape, inventory.node(n).unwrap().1).is_ok())
+            .collect()
+    }
+
+    #[test]
+    fn a_copy_without_room_kept_in_its_worker_has_no_affinity_added() {
+        let job = stored_job();
+        let copy = copy_of(&job, "m", CopyTarget::default()).unwrap();
+        assert_eq!(
+            copy["spec"]["template"]["spec"].get("affinity"),
+            job["spec"]["template"]["spec"].get("affinity")
+        );
+        assert_eq!(accepted(&copy, &["n1", "n2"]), [true, true]);
+    }
+
+    #[test]
+    fn a_copys_pods_are_kept_off_the_nodes_where_room_is_kept() {
+        let keep_off: Vec<Arc<str>> = vec!["n2".into(), "n3".into()];
+        let target = CopyTarget {
+            scheduler_name: Some("switchyard-scheduler"),
+            keep_off: &keep_off,
+        };
+        let copy = copy_of(&stored_job(), "m", target).unwrap();
+        let spec = &copy["spec"]["template"]["spec"];
+        assert_eq!(spec["schedulerName"], "switchyard-scheduler");
+        let terms = &spec["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        assert_eq!(
+            terms,
+            &serde_json::json!([{"matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": ["n2", "n3"]}
+            ]}])
+        );
+        assert_eq!(accepted(&copy, &["n1", "n2", "n3"]), [true, false, false]);
+    }
+
+    /// The Job's own required terms are ORed: each one gets the exclusion, and what each
+    /// asked for is kept.
+    #[test]
+    fn the_jobs_own_node_affinity_is_kept_and_each_term_keeps_off_the_room() {
+        let mut job = stored_job();
+        job["spec"]["template"]["spec"]["affinity"] = serde_json::json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}],
+                 "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]}
+            ]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}
+            ]
+        }});
+        let keep_off: Vec<Arc<str>> = vec!["n1".into()];
+        let target = CopyTarget {
+            scheduler_name: None,
+            keep_off: &keep_off,
+        };
+        let copy = copy_of(&job, "m", target).unwrap();
+        let affinity = &copy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];
+        let terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array()
+            .unwrap();
+        assert_eq!(terms.len(), 2);
+        assert_eq!(terms[0]["matchExpressions"][0]["values"][0], "a");
+        assert_eq!(terms[1]["matchFields"][0]["values"][0], "n9");
+        for t in terms {
+            let last = t["matchFields"].as_array().unwrap().last().unwrap();
+            assert_eq!(last["operator"], "NotIn");
+            assert_eq!(last["values"], serde_json::json!(["n1"]));
+        }
+        assert_eq!(
+            affinity["preferredDuringSchedulingIgnoredDuringExecution"],
+            job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+                ["preferredDuringSchedulingIgnoredDuringExecution"]
+        );
+        assert_eq!(accepted(&copy, &["n1", "n2"]), [false, true]);
+    }
 }

@@ -28,6 +28,9 @@ pub const BACKOFF_LIMIT: u32 = 6;
 #[derive(Debug, Clone)]
 pub(crate) struct Behaviour {
     pub(crate) shape: Arc<PodShape>,
+    /// Nodes the copy's pods may not go to (its required node affinity on `metadata.name`:
+    /// room kept there for other Jobs).
+    pub(crate) keep_off: Arc<[Arc<str>]>,
     pub(crate) parallelism: u32,
     pub(crate) completions: u32,
     pub(crate) duration: Duration,
@@ -321,7 +324,7 @@ impl SimWorker {
         // Shapes no node had room for in this round: nodes only lose room as pods are bound,
         // so a later pod of the same shape is not looked for either, until some pod's end
         // frees room.
-        let mut unplaceable: Vec<*const PodShape> = Vec::new();
+        let mut unplaceable: Vec<(*const PodShape, *const Arc<str>)> = Vec::new();
         self.rows.fit(cluster, table.len());
         while let Some(uid) = self.waiting.pop_front() {
             let Some(job) = self.jobs.get_mut(&uid) else {
@@ -330,16 +333,24 @@ impl SimWorker {
             if job.unscheduled == 0 || job.finished.is_some() {
                 continue;
             }
-            let shape = Arc::as_ptr(&job.behaviour.shape);
+            // Copies of a shape kept off different nodes are looked for apart.
+            let off = &job.behaviour.keep_off;
+            let shape = (
+                Arc::as_ptr(&job.behaviour.shape),
+                match off.is_empty() {
+                    true => std::ptr::null(),
+                    false => Arc::as_ptr(off) as *const Arc<str>,
+                },
+            );
             if unplaceable.contains(&shape) {
                 still.push_back(uid);
                 continue;
             }
-            let (pod, bound) = (&job.behaviour.shape, &job.bound);
+            let (pod, bound, off) = (&job.behaviour.shape, &job.bound, &job.behaviour.keep_off);
             let picked = if self.numa_aware {
-                pick_aligned_node(cluster, &self.rows, table, pod, bound)
+                pick_aligned_node(cluster, &self.rows, table, pod, bound, off)
             } else {
-                pick_node(cluster, &self.rows, table, pod, bound)
+                pick_node(cluster, &self.rows, table, pod, bound, off)
             };
             let Some(n) = picked else {
                 unplaceable.push(shape);
@@ -525,6 +536,7 @@ fn pick_node(
     table: &ResourceTable,
     shape: &PodShape,
     pod: &BoundPod,
+    keep_off: &[Arc<str>],
 ) -> Option<usize> {
     let pods = table.id("pods");
     let request = node_request(pod)?;
@@ -544,8 +556,12 @@ fn pick_node(
             continue;
         }
         let score = least_allocated(alloc, requested, &scored);
-        // Taints and selectors are only looked at for a node that would be chosen.
-        if best.is_none_or(|(s, _)| score > s) && node_accepts(shape, &cluster.nodes[i]).is_ok() {
+        // Taints, selectors and affinity are only looked at for a node that would be chosen.
+        let node = &cluster.nodes[i];
+        if best.is_none_or(|(s, _)| score > s)
+            && !kept_off(keep_off, node)
+            && node_accepts(shape, node).is_ok()
+        {
             best = Some((score, i));
         }
     }
@@ -588,6 +604,7 @@ fn pick_aligned_node(
     table: &ResourceTable,
     shape: &PodShape,
     pod: &BoundPod,
+    keep_off: &[Arc<str>],
 ) -> Option<usize> {
     let pods = table.id("pods");
     let request = node_request(pod)?;
@@ -598,7 +615,7 @@ fn pick_aligned_node(
         // The node-level check from the table first: most nodes of a busy worker fail it,
         // and it costs less than the Topology Manager's.
         let (alloc, requested) = rows.row(i);
-        if !has_room(alloc, requested, &request, pods) {
+        if !has_room(alloc, requested, &request, pods) || kept_off(keep_off, node) {
             continue;
         }
         let Ok(score) = judge.verdict(node) else {
@@ -612,6 +629,13 @@ fn pick_aligned_node(
         }
     }
     best.map(|(_, i)| i)
+}
+
+/// Whether the pod's required node affinity keeps it off `node` (see [`Behaviour::keep_off`]).
+fn kept_off(keep_off: &[Arc<str>], node: &Node) -> bool {
+    keep_off
+        .iter()
+        .any(|n| Arc::ptr_eq(n, &node.name) || **n == *node.name)
 }
 
 /// The highest score the extender gives a node: no later node can beat it.

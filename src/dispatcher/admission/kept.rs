@@ -23,11 +23,13 @@
 //! Starving Jobs get room in admission order (priority, then age), so the one that waited
 //! longest is never passed over for room, and the next gets room as soon as one starts.
 
-use super::{Look, Pass};
+use super::{Attempt, Look, Pass};
 use crate::api::QueueSettings;
 use crate::dispatcher::job::Job;
 use crate::dispatcher::ledger::{Hold, HoldKind, Nominated};
+use crate::dispatcher::oracle::Verdict;
 use crate::dispatcher::oracle::{Gang, Oracle, Room};
+use crate::dispatcher::world::Placement;
 use std::cmp::Reverse;
 
 impl<'w> Pass<'w> {
@@ -130,6 +132,38 @@ impl<'w> Pass<'w> {
         });
         self.out.kept.push(hold);
         Ok(kept)
+    }
+
+    /// A starving Job its queue's quota does not cover yet: its quota is held for it (see
+    /// `wait`), and room is kept for it as for a Job that fits no worker, so that when the
+    /// queue's own Jobs end and give the quota back, the nodes are free for it too (another
+    /// queue sharing the worker would take them otherwise).
+    pub(super) fn short_of_quota(
+        &mut self,
+        look: &Look<'w>,
+        mut wait: Verdict,
+        usable: &[usize],
+        oracle: &mut impl Oracle<'w>,
+    ) -> Attempt {
+        if !look.may_keep || self.config.placement != Placement::Exact {
+            return Attempt::Wait(wait);
+        }
+        let workers = &look.settings.clusters;
+        let could_hold: Vec<usize> = usable
+            .iter()
+            .copied()
+            .filter(|&i| oracle.fit_drained(&look.gang, &workers[i]).is_some())
+            .collect();
+        if could_hold.is_empty() {
+            return Attempt::Wait(wait);
+        }
+        if let Ok(kept) = self.keep_room(look, &could_hold, oracle) {
+            if self.config.describe {
+                wait.message
+                    .push_str(&format!(", and room is kept for it {kept}"));
+            }
+        }
+        Attempt::Wait(wait)
     }
 
     /// Why no more room may be kept for a Job of the queue in this pass, if none may: the

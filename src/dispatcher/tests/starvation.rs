@@ -287,3 +287,53 @@ fn under_best_effort_fifo_the_same_small_job_passes() {
     env.submit(job("small").each(1, 0).created(env.now).build());
     assert_eq!(dispatches(&env.settle()), [("small".into(), "a".into())]);
 }
+
+#[test]
+fn a_starving_job_short_of_its_queues_quota_gets_room_too_and_other_queues_leave_it() {
+    // Queue `q` may use 8 GPUs; `run` uses 6 of them. Queue `other` shares worker `a`.
+    let q = queue(
+        "q",
+        "clusters: [a]\nquota: {cpu: \"100\", nvidia.com/gpu: \"8\"}\nstarvationAfter: 2m\n",
+    );
+    let other = queue("other", "clusters: [a]\nstarvationAfter: 0s\n");
+    let mut env = Env::new(one_gpu_node(), vec![q, other]);
+    env.submit(job("run").each(4, 6).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    env.submit(job("big").each(8, 8).created(env.now).build());
+    env.advance(mins(3));
+    env.settle();
+    let w = why(&mut env, "big");
+    assert_eq!(w.reason, reason::QUOTA_EXCEEDED, "{}", w.message);
+    assert!(
+        w.message.contains("its quota is held for it from now on")
+            && w.message
+                .contains("room is kept for it in worker a (node gpu)"),
+        "{}",
+        w.message
+    );
+    assert_eq!(room_of(&env, "big"), Some(("a".into(), vec!["gpu".into()])));
+
+    // Another queue's Job asks for the 2 free GPUs: its own quota covers them, but they
+    // are the starving Job's room.
+    env.submit(
+        job("theirs")
+            .queue("other")
+            .each(1, 2)
+            .created(env.now)
+            .build(),
+    );
+    assert!(dispatches(&env.settle()).is_empty());
+    assert_eq!(why(&mut env, "theirs").reason, reason::NO_WORKER_FITS);
+
+    // `run` ends: quota and nodes are back, and the starving Job starts first.
+    env.finish("run", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        went.extend(dispatches(&env.step().actions));
+        if went.iter().any(|(j, _)| j == "big") {
+            break;
+        }
+    }
+    assert_eq!(went, [("big".into(), "a".into())]);
+}
