@@ -189,7 +189,7 @@ impl Metrics {
         let queue_waiting = Family::<QueueReasonLabels, Gauge>::default();
         registry.register(
             "queue_waiting_jobs",
-            "Jobs waiting for admission per DispatchQueue, by why: Quota, PodsReadyGate, NoFit, Backoff, Inactive",
+            "Jobs waiting for admission per DispatchQueue, by why: Quota, PodsReadyGate, Order, NoFit, Backoff, Unreachable, Inactive",
             queue_waiting.clone(),
         );
         let dispatch_requeues = Family::<QueueReasonLabels, Counter>::default();
