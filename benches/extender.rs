@@ -30,7 +30,7 @@
 //! sequential. Each call is timed from send to the last byte of the reply. After the HTTPS
 //! run, the same requests go straight to `Extender::filter` / `prioritize` in-process
 //! (no HTTP, no TLS) to show how much of a call is the handler itself, and the pod is
-//! judged by `extender::judge` on names already parsed (the placement engine alone).
+//! judged by `extender::filter_names` on names already parsed (the placement engine alone).
 //!
 //! The process allocates with mimalloc, as the switchyard binary does (`src/main.rs`): with
 //! glibc's allocator, freeing a filter's large buffers (the 350 KB reply, the name lists)
@@ -51,7 +51,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard::config::{ServeSettings, TlsSource};
-use switchyard::extender::{judge, Extender, ExtenderConfig, FILTER_PATH, PRIORITIZE_PATH};
+use switchyard::extender::{filter_names, Extender, ExtenderConfig, FILTER_PATH, PRIORITIZE_PATH};
 use switchyard::inventory::InventoryStore;
 use switchyard::placement::inflight::InFlight;
 use switchyard::placement::{PodShape, PodView};
@@ -364,7 +364,7 @@ fn in_process(
     let names: Vec<String> = serde_json::from_value(bodies.template["NodeNames"].clone())?;
     for i in 0..warmup + pods {
         let t = Instant::now();
-        let verdicts = judge(
+        let verdicts = filter_names(
             &inventory,
             &inflight,
             &shape,

@@ -119,7 +119,7 @@ const BLOCK: usize = 256;
 /// The pure filter: every candidate name judged against one inventory snapshot. Long lists
 /// are split over the machine's cores (kube-scheduler waits for each call, so they are idle);
 /// the verdicts come back in the order of `names`.
-pub fn judge<S: AsRef<str>>(
+pub fn filter_names<S: AsRef<str>>(
     inventory: &Arc<Inventory>,
     inflight: &Arc<InFlight>,
     shape: &Arc<PodShape>,
@@ -136,7 +136,7 @@ pub fn judge<S: AsRef<str>>(
         config: config.clone(),
         now,
     }
-    .judge()
+    .run()
 }
 
 /// One filter's inputs, owned, so that the process's helper threads can take part in it.
@@ -155,7 +155,7 @@ struct Filtering {
 type Part = (Reasons, Vec<(usize, Vec<Slot>)>);
 
 impl Filtering {
-    fn judge(self) -> Judged {
+    fn run(self) -> Judged {
         let count = self.names.len();
         // The names are judged in blocks that each thread takes in turn, so that a thread
         // that gets no core (the machine's other work, or the caller's) leaves its share to
@@ -492,7 +492,7 @@ fn judge_candidate<'n>(
         Cow::Borrowed(node) => nodes.verdict(node).map_err(|r| Refused::Node(r, node)),
         // Reservations held on it: judged on a copy, which the refusal cannot borrow from.
         Cow::Owned(node) => nodes
-            .judge(&node)
+            .score(&node)
             .map_err(|m| Refused::Text(m.on_the_node(), m.unresolvable())),
     }
 }
@@ -796,7 +796,7 @@ impl Extender {
 
     fn verdicts<S: AsRef<str>>(&self, shape: &Arc<PodShape>, names: &[S], now: Instant) -> Judged {
         let inventory = self.store.snapshot();
-        judge(
+        filter_names(
             &inventory,
             &self.inflight(),
             shape,
@@ -887,7 +887,7 @@ impl Extender {
                     config: self.config.clone(),
                     now,
                 }
-                .judge();
+                .run();
                 (judged, Some(memo))
             }
             // A pod whose requests cannot be read fits nowhere; say why on every node.
@@ -1093,7 +1093,7 @@ mod tests {
         let names: Vec<String> = ["alpha", "bravo", "charlie-with-a-long-name", "delta"]
             .map(String::from)
             .to_vec();
-        let verdicts = judge(
+        let verdicts = filter_names(
             &inventory,
             &Arc::new(InFlight::default()),
             &shape,
@@ -1154,7 +1154,7 @@ mod tests {
             }
             let view: PodView = serde_json::from_value(pod).unwrap();
             let shape = Arc::new(PodShape::from_view(&view).unwrap());
-            judge(
+            filter_names(
                 &inventory,
                 &Arc::new(InFlight::default()),
                 &shape,
@@ -1422,11 +1422,11 @@ mod tests {
         let inflight = Arc::new(InFlight::default());
         let config = ExtenderConfig::default();
         let now = Instant::now();
-        let all = judge(&inventory, &inflight, &shape, &names, &config, now);
+        let all = filter_names(&inventory, &inflight, &shape, &names, &config, now);
         assert_eq!(all.len(), names.len());
         let mut passed = 0;
         for (name, v) in names.iter().zip(all.verdicts()) {
-            let alone = judge(&inventory, &inflight, &shape, &[name], &config, now);
+            let alone = filter_names(&inventory, &inflight, &shape, &[name], &config, now);
             assert_eq!(Some(v), alone.verdicts().next(), "{name}");
             passed += usize::from(matches!(v, Verdict::Fits { .. }));
         }

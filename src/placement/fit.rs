@@ -1420,11 +1420,11 @@ impl<'a> NodeJudge<'a> {
     }
 
     /// The node's score (0–10) when one copy of the pod fits on it, else why not.
-    pub(crate) fn judge(&mut self, node: &Node) -> Result<i64, Misfit> {
+    pub(crate) fn score(&mut self, node: &Node) -> Result<i64, Misfit> {
         self.verdict(node).map_err(|r| r.misfit(node))
     }
 
-    /// [`NodeJudge::judge`], telling why not as a [`Refusal`].
+    /// [`NodeJudge::score`], telling why not as a [`Refusal`].
     pub(crate) fn verdict<'n>(&mut self, node: &'n Node) -> Result<i64, Refusal<'n>>
     where
         'a: 'n,
@@ -2312,7 +2312,7 @@ mod equivalence {
                             Err(m.to_string())
                         }
                     };
-                    let got = judge.judge(node).map_err(|m| m.to_string());
+                    let got = judge.score(node).map_err(|m| m.to_string());
                     assert_eq!(got, want, "{strategy:?}\n{node:?}\n{pod:?}");
                     let n = 1 + rng.below(6) as usize;
                     let count =
