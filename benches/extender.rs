@@ -515,7 +515,7 @@ fn main() -> anyhow::Result<()> {
         ("prioritize (HTTPS)", summary(&https.prioritize_ns)),
         ("filter (handler only)", summary(&direct.filter_ns)),
         ("prioritize (handler only)", summary(&direct.prioritize_ns)),
-        ("judge (engine only)", summary(&judge_ns)),
+        ("filter_names (engine only)", summary(&judge_ns)),
     ];
     println!();
     println!("machine: {nproc} CPUs, {cpu}; load average before {load_before}, after {load_after}");
@@ -574,7 +574,7 @@ fn main() -> anyhow::Result<()> {
         "last_filter": {"passed": https.passed, "failed": https.failed, "unresolvable": https.unresolvable},
         "https": {"filter": ms(rows[0].1), "prioritize": ms(rows[1].1)},
         "handler_only": {"filter": ms(rows[2].1), "prioritize": ms(rows[3].1)},
-        "judge_only": ms(rows[4].1),
+        "filter_names_only": ms(rows[4].1),
         "targets": targets,
     });
     println!("{line}");
