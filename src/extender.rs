@@ -504,10 +504,12 @@ pub struct Extender {
     /// Replaced rather than changed while a filter judges with it.
     inflight: Mutex<Arc<InFlight>>,
     /// Pod analysis and filter verdicts by (uid, resourceVersion): prioritize follows filter
-    /// for the same pod within milliseconds and reuses both.
+    /// for the same pod within milliseconds and reuses both. Bounded by the bytes of the pods
+    /// it holds (see [`MEMO_BYTES`]), not only by their number: a pod may be large.
     memo: moka::sync::Cache<(String, String), Arc<Memo>>,
-    /// The last analysis of each pod by uid, for bind (which carries no resourceVersion).
-    by_uid: moka::sync::Cache<String, Arc<PodShape>>,
+    /// The last analysis of each pod by uid, for bind (which carries no resourceVersion);
+    /// bounded the same way.
+    by_uid: moka::sync::Cache<String, Arc<Memo>>,
     node_names: Mutex<Option<Arc<NameList>>>,
     client: Option<kube::Client>,
 }
@@ -515,6 +517,19 @@ pub struct Extender {
 struct Memo {
     shape: Arc<PodShape>,
     scores: Mutex<Arc<Scores>>,
+    /// The size of the Pod as sent, standing for what its analysis holds.
+    bytes: u32,
+}
+
+/// What each of the extender's pod caches may hold, counted in bytes of the Pods as sent
+/// (plus their keys). A few thousand ordinary pods (2 – 10 KB each) fit, as before; pods of
+/// hundreds of KB, which a count alone would let fill gigabytes, are dropped first.
+const MEMO_BYTES: u64 = 32 * 1024 * 1024;
+
+fn memo_weight(key_bytes: usize, memo: &Memo) -> u32 {
+    u32::try_from(key_bytes)
+        .unwrap_or(u32::MAX)
+        .saturating_add(memo.bytes)
 }
 
 /// The nodes a filter passed and their scores: the names in one string, each entry
@@ -755,11 +770,15 @@ impl Extender {
             inflight: Mutex::new(Arc::new(InFlight::default())),
             config,
             memo: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(MEMO_BYTES)
+                .weigher(|k: &(String, String), v: &Arc<Memo>| {
+                    memo_weight(k.0.len() + k.1.len(), v)
+                })
                 .time_to_live(Duration::from_secs(30))
                 .build(),
             by_uid: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(MEMO_BYTES)
+                .weigher(|k: &String, v: &Arc<Memo>| memo_weight(k.len(), v))
                 .time_to_live(Duration::from_secs(300))
                 .build(),
             node_names: Mutex::new(None),
@@ -784,11 +803,12 @@ impl Extender {
             PodShape::from_view(&view).map_err(|e| ExtenderError::BadRequest(e.to_string()))?,
         );
         let memo = Arc::new(Memo {
-            shape: shape.clone(),
+            shape,
             scores: Mutex::new(Arc::default()),
+            bytes: u32::try_from(raw.get().len()).unwrap_or(u32::MAX),
         });
         if let Some(k) = key {
-            self.by_uid.insert(k.0.clone(), shape);
+            self.by_uid.insert(k.0.clone(), memo.clone());
             self.memo.insert(k, memo.clone());
         }
         Ok(memo)
@@ -992,8 +1012,8 @@ impl Extender {
             text("node")?,
         );
         let mut error = String::new();
-        if let Some(shape) = self.by_uid.get(&uid) {
-            self.reserve(&uid, &shape, &node, now);
+        if let Some(memo) = self.by_uid.get(&uid) {
+            self.reserve(&uid, &memo.shape, &node, now);
         }
         if let Some(client) = &self.client {
             if let Err(e) = post_binding(client, &namespace, &name, &uid, &node).await {
@@ -1431,5 +1451,56 @@ mod tests {
             passed += usize::from(matches!(v, Verdict::Fits { .. }));
         }
         assert!(passed > 100 && passed < 1500, "{passed}");
+    }
+
+    /// Large pods (hundreds of KB of tolerations, which the analysis keeps) do not fill the
+    /// pod caches past their byte bound, however many of them come; ordinary pods are still
+    /// remembered.
+    #[test]
+    fn the_pod_caches_are_bounded_by_bytes_not_only_by_count() {
+        let store = Arc::new(InventoryStore::new(
+            parse_yaml("clusters:\n  - name: eu-1\n    nodes:\n      - {name: a, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n")
+                .unwrap(),
+        ));
+        let extender = Extender::new(store, ExtenderConfig::default(), None);
+        let filter = |uid: &str, tolerations: &serde_json::Value| {
+            let body = serde_json::json!({"Pod": {
+                "metadata": {"name": uid, "namespace": "default", "uid": uid, "resourceVersion": "1"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                         "tolerations": tolerations}
+            }, "NodeNames": ["a"]});
+            extender
+                .filter(&serde_json::to_vec(&body).unwrap(), Instant::now())
+                .unwrap();
+        };
+        let big: Vec<serde_json::Value> = (0..3000)
+            .map(|i| serde_json::json!({"key": format!("example.com/taint-{i}"), "operator": "Exists", "effect": "NoSchedule"}))
+            .collect();
+        let big = serde_json::Value::from(big);
+        for i in 0..400 {
+            filter(&format!("big-{i}"), &big);
+        }
+        extender.memo.run_pending_tasks();
+        extender.by_uid.run_pending_tasks();
+        for (name, weight, count) in [
+            (
+                "memo",
+                extender.memo.weighted_size(),
+                extender.memo.entry_count(),
+            ),
+            (
+                "by_uid",
+                extender.by_uid.weighted_size(),
+                extender.by_uid.entry_count(),
+            ),
+        ] {
+            assert!(weight <= MEMO_BYTES, "{name}: {weight} bytes held");
+            assert!(count < 400, "{name}: {count} of 400 large pods kept");
+        }
+        filter("small", &serde_json::json!([]));
+        assert!(extender
+            .memo
+            .contains_key(&("small".to_string(), "1".to_string())));
+        assert!(extender.by_uid.contains_key("small"));
     }
 }

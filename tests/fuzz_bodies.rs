@@ -70,7 +70,7 @@ fn patch_keeps_what_it_does_not_change(object: &Value, patch: &json_patch::Patch
         .map(|op| op["path"].as_str().unwrap().to_string())
         .collect();
     let mut before = Vec::new();
-    pointers(object, String::new(), &mut before);
+    common::pointers(object, String::new(), &mut before);
     // On a written path, under one, or above one (whose value holds the written one).
     let related = |a: &str, b: &str| {
         a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
@@ -103,28 +103,6 @@ fn any_json() -> impl Strategy<Value = Value> {
     })
 }
 
-/// Every JSON Pointer in `v`, so a mutation can target any node.
-fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
-    out.push(at.clone());
-    match v {
-        Value::Object(m) => {
-            for (k, c) in m {
-                pointers(
-                    c,
-                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
-                    out,
-                )
-            }
-        }
-        Value::Array(a) => {
-            for (i, c) in a.iter().enumerate() {
-                pointers(c, format!("{at}/{i}"), out)
-            }
-        }
-        _ => {}
-    }
-}
-
 #[derive(Debug, Clone)]
 enum Mutation {
     Replace(usize, Value),
@@ -147,7 +125,7 @@ fn apply(fixture: &str, mutations: &[Mutation]) -> Vec<u8> {
     let mut bytes = None;
     for m in mutations {
         let mut all = Vec::new();
-        pointers(&v, String::new(), &mut all);
+        common::pointers(&v, String::new(), &mut all);
         match m {
             Mutation::Replace(i, new) => {
                 let p = &all[i % all.len()];

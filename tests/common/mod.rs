@@ -26,6 +26,28 @@ pub fn fixture_json(name: &str) -> Value {
     serde_json::from_slice(&fixture(name)).expect("fixture is JSON")
 }
 
+/// Every JSON Pointer in `v`, so a mutation can target any node.
+pub fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
+    out.push(at.clone());
+    match v {
+        Value::Object(m) => {
+            for (k, c) in m {
+                pointers(
+                    c,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                )
+            }
+        }
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                pointers(c, format!("{at}/{i}"), out)
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The JSONPatch operations of a reply, or `None` when the reply carries no patch.
 pub fn patch_of(reply: &Value) -> Option<json_patch::Patch> {
     let b64 = reply["response"]["patch"].as_str()?;
