@@ -510,15 +510,7 @@ async fn exchange(
             .send_request(req)
             .await
             .map_err(|e| e.to_string())?;
-        let status = res.status().as_u16();
-        let body = res
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes()
-            .to_vec();
-        Ok::<_, String>((status, body))
+        status_and_body(res).await
     };
     match tokio::time::timeout(REPLY_WITHIN, send).await {
         Ok(Ok(r)) => Ok(r),
@@ -531,6 +523,15 @@ async fn exchange(
             Err(format!("no reply within {REPLY_WITHIN:?}"))
         }
     }
+}
+
+/// A reply's status and whole body.
+async fn status_and_body(
+    res: hyper::Response<hyper::body::Incoming>,
+) -> Result<(u16, Vec<u8>), String> {
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+    Ok((status, body.to_bytes().to_vec()))
 }
 
 async fn probe(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>), String> {
@@ -548,15 +549,7 @@ async fn probe(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>), String> {
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
         let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = res.status().as_u16();
-        let body = res
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes()
-            .to_vec();
-        Ok::<_, String>((status, body))
+        status_and_body(res).await
     };
     tokio::time::timeout(REPLY_WITHIN, get)
         .await
