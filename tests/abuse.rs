@@ -43,7 +43,7 @@ const REVIEW_EVERY: Duration = Duration::from_millis(5);
 /// Between two probe rounds (/healthz, /readyz) and two reviews on a fresh connection.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 const FRESH_EVERY: Duration = Duration::from_millis(500);
-/// Unmeasured quiet time before the abuse, so the baseline is not the server's first second.
+/// Quiet time before the abuse: the normal client's figures without abusers, to compare.
 const BASELINE: Duration = Duration::from_secs(2);
 
 struct Sizes {
