@@ -737,17 +737,26 @@ async fn abusers_neither_slow_the_normal_client_nor_keep_what_they_took() {
             r.sockets
         );
     }
-    // What the allocator keeps after the first round it reuses in the second: memory does not
-    // grow with the abuse. 10 % of the first round's peak covers the allocator's caches
-    // and the normal client's own samples.
-    let (after_first, after_last) = (rounds[0].rss[2], rounds[ROUNDS - 1].rss[2]);
-    let margin = rounds[0].rss[1] / 10;
+    // Bounded: no round grows the process by more than a fixed part and 256 KiB a connection
+    // held (both ends are in this process; the full size measured about 110 KiB).
+    let rss_start = rounds[0].rss[0];
+    let growth = rounds.iter().map(|r| r.rss[1]).max().unwrap() - rss_start;
+    let allowed = (32 << 20) + 256 * 1024 * sizes.connections() as u64;
     assert!(
-        after_last <= after_first + margin,
-        "RSS grew from {:.1} MiB after the first round to {:.1} MiB after the last (margin {:.1} MiB)",
-        mib(after_first),
+        growth <= allowed,
+        "RSS grew {:.1} MiB under abuse, over {:.1} MiB",
+        mib(growth),
+        mib(allowed)
+    );
+    // Not piling up: after the last round the process is no larger than one round needed. The
+    // allocator hands memory back when it chooses, so "after" moves by tens of MiB between runs
+    // (178 and 208 MiB after two full-size runs); 10 % over the first round's peak covers that.
+    let (first_peak, after_last) = (rounds[0].rss[1], rounds[ROUNDS - 1].rss[2]);
+    assert!(
+        after_last <= first_peak + first_peak / 10,
+        "RSS {:.1} MiB after the last round, over the first round's peak of {:.1} MiB",
         mib(after_last),
-        mib(margin)
+        mib(first_peak)
     );
     running.shutdown().await;
 }
