@@ -49,6 +49,7 @@ pub struct FileConfig {
     pub(crate) shutdown_timeout: Option<String>,
     pub(crate) tls_reload_interval: Option<String>,
     pub(crate) max_review_bytes: Option<usize>,
+    pub(crate) max_connections: Option<usize>,
     pub(crate) namespace_cache_ttl: Option<String>,
     pub(crate) inventory: Option<PathBuf>,
     pub(crate) virtual_node_prefix: Option<String>,
@@ -172,6 +173,8 @@ pub struct ServeSettings {
     pub tls_reload_interval: Duration,
     /// The largest AdmissionReview body accepted.
     pub max_review_bytes: usize,
+    /// The most HTTPS connections held at once, across the workers; more wait in the backlog.
+    pub max_connections: usize,
     pub(crate) namespace_cache_ttl: Duration,
     /// How long a request body may take to arrive before the request is refused.
     pub body_timeout: Duration,
@@ -202,6 +205,15 @@ pub const DEFAULT_PROBE_PORT: u16 = 8080;
 /// twice (`object` and `oldObject`) plus the envelope: 7 MiB leaves room for both.
 pub(crate) const DEFAULT_MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
 
+/// Each HTTPS connection holds a descriptor, so without a bound below the process's open
+/// files limit a flood of connections would leave none for the probes, the Kubernetes client
+/// or a certificate reload. The callers are a few kube-apiserver and kube-scheduler replicas,
+/// each keeping tens of connections alive: 4,096 is far above that. The container runtime's
+/// open files limit (usually 1,048,576) is far above it too. Memory: in the connection abuse
+/// campaign (tests/abuse.rs) 2,200 connections, both ends in one process, took about 230 MiB,
+/// and a connection whose client reads nothing also holds up to 256 KiB of kernel send buffer.
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 impl ServeSettings {
     /// Settings for tests and benchmarks: loopback, ephemeral ports, the given certificate.
     pub fn for_tests(tls: TlsSource) -> Self {
@@ -216,6 +228,7 @@ impl ServeSettings {
             shutdown_timeout: Duration::from_secs(5),
             tls_reload_interval: Duration::from_secs(10),
             max_review_bytes: DEFAULT_MAX_REVIEW_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             namespace_cache_ttl: Duration::from_secs(30),
             body_timeout: Duration::from_secs(10),
             inventory: None,
@@ -352,6 +365,15 @@ impl ServeSettings {
                 ),
             });
         }
+        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if max_connections < workers {
+            return Err(ConfigError::Invalid {
+                field: "maxConnections",
+                message: format!(
+                    "{max_connections} is below the {workers} workers: each worker needs room for at least one connection (default {DEFAULT_MAX_CONNECTIONS})"
+                ),
+            });
+        }
         let manager_id = args
             .manager_id
             .clone()
@@ -402,6 +424,7 @@ impl ServeSettings {
             )?,
             tls_reload_interval,
             max_review_bytes,
+            max_connections,
             namespace_cache_ttl: above_zero(
                 "namespaceCacheTtl",
                 duration(
@@ -778,6 +801,18 @@ mod tests {
         assert_eq!(s.max_review_bytes, 1024);
         assert_eq!(s.shutdown_timeout, Duration::from_secs(1));
         assert_eq!(s.namespace_cache_ttl, Duration::from_secs(1));
+        assert_eq!(s.max_connections, DEFAULT_MAX_CONNECTIONS);
+        let few = FileConfig::parse("workers: 4\nmaxConnections: 3\n").unwrap();
+        let err = ServeSettings::resolve(&args(), few)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("maxConnections") && err.contains("4 workers"),
+            "{err}"
+        );
+        let s = ServeSettings::resolve(&args(), FileConfig::parse("maxConnections: 64\n").unwrap())
+            .unwrap();
+        assert_eq!(s.max_connections, 64);
     }
 
     #[test]

@@ -95,6 +95,36 @@ fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
     Ok(listener)
 }
 
+/// The kernel's send and receive buffers of each HTTPS connection (Linux doubles the value
+/// asked for, so 256 KiB each). Left to autotuning the send buffer grows to `tcp_wmem`'s 4 MiB,
+/// and a client that sends reviews without reading the replies had the server answer about
+/// 10,000 of them (4 MiB of replies held in the kernel until the client goes) before its writes
+/// stopped; with this bound about 2,000, and 256 KiB of replies. The extender's largest
+/// replies (about 350 KB for 5,000 nodes) then go out in a few writes, and 256 KiB at a 1 ms
+/// round trip still carries 250 MB/s, far above what a review or an extender call needs.
+const CONNECTION_BUFFER_BYTES: u32 = 128 * 1024;
+
+/// actix-web's own backlog.
+const HTTPS_BACKLOG: u32 = 1024;
+
+/// The HTTPS listener, its connections' buffers bounded ([`CONNECTION_BUFFER_BYTES`]; accepted
+/// sockets inherit them from the listener). Needs a tokio runtime.
+fn bind_https(addr: SocketAddr) -> crate::Result<TcpListener> {
+    let listen = || -> std::io::Result<TcpListener> {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_send_buffer_size(CONNECTION_BUFFER_BYTES)?;
+        socket.set_recv_buffer_size(CONNECTION_BUFFER_BYTES)?;
+        socket.bind(addr)?;
+        socket.listen(HTTPS_BACKLOG)?.into_std()
+    };
+    listen().map_err(|source| crate::Error::Listen { addr, source })
+}
+
 /// Binds both listeners and starts serving; returns once both accept connections. Without
 /// `--standalone` the Kubernetes client comes from the environment (KUBECONFIG or in-cluster).
 pub async fn start(settings: ServeSettings) -> crate::Result<Running> {
@@ -225,9 +255,10 @@ pub async fn start_with_client(
         extender: extender.clone(),
     });
 
-    let https_listener = bind(settings.listen)?;
+    let https_listener = bind_https(settings.listen)?;
     let https_addr = https_listener.local_addr()?;
     let shutdown_secs = settings.shutdown_timeout.as_secs().max(1);
+    let per_worker = settings.max_connections.div_ceil(settings.workers).max(1);
     let https = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -261,6 +292,15 @@ pub async fn start_with_client(
     .workers(settings.workers)
     .disable_signals()
     .shutdown_timeout(shutdown_secs)
+    // actix counts connections per worker, and a worker at its share stops taking more (the
+    // rest wait in the listen backlog), so the share is the bound divided among the workers.
+    .max_connections(per_worker)
+    // A TLS handshake in progress is a connection like any other: half-finished ones, left so
+    // by a client, cost a descriptor and a little memory, no CPU. With actix's own limit (256
+    // per worker) a few hundred of them stopped every new connection, kube-apiserver's
+    // included, until the handshake timeout let them go. actix keeps this limit per process
+    // (the last server started sets it), which is right for `serve`: one HTTPS server.
+    .max_connection_rate(per_worker)
     .client_request_timeout(Duration::from_secs(5))
     .tls_handshake_timeout(Duration::from_secs(5))
     .keep_alive(Duration::from_secs(90))
