@@ -139,11 +139,20 @@ struct Usage {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct UsageHistory {
     pub(crate) at: Vec<f64>,
-    /// `at.len()` rows of one amount per resource (thousandths), one after the other.
+    /// `at.len()` rows of `width` amounts (thousandths, by resource id), one after the other.
     pub(crate) used: Vec<i64>,
+    /// The resources known when the history began: those of the scenario's inventory.
+    pub(crate) width: usize,
 }
 
 impl UsageHistory {
+    fn new(width: usize) -> Self {
+        Self {
+            width,
+            ..Default::default()
+        }
+    }
+
     fn record(&mut self, at: f64, used: &[i64]) {
         if self.at.last() == Some(&at) {
             // Several changes at one time: only the last state is ever seen.
@@ -510,7 +519,7 @@ impl Simulation {
     /// for `--report`. Only watches: no decision depends on it.
     pub fn with_usage_history(mut self) -> Self {
         for u in &mut self.usage {
-            let mut h = UsageHistory::default();
+            let mut h = UsageHistory::new(u.used.len());
             // Nothing is in use at the start.
             h.record(0.0, &u.used);
             u.history = Some(h);

@@ -470,7 +470,6 @@ pub(super) fn build(sim: &Simulation) -> Report {
 fn capacity(sim: &Simulation, requested: &BTreeSet<String>, makespan: f64) -> Vec<Capacity> {
     let inventory = &sim.world().state.inventory;
     let table = &inventory.resources;
-    let width = table.len();
     let mut out = Vec::new();
     for (name, history) in sim.usage_histories() {
         let Some(cluster) = inventory.cluster(name) else {
@@ -485,7 +484,7 @@ fn capacity(sim: &Simulation, requested: &BTreeSet<String>, makespan: f64) -> Ve
             }
             let amounts: Vec<f64> = history
                 .used
-                .chunks(width.max(1))
+                .chunks(history.width.max(1))
                 .map(|row| row.get(id).copied().unwrap_or(0) as f64)
                 .collect();
             out.push(Capacity {

@@ -193,8 +193,8 @@ fn summary(out: &mut String, reports: &[Report], breakdown: bool) {
     }
     let _ = write!(
         out,
-        "<table class=\"summary\"><caption>The figures {what} of the JSON summary (named by their \
-         path in it), per strategy; the better value of a row is marked ✓ where one way is better.</caption>\
+        "<table class=\"summary\"><caption>The JSON summary's figures {what} (each named by its \
+         path in the summary), per strategy; in a row where one way is better, the best value is marked ✓.</caption>\
          <thead><tr><th scope=\"col\">Figure</th>",
     );
     for r in reports {
