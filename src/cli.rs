@@ -76,6 +76,11 @@ pub struct SimulateArgs {
     /// Also print every decision as it is carried out, with its virtual time (to stderr).
     #[arg(long)]
     pub events: bool,
+    /// Also write the report as one self-contained HTML page (charts of capacity in use, Jobs
+    /// waiting and start waits, the summaries side by side, the Jobs that did not succeed);
+    /// best with `--strategy all`.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -100,6 +100,15 @@ fn main() -> anyhow::Result<()> {
                 None => simulate::scenario::parse(simulate::scenario::BUNDLED)
                     .context("the bundled scenario does not parse")?,
             };
+            // Opened before the run: a path that cannot be written fails at once, not after it.
+            let report_file = args
+                .report
+                .as_ref()
+                .map(|path| {
+                    std::fs::File::create(path)
+                        .with_context(|| format!("cannot write the report to {}", path.display()))
+                })
+                .transpose()?;
             let strategies = match args.strategy {
                 SimStrategy::Switchyard => vec![Strategy::Switchyard],
                 SimStrategy::AllAtOnce => vec![Strategy::AllAtOnce],
@@ -111,6 +120,9 @@ fn main() -> anyhow::Result<()> {
                 let mut sim = simulate::Simulation::new(&scenario, strategy);
                 if args.events {
                     sim = sim.with_events();
+                }
+                if args.report.is_some() {
+                    sim = sim.with_usage_history();
                 }
                 let report = sim.run();
                 if args.events && args.strategy == SimStrategy::All {
@@ -126,6 +138,16 @@ fn main() -> anyhow::Result<()> {
                 (SimOutput::Text, [one]) => print!("{}", one.to_text()),
                 (SimOutput::Json, many) => println!("{}", simulate::report::compare_json(many)),
                 (SimOutput::Text, many) => print!("{}", simulate::report::compare_text(many)),
+            }
+            if let (Some(mut file), Some(path)) = (report_file, &args.report) {
+                use std::io::Write as _;
+                let source = args.scenario.as_ref().map_or_else(
+                    || "examples/scenario.yaml (bundled)".to_string(),
+                    |p| p.display().to_string(),
+                );
+                let page = simulate::report::html::render(&scenario, &reports, &source);
+                file.write_all(page.as_bytes())
+                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
             }
         }
     }

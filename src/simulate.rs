@@ -130,6 +130,39 @@ struct Usage {
     used: Vec<i64>,
     integral: Vec<f64>,
     since: SystemTime,
+    /// What was in use over time, when asked for (see [`Simulation::with_usage_history`]).
+    history: Option<UsageHistory>,
+}
+
+/// A worker's scenario pods' requests over time: at each time its use changed (seconds since
+/// the start, at most one entry per time), what was in use from then on, per resource.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UsageHistory {
+    pub(crate) at: Vec<f64>,
+    /// `at.len()` rows of `width` amounts (thousandths, by resource id), one after the other.
+    pub(crate) used: Vec<i64>,
+    /// The resources known when the history began: those of the scenario's inventory.
+    pub(crate) width: usize,
+}
+
+impl UsageHistory {
+    fn new(width: usize) -> Self {
+        Self {
+            width,
+            ..Default::default()
+        }
+    }
+
+    fn record(&mut self, at: f64, used: &[i64]) {
+        if self.at.last() == Some(&at) {
+            // Several changes at one time: only the last state is ever seen.
+            let start = self.used.len() - used.len();
+            self.used[start..].copy_from_slice(used);
+        } else {
+            self.at.push(at);
+            self.used.extend_from_slice(used);
+        }
+    }
 }
 
 /// One run of a scenario under a strategy.
@@ -199,6 +232,7 @@ impl Simulation {
                 used: vec![0; scenario.inventory.resources.len()],
                 integral: vec![0.0; scenario.inventory.resources.len()],
                 since: epoch(),
+                history: None,
             });
         }
         for (name, settings) in &scenario.queues {
@@ -405,6 +439,11 @@ impl Simulation {
                 *v += d;
             }
         }
+        if let Some(h) = &mut u.history {
+            if fx.usage_delta.iter().any(|d| *d != 0) {
+                h.record(secs(self.now), &u.used);
+            }
+        }
         let mut changed = fx.changed;
         changed.sort();
         changed.dedup();
@@ -473,6 +512,18 @@ impl Simulation {
     /// Keeps a line per decision carried out (see [`Report::events`]).
     pub fn with_events(mut self) -> Self {
         self.log = Some(Vec::new());
+        self
+    }
+
+    /// Keeps what each worker's scenario pods request over time (see [`Report::capacity`]),
+    /// for `--report`. Only watches: no decision depends on it.
+    pub fn with_usage_history(mut self) -> Self {
+        for u in &mut self.usage {
+            let mut h = UsageHistory::new(u.used.len());
+            // Nothing is in use at the start.
+            h.record(0.0, &u.used);
+            u.history = Some(h);
+        }
         self
     }
 
@@ -689,6 +740,13 @@ impl Simulation {
             .iter()
             .zip(&self.topology_errors_by_worker)
             .map(|(w, n)| (w.name.as_str(), *n))
+    }
+    /// Each worker's name with its usage history, when kept.
+    pub(crate) fn usage_histories(&self) -> impl Iterator<Item = (&str, &UsageHistory)> {
+        self.workers
+            .iter()
+            .zip(&self.usage)
+            .filter_map(|(w, u)| Some((w.name.as_str(), u.history.as_ref()?)))
     }
     pub(crate) fn usage_integrals(&self) -> impl Iterator<Item = (&str, &[f64])> {
         self.workers

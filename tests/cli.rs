@@ -1005,3 +1005,52 @@ fn simulate_all_strategies_give_three_reports_side_by_side() {
         .collect();
     assert_eq!(sections, strategies);
 }
+
+#[test]
+fn simulate_report_writes_a_page_and_changes_nothing_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let run = |extra: &[&str]| {
+        let out = switchyard()
+            .args(["simulate", "--strategy", "all", "--output", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let plain = run(&[]);
+    let with_page = run(&["--report", page.to_str().unwrap()]);
+    // Keeping what was in use over time decides nothing.
+    assert_eq!(plain, with_page);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("examples/scenario.yaml (bundled)"));
+    for s in ["switchyard", "all-at-once", "sum-aggregate"] {
+        assert!(html.contains(&format!("<th scope=\"col\">{s}</th>")), "{s}");
+    }
+}
+
+#[test]
+fn simulate_report_to_a_path_that_cannot_be_written_says_so_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("report.html");
+    let out = switchyard()
+        .args(["simulate", "--report", path.to_str().unwrap()])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot write the report to {}", path.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Nothing was simulated: no report printed.
+    assert!(out.stdout.is_empty());
+}

@@ -9,6 +9,8 @@ use serde_json::{Number, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+pub mod chart;
+pub mod html;
 #[cfg(test)]
 mod tests;
 
@@ -24,6 +26,25 @@ pub struct Report {
     /// format).
     #[serde(skip)]
     pub status_writes: Vec<StatusWrite>,
+    /// Per worker and resource requested by the scenario's Jobs, what was in use over time,
+    /// when asked for ([`Simulation::with_usage_history`]; not part of the JSON format).
+    #[serde(skip)]
+    pub capacity: Vec<Capacity>,
+}
+
+/// What a worker's running pods requested of one resource over time.
+#[derive(Debug, Clone)]
+pub struct Capacity {
+    pub cluster: String,
+    pub resource: String,
+    /// The worker's allocatable amount (thousandths).
+    pub allocatable: i64,
+    /// Steps: from each time (seconds) on, the amount in use (thousandths) until the next
+    /// time; at most [`chart::MAX_POINTS`] of them, averaged over equal spans of time when
+    /// there were more changes.
+    pub steps: Vec<(f64, f64)>,
+    /// The end of the run: the last step lasts until then.
+    pub until: f64,
 }
 
 /// A status the dispatcher wrote to a manager Job and the API server accepted.
@@ -441,7 +462,41 @@ pub(super) fn build(sim: &Simulation) -> Report {
         },
         events: sim.log.clone().unwrap_or_default(),
         status_writes: sim.status_writes.clone().unwrap_or_default(),
+        capacity: capacity(sim, &requested, makespan),
     }
+}
+
+/// The usage histories kept, per worker and resource requested by some Job, as steps.
+fn capacity(sim: &Simulation, requested: &BTreeSet<String>, makespan: f64) -> Vec<Capacity> {
+    let inventory = &sim.world().state.inventory;
+    let table = &inventory.resources;
+    let mut out = Vec::new();
+    for (name, history) in sim.usage_histories() {
+        let Some(cluster) = inventory.cluster(name) else {
+            continue;
+        };
+        let until = makespan.max(history.at.last().copied().unwrap_or(0.0));
+        for r in requested {
+            let Some(id) = table.id(r) else { continue };
+            let allocatable = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
+            if allocatable <= 0 {
+                continue;
+            }
+            let amounts: Vec<f64> = history
+                .used
+                .chunks(history.width.max(1))
+                .map(|row| row.get(id).copied().unwrap_or(0) as f64)
+                .collect();
+            out.push(Capacity {
+                cluster: name.to_string(),
+                resource: r.clone(),
+                allocatable,
+                steps: chart::downsample(&history.at, &amounts, until, chart::MAX_POINTS),
+                until,
+            });
+        }
+    }
+    out
 }
 
 impl Report {
