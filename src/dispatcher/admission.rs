@@ -697,11 +697,7 @@ impl<'w> Pass<'w> {
         }
         let all_never = reasons.iter().all(|r| r.never);
         if self.config.placement == Placement::Exact && (*may_keep || all_never) {
-            let could_hold: Vec<usize> = asked
-                .iter()
-                .copied()
-                .filter(|&i| oracle.fit_drained(gang, &settings.clusters[i]).is_some())
-                .collect();
+            let could_hold = kept::could_hold(look, asked, oracle);
             if could_hold.is_empty() {
                 if own.is_none() {
                     let verdict = self.beyond_reach(gang, settings, asked, &reasons, oracle);

@@ -122,31 +122,16 @@ fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
     let affinity = object(pod, "affinity");
     let node = object(affinity, "nodeAffinity");
     let required = object(node, "requiredDuringSchedulingIgnoredDuringExecution");
-    let terms = required
-        .entry("nodeSelectorTerms")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !terms.is_array() {
-        *terms = Value::Array(Vec::new());
-    }
-    let terms = terms.as_array_mut().expect("just made an array");
+    let terms = array(required, "nodeSelectorTerms");
     if terms.is_empty() {
-        terms.push(serde_json::json!({}));
+        terms.push(Value::Object(Map::new()));
     }
     for term in terms.iter_mut() {
         if !term.is_object() {
-            *term = serde_json::json!({});
+            *term = Value::Object(Map::new());
         }
         let term = term.as_object_mut().expect("just made an object");
-        let fields = term
-            .entry("matchFields")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !fields.is_array() {
-            *fields = Value::Array(Vec::new());
-        }
-        fields
-            .as_array_mut()
-            .expect("just made an array")
-            .push(field.clone());
+        array(term, "matchFields").push(field.clone());
     }
 }
 
@@ -168,6 +153,17 @@ pub(crate) fn parse_copy(cluster: &str, job: &Value) -> Option<WorkerCopy> {
         status,
         deleting: meta.get("deletionTimestamp").is_some_and(|v| !v.is_null()),
     })
+}
+
+/// `parent[key]` as an array, created (or replacing a non-array) when needed.
+fn array<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
+    let slot = parent
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !slot.is_array() {
+        *slot = Value::Array(Vec::new());
+    }
+    slot.as_array_mut().expect("just made an array")
 }
 
 /// `parent[key]` as an object, created (or replacing a non-object) when needed.

@@ -208,6 +208,23 @@ fn hours(goodput: &BTreeMap<String, f64>) -> BTreeMap<String, Value> {
 
 /// Resources a Job's kind is named after: all but cpu, memory, ephemeral-storage, pods and
 /// hugepages-*.
+/// The kinds a Job counts in (`byKind`): one per extended resource its pods request, or
+/// `cpu-only`.
+pub(crate) fn kinds(job: &crate::simulate::ScenarioJob) -> Vec<&str> {
+    let extended: Vec<&str> = job
+        .pod
+        .node_request
+        .keys()
+        .map(String::as_str)
+        .filter(|r| is_extended(r))
+        .collect();
+    if extended.is_empty() {
+        vec!["cpu-only"]
+    } else {
+        extended
+    }
+}
+
 fn is_extended(resource: &str) -> bool {
     !matches!(resource, "cpu" | "memory" | "ephemeral-storage" | "pods")
         && !resource.starts_with("hugepages-")
@@ -348,17 +365,8 @@ pub(super) fn build(sim: &Simulation) -> Report {
         };
         all.add(&outcome);
         by_queue.entry(sj.queue.clone()).or_default().add(&outcome);
-        let mut kinds = sj
-            .pod
-            .node_request
-            .keys()
-            .filter(|r| is_extended(r))
-            .peekable();
-        if kinds.peek().is_none() {
-            by_kind.entry("cpu-only".into()).or_default().add(&outcome);
-        }
-        for kind in kinds {
-            by_kind.entry(kind.clone()).or_default().add(&outcome);
+        for kind in kinds(sj) {
+            by_kind.entry(kind.to_string()).or_default().add(&outcome);
         }
         jobs.push(JobReport {
             name: sj.name.clone(),

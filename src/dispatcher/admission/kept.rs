@@ -148,12 +148,7 @@ impl<'w> Pass<'w> {
         if !look.may_keep || self.config.placement != Placement::Exact {
             return Attempt::Wait(wait);
         }
-        let workers = &look.settings.clusters;
-        let could_hold: Vec<usize> = usable
-            .iter()
-            .copied()
-            .filter(|&i| oracle.fit_drained(&look.gang, &workers[i]).is_some())
-            .collect();
+        let could_hold = could_hold(look, usable, oracle);
         if could_hold.is_empty() {
             return Attempt::Wait(wait);
         }
@@ -219,6 +214,23 @@ impl<'w> Pass<'w> {
         (*other != job.key)
             .then(|| format!(" (room there is kept for {other}, which waited longer)"))
     }
+}
+
+/// Of `among` (the queue's workers, by position), those that could hold the gang empty.
+pub(super) fn could_hold<'w>(
+    look: &Look<'w>,
+    among: &[usize],
+    oracle: &mut impl Oracle<'w>,
+) -> Vec<usize> {
+    among
+        .iter()
+        .copied()
+        .filter(|&i| {
+            oracle
+                .fit_drained(&look.gang, &look.settings.clusters[i])
+                .is_some()
+        })
+        .collect()
 }
 
 /// Up to four names, then how many more.

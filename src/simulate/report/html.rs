@@ -4,9 +4,8 @@
 //! Jobs that did not succeed, the largest gangs' timelines and the scenario's inputs.
 
 use super::chart::{self, LineChart, Series};
-use super::{figures, is_extended, Report};
+use super::{figures, kinds, Report};
 use crate::simulate::{Scenario, ScenarioJob};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -335,26 +334,6 @@ fn amount(resource: &str, milli: i64) -> String {
     }
 }
 
-/// The kinds a Job counts in (as `byKind` of the summary).
-fn kinds(job: &ScenarioJob) -> Vec<&str> {
-    let extended: Vec<&str> = job
-        .pod
-        .node_request
-        .keys()
-        .map(String::as_str)
-        .filter(|r| is_extended(r))
-        .collect();
-    if extended.is_empty() {
-        vec!["cpu-only"]
-    } else {
-        extended
-    }
-}
-
-fn secs(v: &Value) -> Option<f64> {
-    v.as_f64()
-}
-
 fn waiting(out: &mut String, scenario: &Scenario, reports: &[Report], ends: &[f64]) {
     out.push_str(
         "<section id=\"waiting\"><h2>Jobs waiting</h2>\
@@ -387,9 +366,11 @@ fn waiting(out: &mut String, scenario: &Scenario, reports: &[Report], ends: &[f6
                 .iter()
                 .filter_map(|&i| {
                     let j = r.jobs.get(i)?;
-                    let from = secs(&j.submitted)?;
-                    let to = secs(&j.started)
-                        .or_else(|| secs(&j.finished))
+                    let from = j.submitted.as_f64()?;
+                    let to = j
+                        .started
+                        .as_f64()
+                        .or_else(|| j.finished.as_f64())
                         .unwrap_or(*end);
                     Some((from, to))
                 })
@@ -453,7 +434,7 @@ fn start_waits(out: &mut String, scenario: &Scenario, reports: &[Report]) {
                 .iter()
                 .filter_map(|&i| {
                     let j = r.jobs.get(i)?;
-                    Some(secs(&j.started)? - secs(&j.submitted)?)
+                    Some(j.started.as_f64()? - j.submitted.as_f64()?)
                 })
                 .collect();
             started.push(waits.len());
@@ -545,10 +526,10 @@ fn gangs(out: &mut String, scenario: &Scenario, reports: &[Report], ends: &[f64]
         for (s, r) in reports.iter().enumerate() {
             let Some(jr) = r.jobs.get(i) else { continue };
             let y = y0 + s as f64 * row;
-            let sub = secs(&jr.submitted).unwrap_or(0.0);
-            let adm = secs(&jr.admitted);
-            let sta = secs(&jr.started);
-            let fin = secs(&jr.finished);
+            let sub = jr.submitted.as_f64().unwrap_or(0.0);
+            let adm = jr.admitted.as_f64();
+            let sta = jr.started.as_f64();
+            let fin = jr.finished.as_f64();
             let stop = fin.unwrap_or(ends[s]);
             let tip = esc(&format!(
                 "{}, {}: submitted {}, admitted {}, started {}, finished {} ({})",

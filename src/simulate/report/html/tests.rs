@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::Value;
 use crate::simulate::{scenario, Simulation, Strategy};
 
 fn bundled() -> Scenario {
