@@ -1,6 +1,6 @@
 use super::*;
-use serde_json::Value;
 use crate::simulate::{scenario, Simulation, Strategy};
+use serde_json::Value;
 
 fn bundled() -> Scenario {
     scenario::parse(scenario::BUNDLED).unwrap()
