@@ -19,6 +19,7 @@ mod admission;
 mod apply;
 mod caches;
 mod job;
+pub(crate) mod kind;
 mod ledger;
 pub mod live;
 pub(crate) mod mirror;

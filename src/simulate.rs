@@ -26,6 +26,7 @@ pub use report::{Report, Summary};
 pub(crate) use scenario::{Scenario, ScenarioJob};
 pub(crate) use worker::{Behaviour, PodEvent, SimWorker};
 
+use crate::dispatcher::kind::{Part, Status};
 use crate::dispatcher::{
     self, apply, plan, Action, Job, JobKey, Outcome, Placement, Queue, Worker, World,
 };
@@ -350,8 +351,11 @@ impl Simulation {
                     queue: j.queue.clone(),
                     priority: j.priority,
                     created: now,
-                    parallelism: j.parallelism,
-                    completions: Some(j.completions),
+                    parts: vec![Part {
+                        name: String::new(),
+                        jobs: 1,
+                        pods_per_job: j.parallelism.min(j.completions),
+                    }],
                     pod: Ok(j.pod.clone()),
                     shape_key: j.shape_key,
                     namespace_labels: None,
@@ -452,9 +456,9 @@ impl Simulation {
             if let Some(copy) = copy {
                 let origin = copy.origin_uid.clone();
                 if let Some(i) = self.index_of_uid(&origin) {
-                    if copy.status.conditions.is_none() {
+                    if copy.status.conditions().is_empty() {
                         let gang = self.jobs[i].parallelism.min(self.jobs[i].completions);
-                        if copy.ready_pods() >= gang && self.records[i].started.is_none() {
+                        if copy.status.ready_pods(&[]) >= gang && self.records[i].started.is_none() {
                             self.records[i].started = Some(self.now);
                         }
                     }
@@ -649,11 +653,11 @@ impl Simulation {
     fn write_status(
         &mut self,
         job: &JobKey,
-        status: &k8s_openapi::api::batch::v1::JobStatus,
+        status: &Status,
     ) -> Outcome {
         let now = self.now;
         if let Some(j) = self.world.state.jobs.get(job) {
-            if let Some(why) = dispatcher::mirror::violation(&j.status, status, j.suspended) {
+            if let Some(why) = Status::violation(&j.status, status, j.suspended) {
                 tracing::warn!(job = %job, %why, "status refused");
                 if let Some(log) = &mut self.log {
                     log.push(format!(
@@ -669,7 +673,7 @@ impl Simulation {
             writes.push(StatusWrite {
                 at: secs(now),
                 job: job.to_string(),
-                status: status.clone(),
+                status: status.to_value(),
             });
         }
         Outcome::Done

@@ -449,13 +449,16 @@ jobs:
         "every status written was one the API server accepts: {:#?}",
         report.events
     );
-    let writes = |name: &str| -> Vec<(f64, &JobStatus)> {
+    let writes = |name: &str| -> Vec<(f64, JobStatus)> {
         let job = format!("default/{name}");
         report
             .status_writes
             .iter()
             .filter(|w| w.job == job)
-            .map(|w| (w.at, &w.status))
+            .map(|w| {
+                let status = serde_json::from_value(w.status.clone()).expect("a Job status");
+                (w.at, status)
+            })
             .collect()
     };
     let busy = writes("busy");

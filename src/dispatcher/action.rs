@@ -6,7 +6,7 @@ use super::job::{rfc3339, Job, JobKey, JobResult, WorkerRefusal};
 use super::ledger::Hold;
 use super::status::{admitted, deactivated, requeued, shorten, waiting, with_condition};
 use super::{condition, reason};
-use k8s_openapi::api::batch::v1::JobStatus;
+use super::kind::Status;
 use std::time::SystemTime;
 
 /// What the dispatcher asks for. Carried out by the live executor against the API servers,
@@ -42,7 +42,7 @@ pub(crate) enum Action {
     /// Write the manager Job's status (mirrored from its copy, with our conditions).
     WriteStatus {
         job: JobKey,
-        status: Box<JobStatus>,
+        status: Box<Status>,
         /// A digest of the copy's status it came from, to recognise a refused write.
         digest: u64,
     },

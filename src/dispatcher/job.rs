@@ -1,5 +1,7 @@
-//! A manager Job as the dispatcher sees it, and the order and classes admission takes Jobs in.
+//! A manager workload (a batch/v1 Job, a JobSet: see [`super::kind`]) as the dispatcher sees
+//! it, and the order and classes admission takes them in. "Job" below means any of them.
 
+use super::kind::{Kind, Part, Status};
 use crate::placement::PodShape;
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use std::collections::BTreeMap;
@@ -7,25 +9,37 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// A Job's namespace and name: the same in the manager and in its worker.
+/// A Job's kind, namespace and name: the same in the manager and in its worker.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct JobKey {
+    pub(crate) kind: Kind,
     pub(crate) namespace: String,
     pub(crate) name: String,
 }
 
 impl JobKey {
+    /// A batch/v1 Job's key.
     pub(crate) fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::of(Kind::Job, namespace, name)
+    }
+
+    pub(crate) fn of(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
+            kind,
             namespace: namespace.into(),
             name: name.into(),
         }
     }
 }
 
+/// `namespace/name` for a batch/v1 Job (as people and `kubectl` name it), `JobSet
+/// namespace/name` for other kinds.
 impl fmt::Display for JobKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        match self.kind {
+            Kind::Job => write!(f, "{}/{}", self.namespace, self.name),
+            kind => write!(f, "{kind} {}/{}", self.namespace, self.name),
+        }
     }
 }
 
@@ -63,9 +77,9 @@ pub(crate) struct Job {
     /// The pod template's PriorityClass value.
     pub(crate) priority: i32,
     pub(crate) created: SystemTime,
-    pub(crate) parallelism: u32,
-    pub(crate) completions: Option<u32>,
-    /// The pod template, analysed; why not when it cannot be.
+    /// The parts of its gang (a batch/v1 Job is one part; a JobSet's replicated Jobs).
+    pub(crate) parts: Vec<Part>,
+    /// The gang's pod template, analysed; why not when it cannot be.
     pub(crate) pod: Result<Arc<PodShape>, String>,
     /// Jobs with the same key have the same pod template (as far as placement sees it).
     pub(crate) shape_key: u64,
@@ -88,7 +102,7 @@ pub(crate) struct Job {
     pub(crate) deactivated: Option<String>,
     pub(crate) result: Option<JobResult>,
     /// The manager Job's status (mirrored from the worker, plus the dispatcher's conditions).
-    pub(crate) status: JobStatus,
+    pub(crate) status: Status,
 }
 
 /// A worker refused the Job's copy (403, 422, an admission webhook, a missing namespace): not
@@ -103,18 +117,21 @@ pub(crate) struct WorkerRefusal {
 }
 
 impl Job {
-    /// The pods that must run at once: parallelism, or completions when smaller.
+    pub(crate) fn kind(&self) -> Kind {
+        self.key.kind
+    }
+
+    /// The pods that must run at once: every part's.
     pub(crate) fn gang(&self) -> u32 {
-        match self.completions {
-            Some(c) => self.parallelism.min(c),
-            None => self.parallelism,
-        }
+        self.parts
+            .iter()
+            .fold(0u32, |sum, p| sum.saturating_add(p.pods()))
     }
 
     /// Finished as far as the dispatcher is concerned: a result recorded, or a terminal
     /// condition in the manager Job's status.
     pub(crate) fn finished(&self) -> bool {
-        self.result.is_some() || terminal(&self.status).is_some()
+        self.result.is_some() || self.status.terminal().is_some()
     }
 
     /// Waiting to be admitted.
@@ -150,11 +167,7 @@ impl Job {
 
     /// The dispatcher's condition of this type in the Job's status.
     pub(crate) fn condition(&self, type_: &str) -> Option<&JobCondition> {
-        self.status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == type_)
+        self.status.conditions().iter().find(|c| c.type_ == type_)
     }
 
     /// Whether the `PodsReady` condition is True, and since when it has had its status.
@@ -239,7 +252,7 @@ pub(crate) struct Rank {
     pub(crate) key: JobKey,
 }
 
-/// `Complete` or `Failed` True in a Job status.
+/// `Complete` or `Failed` True in a batch/v1 Job status.
 pub(crate) fn terminal(status: &JobStatus) -> Option<JobResult> {
     for c in status.conditions.iter().flatten() {
         if c.status == "True" {

@@ -19,6 +19,7 @@
 //! Job's resourceVersion as a precondition, so of two dispatchers (a leadership change, a
 //! split brain) only one claims a Job; the other gets 409 Conflict, rereads, and sees the claim.
 
+use super::kind::{Kind, Status};
 use super::ledger::QueueUse;
 use super::object::{self, Priorities};
 use super::state::State;
@@ -32,7 +33,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    Api, DeleteParams, DynamicObject, Patch, PatchParams,
     PostParams, Preconditions, PropagationPolicy,
 };
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -68,6 +69,19 @@ pub struct LiveOptions {
     /// The longest one Job's writes may take; past it they are abandoned (an unresponsive
     /// worker must not keep the Job from being decided again) and the Job is read afresh.
     pub write_timeout: Duration,
+    /// Whether JobSets are dispatched too.
+    pub jobsets: JobSets,
+}
+
+/// Whether the dispatcher runs JobSets (`jobset.x-k8s.io/v1alpha2`) besides batch/v1 Jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobSets {
+    /// When the manager's API server serves the JobSet API at start-up (a JobSet CRD installed
+    /// later is seen at the next start).
+    #[default]
+    Auto,
+    Enabled,
+    Disabled,
 }
 
 impl Default for LiveOptions {
@@ -83,6 +97,7 @@ impl Default for LiveOptions {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| "switchyard".into()),
             write_timeout: Duration::from_secs(30),
+            jobsets: JobSets::Auto,
         }
     }
 }
@@ -97,10 +112,40 @@ pub struct Inputs {
     pub metrics: Option<Arc<Metrics>>,
 }
 
-/// batch/v1 Jobs, read and written as JSON so that fields this version does not know are
-/// kept (the API server may be newer than Switchyard).
-pub(crate) fn job_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
+/// A Job's objects in `client`'s cluster, of its kind, read and written as JSON so that fields
+/// this version does not know are kept (the API server may be newer than Switchyard).
+fn api_of(client: &kube::Client, key: &JobKey) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), &key.namespace, &key.kind.resource())
+}
+
+/// The kinds this dispatcher runs: batch/v1 Job always, JobSet as `options` say (`Auto`: when
+/// the manager's API server serves it).
+async fn kinds(client: &kube::Client, jobsets: JobSets) -> Vec<Kind> {
+    let jobset = match jobsets {
+        JobSets::Enabled => true,
+        JobSets::Disabled => false,
+        JobSets::Auto => {
+            let gv = Kind::JobSet.api_version();
+            match client.list_api_group_resources(&gv).await {
+                Ok(list) => list
+                    .resources
+                    .iter()
+                    .any(|r| r.name == Kind::JobSet.plural()),
+                Err(kube::Error::Api(s)) if s.code == 404 => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not tell whether the manager serves {gv}; JobSets not dispatched until the next start");
+                    false
+                }
+            }
+        }
+    };
+    if jobset {
+        tracing::info!("dispatching batch/v1 Jobs and JobSets");
+        vec![Kind::Job, Kind::JobSet]
+    } else {
+        tracing::info!("dispatching batch/v1 Jobs (no JobSet API in the manager, or JobSets disabled)");
+        vec![Kind::Job]
+    }
 }
 
 /// A running dispatcher.
@@ -126,13 +171,14 @@ enum Change<K> {
 }
 
 enum Input {
-    Jobs(Change<Value>),
+    Jobs(Kind, Change<Value>),
     Queues(Change<Box<DispatchQueue>>),
     Namespaces(Change<(String, BTreeMap<String, String>)>),
     /// name, value, globalDefault
     Priorities(Change<(String, i32, bool)>),
     Copies {
         cluster: String,
+        kind: Kind,
         generation: u64,
         change: Change<Value>,
     },
@@ -146,6 +192,7 @@ struct Done {
     /// The Job as the API server last returned it: `Some(None)` when it is gone, `None` when
     /// unknown (every write failed: the last object seen stands).
     job: Option<Option<Value>>,
+    /// Copies created (or found), by worker.
     created: Vec<(String, Value)>,
     /// Outcomes to apply once the writes land: writes refused for good, copies removed or
     /// not.
@@ -171,6 +218,7 @@ where
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut buffer: Option<Vec<K>> = None;
+        let mut said_not_served = false;
         while let Some(event) = stream.next().await {
             let change = match event {
                 Ok(WatchEvent::Init) => {
@@ -181,7 +229,21 @@ where
                     buffer.get_or_insert_with(Vec::new).push(k);
                     continue;
                 }
-                Ok(WatchEvent::InitDone) => Change::Listed(buffer.take().unwrap_or_default()),
+                Ok(WatchEvent::InitDone) => {
+                    said_not_served = false;
+                    Change::Listed(buffer.take().unwrap_or_default())
+                }
+                // The cluster does not serve the API (a CRD not installed there): nothing of
+                // it exists, which is a complete list. The watch keeps retrying, so the API
+                // is picked up once installed.
+                Err(e) if not_served(&e) => {
+                    if said_not_served {
+                        continue;
+                    }
+                    said_not_served = true;
+                    tracing::info!(watch = %what, "not served there: none listed");
+                    Change::Listed(Vec::new())
+                }
                 Ok(WatchEvent::Apply(k)) => Change::Applied(k),
                 Ok(WatchEvent::Delete(k)) => Change::Deleted(k),
                 Err(e) => {
@@ -194,6 +256,12 @@ where
             }
         }
     })
+}
+
+/// Whether a watch failed because the API server does not serve the resource at all (404 on
+/// the list).
+fn not_served(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404)
 }
 
 fn to_json(obj: DynamicObject) -> Value {
@@ -229,7 +297,8 @@ impl Drop for CopyWatch {
 
 #[derive(Default)]
 struct Synced {
-    jobs: bool,
+    /// The kinds whose Jobs were listed.
+    jobs: BTreeSet<Kind>,
     queues: bool,
     namespaces: bool,
     priorities: bool,
@@ -255,8 +324,8 @@ impl Ctx {
     fn event(&self, job: &Job, warning: bool, reason: &str, action: &str, note: String) {
         let recorder = self.recorder.clone();
         let reference = ObjectReference {
-            api_version: Some("batch/v1".into()),
-            kind: Some("Job".into()),
+            api_version: Some(job.kind().api_version()),
+            kind: Some(job.kind().name().into()),
             name: Some(job.key.name.clone()),
             namespace: Some(job.key.namespace.clone()),
             uid: Some(job.uid.clone()),
@@ -305,7 +374,10 @@ struct Live {
     priority_classes: BTreeMap<String, (i32, bool)>,
     synced: Synced,
     views: Arc<BTreeMap<String, WorkerView>>,
-    copy_watches: HashMap<String, CopyWatch>,
+    /// By worker and kind.
+    copy_watches: HashMap<(String, Kind), CopyWatch>,
+    /// The kinds dispatched.
+    kinds: Vec<Kind>,
     in_flight: HashSet<JobKey>,
     /// The latest watch event of a Job whose writes are in flight (`None`: deleted).
     stashed: HashMap<JobKey, Option<Value>>,
@@ -356,8 +428,9 @@ async fn run(
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
     });
-    let sources = watch_manager(&client, &tx);
-    let mut live = Live::new(options, ctx, tx, inventory);
+    let kinds = kinds(&client, options.jobsets).await;
+    let sources = watch_manager(&client, &tx, &kinds);
+    let mut live = Live::new(options, ctx, tx, inventory, kinds);
     live.sync_workers(&workers);
     let mut leading = *leader.borrow();
     let mut workers_open = true;
@@ -409,20 +482,26 @@ async fn run(
     tracing::info!("dispatcher stopped");
 }
 
-/// The watches on the manager: its queued Jobs, the DispatchQueues, the Namespaces and the
-/// PriorityClasses, each forwarded to the dispatcher's channel.
-fn watch_manager(client: &kube::Client, tx: &mpsc::UnboundedSender<Input>) -> Vec<JoinHandle<()>> {
+/// The watches on the manager: its queued Jobs of every kind, the DispatchQueues, the
+/// Namespaces and the PriorityClasses, each forwarded to the dispatcher's channel.
+fn watch_manager(
+    client: &kube::Client,
+    tx: &mpsc::UnboundedSender<Input>,
+    kinds: &[Kind],
+) -> Vec<JoinHandle<()>> {
     let mut sources = Vec::new();
-    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
-    let cfg = watcher::Config::default().labels(crate::wellknown::QUEUE_LABEL);
-    sources.push(forward(
-        watcher::watcher(jobs, cfg)
-            .default_backoff()
-            .map(|e| e.map(json_change)),
-        tx.clone(),
-        "manager jobs".into(),
-        Input::Jobs,
-    ));
+    for &kind in kinds {
+        let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
+        let cfg = watcher::Config::default().labels(crate::wellknown::QUEUE_LABEL);
+        sources.push(forward(
+            watcher::watcher(jobs, cfg)
+                .default_backoff()
+                .map(|e| e.map(json_change)),
+            tx.clone(),
+            format!("manager {}", kind.plural()),
+            move |change| Input::Jobs(kind, change),
+        ));
+    }
     sources.push(forward(
         watcher::watcher(
             Api::<DispatchQueue>::all(client.clone()),
@@ -485,6 +564,7 @@ impl Live {
         ctx: Arc<Ctx>,
         tx: mpsc::UnboundedSender<Input>,
         inventory: Arc<InventoryStore>,
+        kinds: Vec<Kind>,
     ) -> Self {
         let concurrency = options.concurrency.max(1);
         Live {
@@ -499,6 +579,7 @@ impl Live {
             synced: Synced::default(),
             views: Arc::new(BTreeMap::new()),
             copy_watches: HashMap::new(),
+            kinds,
             in_flight: HashSet::new(),
             stashed: HashMap::new(),
             written: HashMap::new(),
@@ -546,13 +627,18 @@ impl Live {
     }
 
     fn ready(&self) -> bool {
-        self.synced.jobs && self.synced.queues && self.synced.namespaces && self.synced.priorities
+        self.jobs_synced() && self.synced.queues && self.synced.namespaces && self.synced.priorities
+    }
+
+    /// Every kind's Jobs listed.
+    fn jobs_synced(&self) -> bool {
+        self.kinds.iter().all(|k| self.synced.jobs.contains(k))
     }
 
     fn apply(&mut self, input: Input) {
         if !self.ready() {
             tracing::debug!(
-                jobs = self.synced.jobs,
+                jobs = self.jobs_synced(),
                 queues = self.synced.queues,
                 namespaces = self.synced.namespaces,
                 priorities = self.synced.priorities,
@@ -560,15 +646,16 @@ impl Live {
             );
         }
         match input {
-            Input::Jobs(change) => self.jobs_changed(change),
+            Input::Jobs(kind, change) => self.jobs_changed(kind, change),
             Input::Queues(change) => self.queues_changed(change),
             Input::Namespaces(change) => self.namespaces_changed(change),
             Input::Priorities(change) => self.priorities_changed(change),
             Input::Copies {
                 cluster,
+                kind,
                 generation,
                 change,
-            } => self.copies_changed(&cluster, generation, change),
+            } => self.copies_changed(&cluster, kind, generation, change),
             Input::Done(done) => self.writes_landed(*done),
         }
     }
@@ -677,17 +764,17 @@ impl Live {
                 continue;
             }
             if let Some(raw) = self.raw.get(&k).cloned() {
-                self.put_job(raw);
+                self.put_job(k.kind, raw);
             }
         }
     }
 
-    fn put_job(&mut self, raw: Arc<Value>) {
-        let Some(key) = object::job_key(&raw) else {
+    fn put_job(&mut self, kind: Kind, raw: Arc<Value>) {
+        let Some(key) = object::job_key(kind, &raw) else {
             return;
         };
         let labels = self.namespaces.get(&key.namespace).cloned();
-        match object::parse_job(&raw, labels, &self.priorities) {
+        match object::parse_job(kind, &raw, labels, &self.priorities) {
             Ok(job) => {
                 self.world.upsert_job(job);
                 self.raw.insert(key, raw);
@@ -707,34 +794,35 @@ impl Live {
         self.written.remove(key);
     }
 
-    fn jobs_changed(&mut self, change: Change<Value>) {
+    fn jobs_changed(&mut self, kind: Kind, change: Change<Value>) {
         match change {
             Change::Listed(all) => {
-                let listed: HashSet<JobKey> = all.iter().filter_map(object::job_key).collect();
+                let listed: HashSet<JobKey> =
+                    all.iter().filter_map(|o| object::job_key(kind, o)).collect();
                 let gone: Vec<JobKey> = self
                     .raw
                     .keys()
-                    .filter(|k| !listed.contains(*k))
+                    .filter(|k| k.kind == kind && !listed.contains(*k))
                     .cloned()
                     .collect();
                 for k in gone {
                     self.job_event(k, None);
                 }
                 for obj in all {
-                    if let Some(k) = object::job_key(&obj) {
+                    if let Some(k) = object::job_key(kind, &obj) {
                         self.job_event(k, Some(obj));
                     }
                 }
-                self.world.state.jobs_synced = true;
-                self.synced.jobs = true;
+                self.synced.jobs.insert(kind);
+                self.world.state.jobs_synced = self.jobs_synced();
             }
             Change::Applied(obj) => {
-                if let Some(k) = object::job_key(&obj) {
+                if let Some(k) = object::job_key(kind, &obj) {
                     self.job_event(k, Some(obj));
                 }
             }
             Change::Deleted(obj) => {
-                if let Some(k) = object::job_key(&obj) {
+                if let Some(k) = object::job_key(kind, &obj) {
                     self.job_event(k, None);
                 }
             }
@@ -749,15 +837,15 @@ impl Live {
         match obj {
             Some(obj) => {
                 if object::newer(&obj, self.written.get(&key).copied()) {
-                    self.put_job(Arc::new(obj));
+                    self.put_job(key.kind, Arc::new(obj));
                 }
             }
             None => self.forget_job(&key),
         }
     }
 
-    fn copies_changed(&mut self, cluster: &str, generation: u64, change: Change<Value>) {
-        let Some(w) = self.copy_watches.get_mut(cluster) else {
+    fn copies_changed(&mut self, cluster: &str, kind: Kind, generation: u64, change: Change<Value>) {
+        let Some(w) = self.copy_watches.get_mut(&(cluster.to_string(), kind)) else {
             return;
         };
         if w.generation != generation {
@@ -768,18 +856,18 @@ impl Live {
                 w.synced = true;
                 let copies = all
                     .iter()
-                    .filter_map(|o| remote::parse_copy(cluster, o))
+                    .filter_map(|o| remote::parse_copy(kind, cluster, o))
                     .collect();
-                self.world.replace_copies(cluster, copies);
+                self.world.replace_copies(cluster, kind, copies);
                 self.sync_workers_now();
             }
             Change::Applied(obj) => {
-                if let Some(c) = remote::parse_copy(cluster, &obj) {
+                if let Some(c) = remote::parse_copy(kind, cluster, &obj) {
                     self.world.upsert_copy(c);
                 }
             }
             Change::Deleted(obj) => {
-                if let Some(c) = remote::parse_copy(cluster, &obj) {
+                if let Some(c) = remote::parse_copy(kind, cluster, &obj) {
                     if self.gone_copies.len() >= 10_000 {
                         self.gone_copies.clear();
                     }
@@ -814,43 +902,17 @@ impl Live {
             .collect();
         for n in gone {
             self.world.remove_worker(&n);
-            self.copy_watches.remove(&n);
+            self.copy_watches.retain(|(c, _), _| *c != n);
         }
         for (name, view) in views {
-            match (&view.client, self.copy_watches.get(name)) {
-                (Some(client), w) if w.is_none_or(|w| w.generation != view.client_generation) => {
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
-                    let cfg = watcher::Config::default()
-                        .labels(&format!("{ORIGIN_LABEL}={}", self.ctx.manager_id));
-                    let cluster = name.clone();
-                    let generation = view.client_generation;
-                    let task = forward(
-                        watcher::watcher(api, cfg)
-                            .default_backoff()
-                            .map(|e| e.map(json_change)),
-                        self.tx.clone(),
-                        format!("jobs in worker {name}"),
-                        move |change| Input::Copies {
-                            cluster: cluster.clone(),
-                            generation,
-                            change,
-                        },
-                    );
-                    self.copy_watches.insert(
-                        name.clone(),
-                        CopyWatch {
-                            generation,
-                            task,
-                            synced: false,
-                        },
-                    );
-                }
-                (None, Some(_)) => {
-                    self.copy_watches.remove(name);
-                }
-                _ => {}
+            for kind in self.kinds.clone() {
+                self.watch_copies(name, kind, view);
             }
-            let copies_synced = self.copy_watches.get(name).is_some_and(|w| w.synced);
+            let copies_synced = self.kinds.iter().all(|&k| {
+                self.copy_watches
+                    .get(&(name.clone(), k))
+                    .is_some_and(|w| w.synced)
+            });
             self.world.upsert_worker(Worker {
                 name: name.clone(),
                 connected: view.connected,
@@ -858,6 +920,47 @@ impl Live {
                 copies_synced,
                 message: view.message.clone(),
             });
+        }
+    }
+
+    /// Starts (or restarts, for a new client) the watch on a worker's copies of `kind`, or
+    /// stops it when the worker has no client. A worker that does not serve the kind's API
+    /// holds none of its copies: its watch counts as listed, empty.
+    fn watch_copies(&mut self, name: &str, kind: Kind, view: &WorkerView) {
+        let id = (name.to_string(), kind);
+        match (&view.client, self.copy_watches.get(&id)) {
+            (Some(client), w) if w.is_none_or(|w| w.generation != view.client_generation) => {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
+                let cfg = watcher::Config::default()
+                    .labels(&format!("{ORIGIN_LABEL}={}", self.ctx.manager_id));
+                let cluster = name.to_string();
+                let generation = view.client_generation;
+                let task = forward(
+                    watcher::watcher(api, cfg)
+                        .default_backoff()
+                        .map(|e| e.map(json_change)),
+                    self.tx.clone(),
+                    format!("{} in worker {name}", kind.plural()),
+                    move |change| Input::Copies {
+                        cluster: cluster.clone(),
+                        kind,
+                        generation,
+                        change,
+                    },
+                );
+                self.copy_watches.insert(
+                    id,
+                    CopyWatch {
+                        generation,
+                        task,
+                        synced: false,
+                    },
+                );
+            }
+            (None, Some(_)) => {
+                self.copy_watches.remove(&id);
+            }
+            _ => {}
         }
     }
 
@@ -1141,8 +1244,7 @@ impl Live {
                     ctx.count("write", "timeout");
                     // Some of them may have landed: the Job is read afresh, so that the next
                     // decision starts from what the manager holds, not from before them.
-                    let api: Api<DynamicObject> =
-                        Api::namespaced_with(ctx.client.clone(), &key.namespace, &job_resource());
+                    let api = api_of(&ctx.client, &key);
                     let job = match tokio::time::timeout(limit, api.get_opt(&key.name)).await {
                         Ok(Ok(found)) => Some(found.map(to_json)),
                         _ => None,
@@ -1207,8 +1309,7 @@ impl Live {
                     }
                 }
             }
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client, &job.namespace, &job_resource());
+            let api = api_of(&client, &job);
             let params = DeleteParams {
                 // Only the copy we saw: never a Job someone recreated under the same name.
                 preconditions: Some(Preconditions {
@@ -1256,7 +1357,8 @@ impl Live {
             apply(&mut self.world, &action, outcome, now);
         }
         for (cluster, obj) in &done.created {
-            if let Some(c) = remote::parse_copy(cluster, obj) {
+            let kind = done.key.as_ref().map_or(Kind::Job, |k| k.kind);
+            if let Some(c) = remote::parse_copy(kind, cluster, obj) {
                 // The worker's watch may have shown this copy already, and changed since (a
                 // quick Job can finish before its dispatch's writes all land): that is newer
                 // than what the create returned.
@@ -1289,13 +1391,13 @@ impl Live {
                         }
                     }
                 }
-                self.put_job(Arc::new(obj));
+                self.put_job(key.kind, Arc::new(obj));
             }
             Some(None) => self.forget_job(&key),
             None => {
                 // Nothing known to be written: back to what the server last showed.
                 if let Some(raw) = self.raw.get(&key).cloned() {
-                    self.put_job(raw);
+                    self.put_job(key.kind, raw);
                 }
             }
         }
@@ -1515,7 +1617,8 @@ struct JobWriter<'a> {
 impl JobWriter<'_> {
     fn accept(&mut self, obj: DynamicObject) {
         let value = to_json(obj);
-        if let Ok(job) = object::parse_job(&value, None, &Priorities::default()) {
+        if let Ok(job) = object::parse_job(self.job.kind(), &value, None, &Priorities::default())
+        {
             // Keep what the parse cannot know here (namespace labels, priority).
             self.job = Job {
                 priority: self.job.priority,
@@ -1556,7 +1659,7 @@ impl JobWriter<'_> {
             // The API server's Job status rules, checked here: a status it would refuse is
             // not sent at all.
             if let Some(why) =
-                mirror::violation(&self.job.status, &target.status, self.job.suspended)
+                Status::violation(&self.job.status, &target.status, self.job.suspended)
             {
                 return Err(Failure::Refused(format!(
                     "{why} (checked before sending; not sent)"
@@ -1594,8 +1697,7 @@ impl JobWriter<'_> {
             remote::copy_of(&self.raw, &self.ctx.manager_id, target).map_err(|e| e.to_string())?;
         let body: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
         let key = &self.job.key;
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &key.namespace, &job_resource());
+        let api = api_of(client, key);
         match api.create(&PostParams::default(), &body).await {
             Ok(obj) => {
                 self.ctx.count("create_copy", "ok");
@@ -1637,10 +1739,19 @@ impl JobWriter<'_> {
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.ctx.count("create_copy", "refused");
-                Err(format!(
-                    "namespace {:?} does not exist in worker {cluster}",
-                    key.namespace
-                ))
+                // The namespace is missing, or (with a kind that is not built in) the API.
+                Err(if key.kind == Kind::Job || s.message.contains("namespaces") {
+                    format!(
+                        "namespace {:?} does not exist in worker {cluster}",
+                        key.namespace
+                    )
+                } else {
+                    format!(
+                        "worker {cluster} does not serve {} {}s (install its CRD and controller there)",
+                        key.kind.api_version(),
+                        key.kind
+                    )
+                })
             }
             Err(e) => match failure(e) {
                 Failure::Refused(m) => {
@@ -1670,13 +1781,12 @@ impl JobWriter<'_> {
         else {
             return false;
         };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &self.job.key.namespace, &job_resource());
+        let api = api_of(client, &self.job.key);
         let Ok(Some(found)) = api.get_opt(&self.job.key.name).await else {
             return false;
         };
         let value = to_json(found);
-        let ours = remote::parse_copy(&cluster, &value)
+        let ours = remote::parse_copy(self.job.kind(), &cluster, &value)
             .is_some_and(|c| c.origin_uid == self.job.uid && !c.deleting);
         if ours {
             self.done.created.push((cluster, value));
@@ -1816,13 +1926,12 @@ async fn manager_keeps(
     origin_uid: &str,
     cluster: &str,
 ) -> Result<Option<Value>, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &job_resource());
+    let api = api_of(&ctx.client, key);
     let Some(obj) = api.get_opt(&key.name).await? else {
         return Ok(None);
     };
     let value = to_json(obj);
-    let keeps = object::parse_job(&value, None, &Priorities::default())
+    let keeps = object::parse_job(key.kind, &value, None, &Priorities::default())
         .is_ok_and(|j| j.uid == origin_uid && j.kept_clusters().iter().any(|c| c == cluster));
     Ok(keeps.then_some(value))
 }
@@ -1844,7 +1953,7 @@ async fn write_job(
     clients: HashMap<String, Target>,
     now: SystemTime,
 ) -> Done {
-    let api = Api::namespaced_with(ctx.client.clone(), &job.key.namespace, &job_resource());
+    let api = api_of(&ctx.client, &job.key);
     let mut w = JobWriter {
         ctx,
         api,

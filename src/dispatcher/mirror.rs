@@ -1,4 +1,5 @@
-//! The manager Job's status, mirrored from its worker copy as it changes.
+//! A batch/v1 Job's status, mirrored from its worker copy as it changes (other kinds' rules
+//! are in `super::kind`), and the `PodsReady` condition every kind shares.
 //!
 //! The API server validates Job status even for Jobs managed by someone else, and a refused
 //! write must be reported, not retried. The rules observed on Kubernetes 1.36 (and in its
@@ -130,7 +131,7 @@ pub(crate) fn mirrored(
         }
     }
     conditions.push(pods_ready_condition(
-        local,
+        local.conditions.as_deref().unwrap_or_default(),
         readiness,
         finished.is_some(),
         now,
@@ -143,16 +144,12 @@ pub(crate) fn mirrored(
 /// does not change. Its reason tells "never Ready since admission" (`WaitingForPods`) from
 /// "was Ready, lost it" (`PodsReadyLost`): the recovery timeout counts only the latter.
 pub(crate) fn pods_ready_condition(
-    local: &JobStatus,
+    local: &[JobCondition],
     r: Readiness,
     finished: bool,
     now: SystemTime,
 ) -> JobCondition {
-    let old = local
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == condition::PODS_READY);
+    let old = local.iter().find(|c| c.type_ == condition::PODS_READY);
     let ready = r.all() || finished;
     let (reason, message) = if ready {
         (
@@ -262,6 +259,33 @@ pub(crate) fn concluded(local: &JobStatus, result: JobResult, now: SystemTime) -
     out.start_time = Some(start);
     out.conditions = Some(conditions);
     out
+}
+
+/// What stays of a Job's status when it is taken back from its worker: no pods any more. The
+/// counters that may not decrease keep their values; `startTime` may be cleared because the
+/// Job is suspended first. `SuccessCriteriaMet` and `FailureTarget` True stay (the API server
+/// refuses to drop them), though a Job that has one is concluded, never requeued. The
+/// dispatcher's own conditions but `PodsReady` stay.
+pub(crate) fn taken_back(status: &JobStatus) -> JobStatus {
+    JobStatus {
+        succeeded: status.succeeded,
+        failed: status.failed,
+        conditions: Some(
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .filter(|c| {
+                    (condition::OURS.contains(&c.type_.as_str())
+                        && c.type_ != condition::PODS_READY)
+                        || (c.status == "True"
+                            && ["SuccessCriteriaMet", "FailureTarget"].contains(&c.type_.as_str()))
+                })
+                .cloned()
+                .collect(),
+        ),
+        ..Default::default()
+    }
 }
 
 /// A digest of a worker copy's status, to recognise a write the API server already refused.

@@ -1,16 +1,14 @@
-//! The manager's objects as the dispatcher reads and writes them: a batch/v1 Job as the API
-//! server returns it becomes a [`Job`]; a change of a `Job` becomes the merge patches that
+//! The manager's objects as the dispatcher reads and writes them: a Job (of any kind, see
+//! [`super::kind`]) as the API server returns it becomes a [`Job`]; a change of a `Job` becomes the merge patches that
 //! make the API server's copy say the same. Pure: the live executor does the I/O.
 
 use super::job::{parse_rfc3339, rfc3339, Job, JobKey, JobResult, WorkerRefusal};
 use super::state::Queue;
 use super::*;
 use crate::api::dispatch_queue::DispatchQueue;
-use crate::placement::{PodShape, PodView};
-use k8s_openapi::api::batch::v1::JobStatus;
+use super::kind::{Kind, Status};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -59,21 +57,24 @@ pub(crate) fn newer(obj: &Value, seen: Option<u64>) -> bool {
     }
 }
 
-pub(crate) fn job_key(obj: &Value) -> Option<JobKey> {
-    Some(JobKey::new(
+/// The object's key, as a Job of `kind`.
+pub(crate) fn job_key(kind: Kind, obj: &Value) -> Option<JobKey> {
+    Some(JobKey::of(
+        kind,
         str_at(obj, "/metadata/namespace")?,
         str_at(obj, "/metadata/name")?,
     ))
 }
 
-/// A manager Job, from the object the API server returned. `Err`: not even a Job we can
-/// name (no namespace, name, uid or queue label).
+/// A manager Job of `kind`, from the object the API server returned. `Err`: not even a Job
+/// we can name (no namespace, name, uid or queue label).
 pub(crate) fn parse_job(
+    kind: Kind,
     obj: &Value,
     namespace_labels: Option<Arc<BTreeMap<String, String>>>,
     priorities: &Priorities,
 ) -> Result<Job, String> {
-    let key = job_key(obj).ok_or("no metadata.namespace or metadata.name")?;
+    let key = job_key(kind, obj).ok_or("no metadata.namespace or metadata.name")?;
     let meta = &obj["metadata"];
     let uid = meta["uid"].as_str().ok_or("no metadata.uid")?.to_string();
     let queue = meta["labels"][crate::wellknown::QUEUE_LABEL]
@@ -83,37 +84,8 @@ pub(crate) fn parse_job(
     let annotation = |name: &str| meta["annotations"][name].as_str().map(str::to_string);
     let time = |name: &str| annotation(name).as_deref().and_then(parse_rfc3339);
     let spec = &obj["spec"];
-    let template = &spec["template"];
-    let count = |v: &Value| v.as_i64().map(|n| n.clamp(0, i64::from(u32::MAX)) as u32);
-    let pod = serde_json::from_value::<PodView>(json!({
-        "metadata": {
-            "name": key.name,
-            "namespace": key.namespace,
-            "annotations": template["metadata"]["annotations"],
-        },
-        "spec": template["spec"],
-    }))
-    .map_err(|e| format!("spec.template: {e}"))
-    .and_then(|view| PodShape::from_view(&view).map_err(|e| format!("spec.template: {e}")))
-    .and_then(|shape| {
-        if shape.containers.is_empty() {
-            Err("spec.template: no containers".to_string())
-        } else {
-            Ok(Arc::new(shape))
-        }
-    });
-    let shape_key = {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        template["spec"].to_string().hash(&mut h);
-        template["metadata"]["annotations"].to_string().hash(&mut h);
-        h.finish()
-    };
-    let status: JobStatus = match obj.get("status") {
-        Some(s) if !s.is_null() => {
-            serde_json::from_value(s.clone()).map_err(|e| format!("status: {e}"))?
-        }
-        _ => JobStatus::default(),
-    };
+    let gang = kind.gang(obj);
+    let status = Status::parse(kind, obj.get("status"))?;
     Ok(Job {
         uid,
         resource_version: meta["resourceVersion"]
@@ -121,15 +93,14 @@ pub(crate) fn parse_job(
             .unwrap_or_default()
             .to_string(),
         queue,
-        priority: priorities.of(&template["spec"]),
+        priority: priorities.of(&gang_template(kind, spec)["spec"]),
         created: meta["creationTimestamp"]
             .as_str()
             .and_then(parse_rfc3339)
             .unwrap_or(SystemTime::UNIX_EPOCH),
-        parallelism: count(&spec["parallelism"]).unwrap_or(1),
-        completions: count(&spec["completions"]),
-        pod,
-        shape_key,
+        parts: gang.parts,
+        pod: gang.shape,
+        shape_key: gang.shape_key,
         namespace_labels,
         suspended: spec["suspend"].as_bool().unwrap_or(false),
         deleting: !meta["deletionTimestamp"].is_null(),
@@ -160,6 +131,15 @@ pub(crate) fn parse_job(
         status,
         key,
     })
+}
+
+/// The pod template whose priority is the Job's: a batch/v1 Job's, a JobSet's first
+/// replicated Job's (the JobSet's pods all ask for the same).
+fn gang_template(kind: Kind, spec: &Value) -> &Value {
+    match kind {
+        Kind::Job => &spec["template"],
+        Kind::JobSet => &spec["replicatedJobs"][0]["template"]["spec"]["template"],
+    }
 }
 
 /// The refusals annotation (see [`REFUSED_ANNOTATION`]); entries that do not parse are
@@ -242,15 +222,15 @@ pub(crate) fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
 /// status was read at: written over a newer status, it would drop a condition another
 /// writer had just set.
 pub(crate) fn status_patch(
-    old: &JobStatus,
-    new: &JobStatus,
+    old: &Status,
+    new: &Status,
     resource_version: &str,
 ) -> Option<Value> {
     if old == new {
         return None;
     }
-    let as_map = |s: &JobStatus| match serde_json::to_value(s) {
-        Ok(Value::Object(m)) => m,
+    let as_map = |s: &Status| match s.to_value() {
+        Value::Object(m) => m,
         _ => Map::new(),
     };
     let (before, after) = (as_map(old), as_map(new));
@@ -297,7 +277,7 @@ mod tests {
             by_name: [("high".to_string(), 1000)].into(),
             global_default: Some(5),
         };
-        let j = parse_job(&job(), None, &p).unwrap();
+        let j = parse_job(Kind::Job, &job(), None, &p).unwrap();
         assert_eq!(j.key, JobKey::new("ml", "train"));
         assert_eq!((j.queue.as_str(), j.priority, j.gang()), ("gpu", 1000, 4));
         assert_eq!(j.cluster.as_deref(), Some("east"));
@@ -308,16 +288,16 @@ mod tests {
         );
         let shape = j.pod.as_ref().unwrap();
         assert_eq!(shape.node_request["cpu"], 2000);
-        assert_eq!(j.status.conditions.as_ref().unwrap().len(), 1);
+        assert_eq!(j.status.conditions().len(), 1);
 
         let mut no_class = job();
         no_class["spec"]["template"]["spec"]
             .as_object_mut()
             .unwrap()
             .remove("priorityClassName");
-        assert_eq!(parse_job(&no_class, None, &p).unwrap().priority, 5);
+        assert_eq!(parse_job(Kind::Job, &no_class, None, &p).unwrap().priority, 5);
         no_class["spec"]["template"]["spec"]["priority"] = json!(-3);
-        assert_eq!(parse_job(&no_class, None, &p).unwrap().priority, -3);
+        assert_eq!(parse_job(Kind::Job, &no_class, None, &p).unwrap().priority, -3);
     }
 
     #[test]
@@ -325,17 +305,17 @@ mod tests {
         let mut j = job();
         j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
             json!("two");
-        let parsed = parse_job(&j, None, &Priorities::default()).unwrap();
+        let parsed = parse_job(Kind::Job, &j, None, &Priorities::default()).unwrap();
         let err = parsed.pod.unwrap_err();
         assert!(err.contains("cpu"), "{err}");
         let mut nameless = job();
         nameless["metadata"].as_object_mut().unwrap().remove("uid");
-        assert!(parse_job(&nameless, None, &Priorities::default()).is_err());
+        assert!(parse_job(Kind::Job, &nameless, None, &Priorities::default()).is_err());
     }
 
     #[test]
     fn patches_carry_only_what_changed_and_null_what_went() {
-        let old = parse_job(&job(), None, &Priorities::default()).unwrap();
+        let old = parse_job(Kind::Job, &job(), None, &Priorities::default()).unwrap();
         assert_eq!(meta_patch(&old, &old), None);
         let mut new = old.clone();
         new.cluster = None;
@@ -351,8 +331,8 @@ mod tests {
 
         let mut status = old.status.clone();
         assert_eq!(status_patch(&old.status, &status, "41"), None);
-        status.active = Some(3);
-        status.conditions = None;
+        status.job_mut().active = Some(3);
+        status.job_mut().conditions = None;
         let p = status_patch(&old.status, &status, "41").unwrap();
         assert_eq!(
             p,

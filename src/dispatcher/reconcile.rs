@@ -5,7 +5,7 @@
 
 use super::action::Action;
 use super::admission::hold_for;
-use super::job::{rfc3339, terminal, to_system_time, Job, JobResult};
+use super::job::{rfc3339, to_system_time, Job, JobResult};
 use super::mirror::{self, Readiness};
 use super::reason;
 use super::state::{Worker, WorkerCopy};
@@ -219,12 +219,12 @@ impl<'a> Step<'a> {
                 cluster: copy.cluster.clone(),
             });
         }
-        if terminal(&copy.status).is_some() {
+        if copy.status.terminal().is_some() {
             return self.finish(live);
         }
         // Running: mirror, hold, PodsReady.
         let readiness = Readiness {
-            ready: copy.ready_pods(),
+            ready: copy.ready_pods(job),
             gang: job.gang(),
         };
         self.write_status(copy, readiness);
@@ -287,7 +287,7 @@ impl<'a> Step<'a> {
         let gang = job.gang();
         for c in &job.offers {
             if let Some(copy) = copy_in(c) {
-                if copy.ready_pods() >= gang || terminal(&copy.status).is_some() {
+                if copy.ready_pods(job) >= gang || copy.status.terminal().is_some() {
                     return self.out.push(Action::Choose {
                         job: job.key.clone(),
                         cluster: c.clone(),
@@ -324,7 +324,7 @@ impl<'a> Step<'a> {
             ));
         }
         if let Some(settings) = settings {
-            let best = live.iter().map(|c| c.ready_pods()).max().unwrap_or(0);
+            let best = live.iter().map(|c| c.ready_pods(job)).max().unwrap_or(0);
             let readiness = Readiness { ready: best, gang };
             self.pods_ready_timeout(settings, live, readiness, &job.offers.join(", "));
         }
@@ -382,7 +382,7 @@ impl<'a> Step<'a> {
         }
         // Judged on the condition as it is about to be written, not as it was: pods that were
         // Ready a moment ago are "lost", not "never Ready".
-        let condition = mirror::pods_ready_condition(&job.status, readiness, false, now);
+        let condition = mirror::pods_ready_condition(job.status.conditions(), readiness, false, now);
         let (deadline, why, what) = if condition.reason.as_deref() == Some(mirror::LOST) {
             let Some(recovery) = wait.recovery_timeout else {
                 return;
@@ -417,7 +417,7 @@ impl<'a> Step<'a> {
         // interrupted requeue write would leave a claimed Job without its copy, which reads as
         // "deleted in the worker": requeued again uncounted, without back-off.
         self.release();
-        if let Some(result) = mirror::decided(&job.status) {
+        if let Some(result) = job.status.decided() {
             return self.conclude(result);
         }
         // The worker of the one copy that failed (`cluster` names all the offers of an offered
@@ -469,7 +469,7 @@ impl<'a> Step<'a> {
     /// lets a Job's status drop): then it ends that way, as the Job controller would end it.
     /// Its placement goes.
     fn take_back(&mut self, how: TakeBack) {
-        match mirror::decided(&self.job.status) {
+        match self.job.status.decided() {
             Some(result) => self.conclude(result),
             None => self.requeue(how),
         }
@@ -506,14 +506,14 @@ impl<'a> Step<'a> {
     /// there); returns whether a write was asked for.
     fn write_concluded(&mut self, result: JobResult) -> bool {
         let job = self.job;
-        let digest = mirror::digest(&job.status);
+        let digest = job.status.digest();
         let refused = self.world.state.writes.refused_status.get(&job.uid) == Some(&digest);
-        if refused || terminal(&job.status).is_some() {
+        if refused || job.status.terminal().is_some() {
             return false;
         }
         self.out.push(Action::WriteStatus {
             job: job.key.clone(),
-            status: Box::new(mirror::concluded(&job.status, result, self.now)),
+            status: Box::new(job.status.concluded(result, self.now)),
             digest,
         });
         true
@@ -531,8 +531,8 @@ impl<'a> Step<'a> {
             .copied();
         let result = job
             .result
-            .or_else(|| copy.and_then(|c| terminal(&c.status)))
-            .or_else(|| terminal(&job.status));
+            .or_else(|| copy.and_then(|c| c.status.terminal()))
+            .or_else(|| job.status.terminal());
         if job.result.is_none() {
             if let Some(r) = result {
                 self.out.push(Action::RecordResult {
@@ -541,12 +541,12 @@ impl<'a> Step<'a> {
                 });
             }
         }
-        let mut written = terminal(&job.status).is_some();
+        let mut written = job.status.terminal().is_some();
         if !written {
             match copy {
-                Some(copy) if terminal(&copy.status).is_some() => {
+                Some(copy) if copy.status.terminal().is_some() => {
                     let readiness = Readiness {
-                        ready: copy.ready_pods(),
+                        ready: copy.ready_pods(job),
                         gang: job.gang(),
                     };
                     written = !self.write_status(copy, readiness);
@@ -571,19 +571,18 @@ impl<'a> Step<'a> {
     /// write was asked for.
     fn write_status(&mut self, copy: &WorkerCopy, readiness: Readiness) -> bool {
         let (job, now) = (self.job, self.now);
-        let digest = mirror::digest(&copy.status);
+        let digest = copy.status.digest();
         if self.world.state.writes.refused_status.get(&job.uid) == Some(&digest) {
             return false;
         }
-        let mut desired = mirror::mirrored(&job.status, &copy.status, readiness, now);
+        let mut desired = job.status.mirrored(&copy.status, readiness, now);
         // A Job running in its worker says it was admitted there, whatever an earlier write
         // left: a second dispatcher's mirror write can land between the unsuspend and the
         // status that says `Admitted`, and the one that wins the status keeps what the other
         // had not written.
         let admitted = desired
-            .conditions
+            .conditions()
             .iter()
-            .flatten()
             .any(|c| c.type_ == super::condition::ADMITTED && c.status == "True");
         if !admitted {
             desired =

@@ -1,26 +1,19 @@
-//! The worker copy of a manager Job, built from the manager Job's JSON as the API server
-//! returned it, so fields this version does not know are carried over untouched.
+//! The worker copy of a manager Job (of any kind), built from the manager object's JSON as the
+//! API server returned it, so fields this version does not know are carried over untouched.
 //!
 //! The copy has the same namespace and name, our origin labels, no `spec.managedBy` (the
-//! worker's own Job controller runs it), none of what the manager's API server generated (the
-//! selector, the controller labels, uid, resourceVersion, status, ...), is unsuspended, uses
+//! worker's own controller for the kind runs it), none of what the manager's API server
+//! generated (uid, resourceVersion, status, what the kind adds: see `Kind::prepare_copy`), is
+//! unsuspended, labels every pod template with the manager Job's uid, uses
 //! the WorkerCluster's scheduler profile when it names one, and keeps its pods off the nodes
 //! where room is kept for starving Jobs (a required node affinity on `metadata.name`), so that
 //! the worker's scheduler, which does not know of that room, leaves it alone too.
 
 use super::job::JobKey;
+use super::kind::{Kind, Status};
 use super::state::WorkerCopy;
 use super::{ORIGIN_LABEL, ORIGIN_UID_LABEL};
-use k8s_openapi::api::batch::v1::JobStatus;
 use serde_json::{Map, Value};
-
-/// Labels kube-apiserver puts on a Job's pod template (and in its generated selector).
-const CONTROLLER_LABELS: [&str; 4] = [
-    "batch.kubernetes.io/controller-uid",
-    "controller-uid",
-    "batch.kubernetes.io/job-name",
-    "job-name",
-];
 
 /// Metadata the manager's API server owns; the worker's makes its own.
 const SERVER_METADATA: [&str; 10] = [
@@ -51,13 +44,19 @@ pub struct CopyTarget<'a> {
     pub keep_off: &'a [std::sync::Arc<str>],
 }
 
-/// The copy to create in a worker for the manager Job `job`.
+/// The copy to create in a worker for the manager Job `job`, of the kind its `apiVersion` and
+/// `kind` name (a batch/v1 Job when they name none the dispatcher runs).
 pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Value, CopyError> {
+    let kind = Kind::of(
+        job["apiVersion"].as_str().unwrap_or_default(),
+        job["kind"].as_str().unwrap_or_default(),
+    )
+    .unwrap_or_default();
     let mut copy = job.clone();
     let obj = copy.as_object_mut().ok_or(CopyError::Missing("body"))?;
     obj.remove("status");
-    obj.insert("apiVersion".into(), "batch/v1".into());
-    obj.insert("kind".into(), "Job".into());
+    obj.insert("apiVersion".into(), kind.api_version().into());
+    obj.insert("kind".into(), kind.name().into());
     let uid = job
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -86,27 +85,17 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     let spec = object(obj, "spec");
     spec.remove("managedBy");
     spec.insert("suspend".into(), false.into());
-    let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
-    if !manual {
-        spec.remove("selector");
-        spec.remove("manualSelector");
-    }
-    let template = object(spec, "template");
-    let tmeta = object(template, "metadata");
-    let tlabels = object(tmeta, "labels");
-    if !manual {
-        for l in CONTROLLER_LABELS {
-            tlabels.remove(l);
+    for template in kind.prepare_copy(spec) {
+        // Lets a worker's inventory tell which pods belong to which dispatched Job.
+        let labels = object(object(template, "metadata"), "labels");
+        labels.insert(ORIGIN_UID_LABEL.into(), uid.clone().into());
+        let pod = object(template, "spec");
+        if let Some(name) = target.scheduler_name {
+            pod.insert("schedulerName".into(), name.into());
         }
-    }
-    // Lets a worker's inventory tell which pods belong to which dispatched Job.
-    tlabels.insert(ORIGIN_UID_LABEL.into(), uid.into());
-    let pod = object(template, "spec");
-    if let Some(name) = target.scheduler_name {
-        pod.insert("schedulerName".into(), name.into());
-    }
-    if !target.keep_off.is_empty() {
-        keep_off(pod, target.keep_off);
+        if !target.keep_off.is_empty() {
+            keep_off(pod, target.keep_off);
+        }
     }
     Ok(copy)
 }
@@ -135,19 +124,16 @@ fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
     }
 }
 
-/// The copy as the dispatcher tracks it, from a worker Job labelled with our origin.
-pub(crate) fn parse_copy(cluster: &str, job: &Value) -> Option<WorkerCopy> {
+/// The copy as the dispatcher tracks it, from a worker object of `kind` labelled with our
+/// origin. A status that cannot be read counts as empty.
+pub(crate) fn parse_copy(kind: Kind, cluster: &str, job: &Value) -> Option<WorkerCopy> {
     let meta = job.get("metadata")?;
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     let origin_uid = s(meta.pointer(&format!("/labels/{}", ORIGIN_UID_LABEL.replace('/', "~1"))))?;
-    let status: JobStatus = job
-        .get("status")
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default();
+    let status = Status::parse(kind, job.get("status")).unwrap_or_else(|_| Status::empty(kind));
     Some(WorkerCopy {
         cluster: cluster.to_string(),
-        key: JobKey::new(s(meta.get("namespace"))?, s(meta.get("name"))?),
+        key: JobKey::of(kind, s(meta.get("namespace"))?, s(meta.get("name"))?),
         uid: s(meta.get("uid")).unwrap_or_default(),
         origin_uid,
         status,
@@ -167,7 +153,7 @@ fn array<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value
 }
 
 /// `parent[key]` as an object, created (or replacing a non-object) when needed.
-fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+pub(crate) fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let slot = parent
         .entry(key.to_string())
         .or_insert_with(|| Value::Object(Map::new()));

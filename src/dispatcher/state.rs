@@ -8,7 +8,7 @@ use super::job::{Job, JobKey};
 use crate::api::QueueSettings;
 use crate::inventory::Inventory;
 use foldhash::HashMap;
-use k8s_openapi::api::batch::v1::JobStatus;
+use super::kind::{Kind, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -21,16 +21,14 @@ pub(crate) struct WorkerCopy {
     pub(crate) uid: String,
     /// The manager Job's uid, from the copy's `switchyard.dev/origin-uid` label.
     pub(crate) origin_uid: String,
-    pub(crate) status: JobStatus,
+    pub(crate) status: Status,
     pub(crate) deleting: bool,
 }
 
 impl WorkerCopy {
-    /// Ready + succeeded pods.
-    pub(crate) fn ready_pods(&self) -> u32 {
-        let ready = self.status.ready.unwrap_or(0).max(0) as u32;
-        let succeeded = self.status.succeeded.unwrap_or(0).max(0) as u32;
-        ready + succeeded
+    /// The pods of `job`'s gang that are Ready or done, as the copy's status tells.
+    pub(crate) fn ready_pods(&self, job: &Job) -> u32 {
+        self.status.ready_pods(&job.parts)
     }
 }
 
@@ -219,10 +217,11 @@ impl State {
     }
 
     /// The origin uids of every copy known in `cluster`.
-    pub(super) fn copy_uids_in(&self, cluster: &str) -> Vec<String> {
+    /// The origin uids of the copies of `kind` in `cluster`.
+    pub(super) fn copy_uids_in(&self, cluster: &str, kind: Kind) -> Vec<String> {
         self.copies
             .iter()
-            .filter(|(_, m)| m.contains_key(cluster))
+            .filter(|(_, m)| m.get(cluster).is_some_and(|c| c.key.kind == kind))
             .map(|(uid, _)| uid.clone())
             .collect()
     }

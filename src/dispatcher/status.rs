@@ -6,23 +6,24 @@ use super::condition;
 use super::job::Job;
 use super::mirror::to_timestamp;
 
+use super::kind::Status;
 use super::reason;
-use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use k8s_openapi::api::batch::v1::JobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::time::SystemTime;
 
 /// `status` with the condition of `type_` replaced (its transition time kept when its status
 /// does not change).
 pub(crate) fn with_condition(
-    status: &JobStatus,
+    status: &Status,
     type_: &str,
     ok: bool,
     reason: &str,
     message: &str,
     now: SystemTime,
-) -> JobStatus {
+) -> Status {
     let mut out = status.clone();
-    let conditions = out.conditions.get_or_insert_with(Vec::new);
+    let conditions = out.conditions_mut();
     let value = if ok { "True" } else { "False" };
     let transition = conditions
         .iter()
@@ -44,16 +45,14 @@ pub(crate) fn with_condition(
     out
 }
 
-fn without(status: &JobStatus, type_: &str) -> JobStatus {
+fn without(status: &Status, type_: &str) -> Status {
     let mut out = status.clone();
-    if let Some(c) = &mut out.conditions {
-        c.retain(|c| c.type_ != type_);
-    }
+    out.conditions_mut().retain(|c| c.type_ != type_);
     out
 }
 
 /// The status once the Job is dispatched to `cluster`.
-pub(crate) fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn admitted(status: &Status, cluster: &str, now: SystemTime) -> Status {
     let s = with_condition(
         status,
         condition::ADMITTED,
@@ -66,40 +65,19 @@ pub(crate) fn admitted(status: &JobStatus, cluster: &str, now: SystemTime) -> Jo
 }
 
 /// The status of a Job waiting for admission.
-pub(crate) fn waiting(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn waiting(status: &Status, why: &str, message: &str, now: SystemTime) -> Status {
     with_condition(status, condition::ADMITTED, false, why, message, now)
 }
 
-/// The status of a Job taken back from its worker: no pods any more, waiting again. The
-/// counters that may not decrease keep their values; `startTime` may be cleared because the
-/// Job is suspended first. `SuccessCriteriaMet` and `FailureTarget` True stay (the API server
-/// refuses to drop them), though a Job that has one is concluded, never requeued.
-pub(crate) fn requeued(status: &JobStatus, why: &str, message: &str, now: SystemTime) -> JobStatus {
-    let kept = JobStatus {
-        succeeded: status.succeeded,
-        failed: status.failed,
-        conditions: Some(
-            status
-                .conditions
-                .iter()
-                .flatten()
-                .filter(|c| {
-                    (condition::OURS.contains(&c.type_.as_str())
-                        && c.type_ != condition::PODS_READY)
-                        || (c.status == "True"
-                            && ["SuccessCriteriaMet", "FailureTarget"].contains(&c.type_.as_str()))
-                })
-                .cloned()
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let s = with_condition(&kept, condition::REQUEUED, true, why, message, now);
+/// The status of a Job taken back from its worker: no pods any more, waiting again, with
+/// what its kind does not let go back (see [`Status::taken_back`]).
+pub(crate) fn requeued(status: &Status, why: &str, message: &str, now: SystemTime) -> Status {
+    let s = with_condition(&status.taken_back(), condition::REQUEUED, true, why, message, now);
     waiting(&s, why, message, now)
 }
 
 /// The status of a Job given up.
-pub(crate) fn deactivated(status: &JobStatus, message: &str, now: SystemTime) -> JobStatus {
+pub(crate) fn deactivated(status: &Status, message: &str, now: SystemTime) -> Status {
     let s = requeued(status, reason::REQUEUING_LIMIT, message, now);
     with_condition(
         &s,

@@ -5,6 +5,7 @@
 
 use super::caches::Caches;
 use super::job::{Job, JobKey};
+use super::kind::Kind;
 use super::ledger::{Hold, Ledger};
 use super::state::{Queue, State, Worker, WorkerCopy};
 use crate::inventory::Inventory;
@@ -132,8 +133,9 @@ impl World {
     }
 
     /// Replaces every copy known in `cluster` (after a relist).
-    pub(crate) fn replace_copies(&mut self, cluster: &str, copies: Vec<WorkerCopy>) {
-        for uid in self.state.copy_uids_in(cluster) {
+    /// The copies of `kind` in `cluster` are `copies`.
+    pub(crate) fn replace_copies(&mut self, cluster: &str, kind: Kind, copies: Vec<WorkerCopy>) {
+        for uid in self.state.copy_uids_in(cluster, kind) {
             self.remove_copy(cluster, &uid);
         }
         for c in copies {

@@ -74,7 +74,7 @@ pub(crate) struct NodeSelectorView {
     pub(crate) node_selector_terms: Vec<NodeSelectorTerm>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct NodeSelectorTerm {
     #[serde(default)]
@@ -83,7 +83,7 @@ pub(crate) struct NodeSelectorTerm {
     pub(crate) match_fields: Vec<SelectorRequirement>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct SelectorRequirement {
     pub(crate) key: String,
     pub(crate) operator: String,
@@ -91,7 +91,7 @@ pub(crate) struct SelectorRequirement {
     pub(crate) values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct Toleration {
     pub(crate) key: Option<String>,
     pub(crate) operator: Option<String>,

@@ -3,7 +3,6 @@
 
 use super::{secs, Simulation};
 use crate::dispatcher::JobResult;
-use k8s_openapi::api::batch::v1::JobStatus;
 use serde::Serialize;
 use serde_json::{Number, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +53,8 @@ pub struct StatusWrite {
     pub at: f64,
     /// `namespace/name`.
     pub job: String,
-    pub status: JobStatus,
+    /// The status as the API server would show it (a batch/v1 Job's, or a JobSet's).
+    pub status: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -298,7 +298,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
                 (Some(JobResult::Failed), _) => {
                     let mut why = format!(
                         "its pods failed {} times in worker {} (backoffLimit {})",
-                        j.status.failed.unwrap_or(0),
+                        j.status.as_job().and_then(|s| s.failed).unwrap_or(0),
                         rec.cluster.as_deref().unwrap_or("?"),
                         super::worker::BACKOFF_LIMIT
                     );

@@ -460,7 +460,7 @@ impl SimWorker {
             key: job.key.clone(),
             uid: job.uid.clone(),
             origin_uid: job.origin_uid.clone(),
-            status,
+            status: status.into(),
             deleting: false,
         })
     }

@@ -287,7 +287,7 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
     let write = env
         .done
         .iter()
-        .position(|(_, a)| matches!(a, Action::WriteStatus { job, status, .. } if job.name == "first" && status.conditions.iter().flatten().any(|c| c.type_ == condition::PODS_READY && c.status == "True")))
+        .position(|(_, a)| matches!(a, Action::WriteStatus { job, status, .. } if job.name == "first" && status.conditions().iter().any(|c| c.type_ == condition::PODS_READY && c.status == "True")))
         .expect("PodsReady=True written");
     let dispatch = env
         .done

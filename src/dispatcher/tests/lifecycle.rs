@@ -1,7 +1,6 @@
 //! A dispatched Job's life: PodsReady timeouts and back-off, its copy's fate in the worker, a user who suspends it.
 
 use super::support::*;
-use crate::dispatcher::job::terminal;
 use crate::dispatcher::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::time::Duration;
@@ -201,9 +200,8 @@ fn a_running_job_whose_admitted_condition_another_writer_dropped_says_it_again()
     let mut stale = env.job("train").clone();
     stale
         .status
-        .conditions
-        .iter_mut()
-        .for_each(|c| c.retain(|c| c.type_ != condition::ADMITTED));
+        .conditions_mut()
+        .retain(|c| c.type_ != condition::ADMITTED);
     env.world.upsert_job(stale);
     env.advance(secs(5));
     env.settle();
@@ -285,16 +283,16 @@ fn finished_job_is_mirrored_recorded_and_removed(succeeded: bool, new_style: boo
         annotation(j, RESULT_ANNOTATION).as_deref(),
         Some(expected.as_str())
     );
-    assert_eq!(terminal(&j.status), Some(expected));
+    assert_eq!(j.status.terminal(), Some(expected));
     if succeeded {
-        assert_eq!(j.status.succeeded, Some(2));
-        assert!(j.status.completion_time.is_some());
+        assert_eq!(j.status.job().succeeded, Some(2));
+        assert!(j.status.job().completion_time.is_some());
         assert!(is_true(j, "SuccessCriteriaMet"));
     } else {
-        assert!(j.status.failed.unwrap_or(0) > 0);
+        assert!(j.status.job().failed.unwrap_or(0) > 0);
         assert!(is_true(j, "FailureTarget"));
     }
-    assert_eq!(j.status.active.unwrap_or(0), 0);
+    assert_eq!(j.status.job().active.unwrap_or(0), 0);
     // The result is recorded before the copy is removed.
     let record = acts
         .iter()

@@ -1,7 +1,6 @@
 //! Random runs: invariants after every step, and the caches held to the plain answers.
 
 use super::support::*;
-use crate::dispatcher::job::terminal;
 use crate::dispatcher::*;
 use crate::rng::Rng;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -46,8 +45,8 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
                 env.reachable(c)
                     && m.get(&j.uid).is_some_and(|copy| {
                         !copy.deleting
-                            && terminal(&copy.status).is_none()
-                            && copy.status.active.unwrap_or(0) > 0
+                            && copy.status.terminal().is_none()
+                            && copy.status.job().active.unwrap_or(0) > 0
                             && !env.lost_copies.contains(&((*c).clone(), copy.uid.clone()))
                     })
             })
@@ -288,8 +287,8 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                         rng.below(gang as u64) as i32
                     };
                     let copy = &env.remote[&c][&uid];
-                    if terminal(&copy.status).is_none() {
-                        env.change_copy(&name, &c, |copy| copy.status.ready = Some(ready));
+                    if copy.status.terminal().is_none() {
+                        env.change_copy(&name, &c, |copy| copy.status.job_mut().ready = Some(ready));
                     }
                 }
             }
@@ -311,7 +310,7 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                     if !new_style {
                         old_workers.insert(c.clone());
                     }
-                    if terminal(&env.remote[&c][&uid].status).is_none() {
+                    if env.remote[&c][&uid].status.terminal().is_none() {
                         env.change_copy(&name, &c, |copy| {
                             finish_copy(copy, gang, ok, at, new_style)
                         });

@@ -1,6 +1,7 @@
 //! Builders for Jobs, copies, queues and inventories, and an executor over in-memory workers.
 
 use crate::api::DispatchQueueSpec;
+use crate::dispatcher::kind::{Kind, Part, Status};
 use crate::dispatcher::*;
 use crate::inventory::{parse_yaml, Inventory};
 use crate::placement::{PodShape, PodView};
@@ -101,8 +102,11 @@ pub(super) fn job(name: &str) -> JobBuilder {
         queue: "q".into(),
         priority: 0,
         created: t0(),
-        parallelism: 1,
-        completions: None,
+        parts: vec![Part {
+            name: String::new(),
+            jobs: 1,
+            pods_per_job: 1,
+        }],
         pod: Ok(shape),
         shape_key: key,
         namespace_labels: None,
@@ -117,7 +121,7 @@ pub(super) fn job(name: &str) -> JobBuilder {
         refusals: Default::default(),
         deactivated: None,
         result: None,
-        status: JobStatus::default(),
+        status: Status::default(),
     })
 }
 
@@ -127,7 +131,7 @@ impl JobBuilder {
         self
     }
     pub(super) fn pods(mut self, n: u32) -> Self {
-        self.0.parallelism = n;
+        self.0.parts[0].pods_per_job = n;
         self
     }
     pub(super) fn each(mut self, cpus: u32, gpus: u32) -> Self {
@@ -160,14 +164,14 @@ pub(super) fn copy_of(job: &Job, cluster: &str, uid: &str) -> WorkerCopy {
         key: job.key.clone(),
         uid: uid.to_string(),
         origin_uid: job.uid.clone(),
-        status: JobStatus::default(),
+        status: Status::default(),
         deleting: false,
     }
 }
 
 impl WorkerCopy {
     pub(super) fn status(mut self, status: JobStatus) -> Self {
-        self.status = status;
+        self.status = status.into();
         self
     }
     pub(super) fn deleting(mut self) -> Self {
@@ -282,7 +286,7 @@ impl Env {
         }
         for (c, copies) in &self.remote {
             if self.reachable(c) {
-                world.replace_copies(c, copies.values().cloned().collect());
+                world.replace_copies(c, Kind::Job, copies.values().cloned().collect());
             }
         }
         self.world = world;
@@ -386,7 +390,7 @@ impl Env {
             let refused = action.job().and_then(|key| {
                 let j = self.world.state.jobs.get(key)?;
                 let new = job_after(j, action, now)?;
-                mirror::violation(&j.status, &new.status, new.suspended)
+                Status::violation(&j.status, &new.status, new.suspended)
                     .map(|why| format!("{key}: {action:?}: {why}"))
             });
             if let Some(why) = refused {
@@ -450,7 +454,7 @@ impl Env {
                 let Some(j) = self.world.state.jobs.get(job) else {
                     return Outcome::Done;
                 };
-                match mirror::violation(&j.status, status, j.suspended) {
+                match Status::violation(&j.status, status, j.suspended) {
                     Some(why) => {
                         self.refused.push(format!("{job}: {why}"));
                         Outcome::StatusRefused
@@ -561,7 +565,7 @@ impl Env {
 
     pub(super) fn set_ready(&mut self, name: &str, ready: i32) {
         let c = self.where_(name);
-        self.change_copy(name, &c, |copy| copy.status.ready = Some(ready));
+        self.change_copy(name, &c, |copy| copy.status.job_mut().ready = Some(ready));
     }
 
     /// The copy ends: Complete or Failed, as a 1.31+ Job controller writes it.
@@ -605,7 +609,7 @@ impl Env {
         w.message.clear();
         self.world.upsert_worker(w.clone());
         let copies: Vec<WorkerCopy> = self.remote[cluster].values().cloned().collect();
-        self.world.replace_copies(cluster, copies);
+        self.world.replace_copies(cluster, Kind::Job, copies);
         w.copies_synced = true;
         self.world.upsert_worker(w);
     }
@@ -647,7 +651,7 @@ pub(super) fn finish_copy(
         last_probe_time: Some(at.clone()),
         last_transition_time: Some(at.clone()),
     };
-    let s = &mut copy.status;
+    let s = copy.status.job_mut();
     s.active = Some(0);
     s.ready = Some(0);
     if succeeded {

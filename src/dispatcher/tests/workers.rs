@@ -402,7 +402,7 @@ fn a_pods_ready_timeout_writes_the_requeue_before_removing_the_copy() {
 
 /// The copy's Job controller decided the Job fails (FailureTarget) and has not finished it.
 fn failing(copy: &mut WorkerCopy, at: Time) {
-    copy.status.conditions = Some(vec![JobCondition {
+    copy.status.job_mut().conditions = Some(vec![JobCondition {
         type_: "FailureTarget".into(),
         status: "True".into(),
         reason: Some("PodFailurePolicy".into()),
@@ -410,7 +410,7 @@ fn failing(copy: &mut WorkerCopy, at: Time) {
         last_probe_time: Some(at.clone()),
         last_transition_time: Some(at),
     }]);
-    copy.status.failed = Some(1);
+    copy.status.job_mut().failed = Some(1);
 }
 
 #[test]
@@ -446,7 +446,7 @@ fn a_job_whose_worker_decided_it_fails_ends_failed_when_its_copy_goes() {
             is_true(j, "Failed") && is_true(j, "FailureTarget"),
             "lost {lost}"
         );
-        assert!(j.status.start_time.is_some());
+        assert!(j.status.job().start_time.is_some());
         assert!(!j.holds_quota());
         if lost {
             // The worker comes back: its copy goes.
@@ -485,8 +485,8 @@ fn the_api_servers_rules_on_target_conditions_are_modelled() {
         .is_some_and(|m| m.contains("Complete=True and FailureTarget")));
     // The requeue of a Job with a target condition keeps it: the write stays valid.
     let old = with(&["FailureTarget"]);
-    let requeued = status::requeued(&old, reason::WORKER_LOST, "m", t0());
-    assert_eq!(v(&old, &requeued), None);
+    let requeued = status::requeued(&old.clone().into(), reason::WORKER_LOST, "m", t0());
+    assert_eq!(v(&old, requeued.job()), None);
     // Unsetting completionTime is not "mutating" it (the API server allows it).
     let mut set = with(&[]);
     set.completion_time = Some(at.clone());

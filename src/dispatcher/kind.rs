@@ -1,0 +1,372 @@
+//! The kinds of workload the dispatcher runs, and what each must say for the rest of the
+//! dispatcher (queues, quota, PodsReady, placement, requeue, loss, garbage collection) to be
+//! written once for all of them:
+//!
+//! - where its objects live ([`Kind::resource`]) and what its own controller is called;
+//! - its gang: the pods that must run at once, by pod shape ([`Kind::gang`]);
+//! - how its worker copy differs from the manager's object ([`Kind::prepare_copy`]): the
+//!   kind's own generated fields dropped, every pod template labelled;
+//! - its status ([`Status`]): how the copy's is read, mirrored onto the manager's object under
+//!   the API server's rules for that kind, how many of its pods are Ready, and when and how it
+//!   finished.
+//!
+//! How to suspend one and mark it managed is the same for every kind here: `spec.suspend` and
+//! `spec.managedBy`, as batch/v1 Job, JobSet and Kubeflow's and Ray's jobs all have them.
+//!
+//! Adding a kind is a file beside [`job`] and [`jobset`] with those answers, and one arm in
+//! each `match` of this file (the compiler lists them).
+
+pub(crate) mod job;
+pub(crate) mod jobset;
+
+use super::job::JobResult;
+use super::mirror::Readiness;
+use crate::placement::{PodShape, PodView};
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use kube::api::{ApiResource, GroupVersionKind};
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// A kind of workload the dispatcher runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) enum Kind {
+    /// batch/v1 Job.
+    #[default]
+    Job,
+    /// jobset.x-k8s.io/v1alpha2 JobSet.
+    JobSet,
+}
+
+impl Kind {
+    /// Every kind, in the order the dispatcher watches them.
+    pub(crate) const ALL: [Kind; 2] = [Kind::Job, Kind::JobSet];
+
+    /// The API group (empty for the core group).
+    pub(crate) fn group(self) -> &'static str {
+        match self {
+            Kind::Job => "batch",
+            Kind::JobSet => "jobset.x-k8s.io",
+        }
+    }
+
+    pub(crate) fn version(self) -> &'static str {
+        match self {
+            Kind::Job => "v1",
+            Kind::JobSet => "v1alpha2",
+        }
+    }
+
+    /// The object's `kind`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Job => "Job",
+            Kind::JobSet => "JobSet",
+        }
+    }
+
+    /// The resource, as RBAC and URLs name it.
+    pub(crate) fn plural(self) -> &'static str {
+        match self {
+            Kind::Job => "jobs",
+            Kind::JobSet => "jobsets",
+        }
+    }
+
+    /// `group/version`, as `apiVersion` gives it.
+    pub(crate) fn api_version(self) -> String {
+        format!("{}/{}", self.group(), self.version())
+    }
+
+    /// The kind's objects, read and written as JSON so that fields this version does not know
+    /// are carried over untouched.
+    pub(crate) fn resource(self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(self.group(), self.version(), self.name()),
+            self.plural(),
+        )
+    }
+
+    /// The `spec.managedBy` value that means "the kind's own controller runs it".
+    pub(crate) fn own_controller(self) -> &'static str {
+        match self {
+            Kind::Job => crate::wellknown::JOB_CONTROLLER,
+            Kind::JobSet => jobset::CONTROLLER,
+        }
+    }
+
+    /// The kind of an object from its `apiVersion` and `kind`.
+    pub(crate) fn of(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind && k.api_version() == api_version)
+    }
+
+    /// The gang of the object's `spec`: the pods that must run at once (its shape says why
+    /// not when they cannot be placed).
+    pub(crate) fn gang(self, obj: &Value) -> Gang {
+        match self {
+            Kind::Job => job::gang(obj),
+            Kind::JobSet => jobset::gang(obj),
+        }
+    }
+
+    /// The kind's changes to a worker copy's spec (after the changes common to every kind),
+    /// and the pod templates of the copy, for the dispatcher to label and steer.
+    pub(crate) fn prepare_copy(self, spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
+        match self {
+            Kind::Job => job::prepare_copy(spec),
+            Kind::JobSet => jobset::prepare_copy(spec),
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The pods of a workload that must run at once: one pod shape (as placement sees it) and how
+/// many, made of parts (a Job is one part; a JobSet's replicated Jobs are one each).
+#[derive(Debug, Clone)]
+pub(crate) struct Gang {
+    pub(crate) shape: Result<Arc<PodShape>, String>,
+    /// Gangs with the same key have the same pod template (as far as placement sees it).
+    pub(crate) shape_key: u64,
+    pub(crate) parts: Vec<Part>,
+}
+
+/// A part of a gang: `jobs` Jobs of `pods_per_job` pods each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Part {
+    /// The replicated Job's name (empty for a batch/v1 Job).
+    pub(crate) name: String,
+    pub(crate) jobs: u32,
+    pub(crate) pods_per_job: u32,
+}
+
+impl Part {
+    pub(crate) fn pods(&self) -> u32 {
+        self.jobs.saturating_mul(self.pods_per_job)
+    }
+}
+
+impl Gang {
+    /// The gang of one batch/v1 Job's pods.
+    pub(crate) fn single(shape: Result<Arc<PodShape>, String>, shape_key: u64, pods: u32) -> Self {
+        Gang {
+            shape,
+            shape_key,
+            parts: vec![Part {
+                name: String::new(),
+                jobs: 1,
+                pods_per_job: pods,
+            }],
+        }
+    }
+}
+
+/// A pod template (`{metadata, spec}`) analysed as placement sees it, and its key.
+pub(crate) fn template_shape(
+    template: &Value,
+    name: &str,
+    namespace: &str,
+    field: &str,
+) -> (Result<Arc<PodShape>, String>, u64) {
+    let shape = serde_json::from_value::<PodView>(json!({
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": template["metadata"]["annotations"],
+        },
+        "spec": template["spec"],
+    }))
+    .map_err(|e| format!("{field}: {e}"))
+    .and_then(|view| PodShape::from_view(&view).map_err(|e| format!("{field}: {e}")))
+    .and_then(|shape| {
+        if shape.containers.is_empty() {
+            Err(format!("{field}: no containers"))
+        } else {
+            Ok(Arc::new(shape))
+        }
+    });
+    let key = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        template["spec"].to_string().hash(&mut h);
+        template["metadata"]["annotations"].to_string().hash(&mut h);
+        h.finish()
+    };
+    (shape, key)
+}
+
+/// A count from a spec field, clamped to `u32`.
+pub(crate) fn count(v: &Value) -> Option<u32> {
+    v.as_i64().map(|n| n.clamp(0, i64::from(u32::MAX)) as u32)
+}
+
+/// A workload's status, as its kind's API defines it. The dispatcher's own conditions
+/// (`Admitted`, `PodsReady`, `Requeued`, `Deactivated`) live among its conditions.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Status {
+    Job(JobStatus),
+    JobSet(jobset::JobSetStatus),
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status::Job(JobStatus::default())
+    }
+}
+
+impl From<JobStatus> for Status {
+    fn from(s: JobStatus) -> Self {
+        Status::Job(s)
+    }
+}
+
+impl Status {
+    /// An empty status of `kind`.
+    pub(crate) fn empty(kind: Kind) -> Self {
+        match kind {
+            Kind::Job => Status::Job(JobStatus::default()),
+            Kind::JobSet => Status::JobSet(Default::default()),
+        }
+    }
+
+    /// The object's `status` (absent or null: empty).
+    pub(crate) fn parse(kind: Kind, status: Option<&Value>) -> Result<Self, String> {
+        let Some(v) = status.filter(|v| !v.is_null()) else {
+            return Ok(Status::empty(kind));
+        };
+        let parsed = match kind {
+            Kind::Job => serde_json::from_value(v.clone()).map(Status::Job),
+            Kind::JobSet => serde_json::from_value(v.clone()).map(Status::JobSet),
+        };
+        parsed.map_err(|e| format!("status: {e}"))
+    }
+
+    /// As the API server shows it.
+    pub(crate) fn to_value(&self) -> Value {
+        match self {
+            Status::Job(s) => serde_json::to_value(s),
+            Status::JobSet(s) => serde_json::to_value(s),
+        }
+        .unwrap_or(Value::Null)
+    }
+
+    /// The batch/v1 Job status, if this is one.
+    pub(crate) fn as_job(&self) -> Option<&JobStatus> {
+        match self {
+            Status::Job(s) => Some(s),
+            Status::JobSet(_) => None,
+        }
+    }
+
+    /// The batch/v1 Job status this is (tests only: they know their kind).
+    #[cfg(test)]
+    pub(crate) fn job(&self) -> &JobStatus {
+        self.as_job().expect("a batch/v1 Job status")
+    }
+
+    #[cfg(test)]
+    pub(crate) fn job_mut(&mut self) -> &mut JobStatus {
+        match self {
+            Status::Job(s) => s,
+            Status::JobSet(_) => panic!("a JobSet status, not a batch/v1 Job's"),
+        }
+    }
+
+    pub(crate) fn conditions(&self) -> &[JobCondition] {
+        match self {
+            Status::Job(s) => s.conditions.as_deref().unwrap_or_default(),
+            Status::JobSet(s) => &s.conditions,
+        }
+    }
+
+    pub(crate) fn conditions_mut(&mut self) -> &mut Vec<JobCondition> {
+        match self {
+            Status::Job(s) => s.conditions.get_or_insert_with(Vec::new),
+            Status::JobSet(s) => &mut s.conditions,
+        }
+    }
+
+    /// How the workload ended, if it did.
+    pub(crate) fn terminal(&self) -> Option<JobResult> {
+        match self {
+            Status::Job(s) => super::job::terminal(s),
+            Status::JobSet(s) => jobset::terminal(s),
+        }
+    }
+
+    /// How it will end, when its controller decided before its pods are gone.
+    pub(crate) fn decided(&self) -> Option<JobResult> {
+        match self {
+            Status::Job(s) => super::mirror::decided(s),
+            Status::JobSet(_) => None,
+        }
+    }
+
+    /// The pods of `parts` that are Ready or done, as this (a worker copy's) status tells.
+    pub(crate) fn ready_pods(&self, parts: &[Part]) -> u32 {
+        match self {
+            Status::Job(s) => {
+                let ready = s.ready.unwrap_or(0).max(0) as u32;
+                let succeeded = s.succeeded.unwrap_or(0).max(0) as u32;
+                ready.saturating_add(succeeded)
+            }
+            Status::JobSet(s) => jobset::ready_pods(s, parts),
+        }
+    }
+
+    /// The status the manager's object should have (`self`), given its worker copy's.
+    pub(crate) fn mirrored(&self, remote: &Status, readiness: Readiness, now: SystemTime) -> Status {
+        match (self, remote) {
+            (Status::Job(local), Status::Job(remote)) => {
+                Status::Job(super::mirror::mirrored(local, remote, readiness, now))
+            }
+            (Status::JobSet(local), Status::JobSet(remote)) => {
+                Status::JobSet(jobset::mirrored(local, remote, readiness, now))
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// The final status of a workload whose outcome is known but whose copy cannot say it.
+    pub(crate) fn concluded(&self, result: JobResult, now: SystemTime) -> Status {
+        match self {
+            Status::Job(s) => Status::Job(super::mirror::concluded(s, result, now)),
+            Status::JobSet(s) => Status::JobSet(jobset::concluded(s, result, now)),
+        }
+    }
+
+    /// What stays of the status when the workload is taken back from its worker: the
+    /// counters and conditions its API does not let go back, and the dispatcher's own
+    /// conditions but `PodsReady`.
+    pub(crate) fn taken_back(&self) -> Status {
+        match self {
+            Status::Job(s) => Status::Job(super::mirror::taken_back(s)),
+            Status::JobSet(s) => Status::JobSet(jobset::taken_back(s)),
+        }
+    }
+
+    /// A digest, to recognise a write the API server already refused.
+    pub(crate) fn digest(&self) -> u64 {
+        match self {
+            Status::Job(s) => super::mirror::digest(s),
+            Status::JobSet(s) => jobset::digest(s),
+        }
+    }
+
+    /// The reason the API server would refuse writing `new` over `old`, or `None`.
+    /// `suspended`: the object's `spec.suspend` as written.
+    pub(crate) fn violation(old: &Status, new: &Status, suspended: bool) -> Option<String> {
+        match (old, new) {
+            (Status::Job(old), Status::Job(new)) => super::mirror::violation(old, new, suspended),
+            (Status::JobSet(old), Status::JobSet(new)) => jobset::violation(old, new),
+            _ => Some("status: a status of another kind".into()),
+        }
+    }
+}
