@@ -4,7 +4,8 @@
 //! The Helm chart's Roles and ClusterRoles are written from [`API_USES`] (its test checks they
 //! grant each entry and nothing else), and fake API servers in tests can assert with
 //! [`request_is_covered`] that every request they see is one the chart allows. A new API call
-//! in the code therefore needs a line here, and the chart follows.
+//! in the code therefore needs a line here, and the chart follows. Entries of an optional
+//! [`Feature`] are granted only where the chart turns it on (`jobset.enabled`).
 
 /// Whose identity an API call is made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,11 +54,23 @@ pub struct ApiUse {
     pub resource: &'static str,
     pub verbs: &'static [&'static str],
     pub scope: Scope,
+    /// The optional part of Switchyard the call belongs to; `None`: always made.
+    pub feature: Option<Feature>,
     /// What the call is for, in one line.
     pub why: &'static str,
 }
 
+/// An optional part of Switchyard. Its table entries apply, and the chart grants them, only
+/// where it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// JobSets (`jobset.x-k8s.io/v1alpha2`) as a job kind beside batch/v1 Job; the chart's
+    /// `jobset.enabled` (`auto`: where the cluster serves that API).
+    JobSet,
+}
+
 const NRT_GROUP: &str = "topology.node.k8s.io";
+const JOBSET_GROUP: &str = "jobset.x-k8s.io";
 const NODE_LEASE_NAMESPACE: &str = crate::workers::virtual_node::NODE_LEASE_NAMESPACE;
 
 /// What the code does and what the roles being built will do (the dispatcher, the
@@ -70,6 +83,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "namespaces",
         verbs: &["get", "list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "webhooks and dispatcher: Namespace labels (managedNamespaces, a queue's namespaceSelector)",
     },
     // --- both: the extender
@@ -79,6 +93,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "pods/binding",
         verbs: &["create"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "extender bind: post the Binding of a pod kube-scheduler placed through Switchyard",
     },
     // --- manager: virtual nodes
@@ -88,6 +103,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "nodes",
         verbs: &["get", "list", "create", "patch", "delete"],
         scope: Scope::Cluster,
+        feature: None,
         why: "virtual nodes: one Node switchyard-<cluster> per worker, created, updated and removed with it; listed by label to remove those of WorkerClusters deleted while no replica led",
     },
     ApiUse {
@@ -96,6 +112,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "nodes/status",
         verbs: &["patch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "virtual nodes: capacity and conditions follow the worker's inventory and connection",
     },
     ApiUse {
@@ -104,6 +121,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "leases",
         verbs: &["get", "create", "update", "patch", "delete"],
         scope: Scope::Namespace(NODE_LEASE_NAMESPACE),
+        feature: None,
         why: "virtual nodes: the node heartbeat Lease, renewed like a kubelet's and removed with the node",
     },
     // --- manager: WorkerCluster controller
@@ -113,6 +131,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "workerclusters",
         verbs: &["get", "list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "WorkerCluster controller: the worker clusters to connect to",
     },
     ApiUse {
@@ -121,6 +140,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "workerclusters/status",
         verbs: &["patch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "WorkerCluster controller: the Active condition, connection state and inventory summary",
     },
     ApiUse {
@@ -129,6 +149,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "secrets",
         verbs: &["get", "list", "watch"],
         scope: Scope::OwnNamespace,
+        feature: None,
         why: "WorkerCluster controller: the kubeconfig Secrets WorkerClusters point to",
     },
     // --- manager: leader election
@@ -138,6 +159,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "leases",
         verbs: &["get", "create", "update"],
         scope: Scope::OwnNamespace,
+        feature: None,
         why: "leader election: only one replica dispatches at a time",
     },
     // --- manager: the dispatcher
@@ -147,6 +169,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "jobs",
         verbs: &["get", "list", "watch", "patch"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "dispatcher: queued Jobs (label switchyard.dev/queue-name); unsuspend and annotate them",
     },
     ApiUse {
@@ -155,7 +178,26 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "jobs/status",
         verbs: &["patch"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "dispatcher: mirror the worker copy's status onto the manager's Job",
+    },
+    ApiUse {
+        role: Role::Manager,
+        group: JOBSET_GROUP,
+        resource: "jobsets",
+        verbs: &["get", "list", "watch", "patch"],
+        scope: Scope::AllNamespaces,
+        feature: Some(Feature::JobSet),
+        why: "dispatcher: queued JobSets (label switchyard.dev/queue-name); unsuspend and annotate them",
+    },
+    ApiUse {
+        role: Role::Manager,
+        group: JOBSET_GROUP,
+        resource: "jobsets/status",
+        verbs: &["patch"],
+        scope: Scope::AllNamespaces,
+        feature: Some(Feature::JobSet),
+        why: "dispatcher: mirror the worker copy's status onto the manager's JobSet",
     },
     ApiUse {
         role: Role::Manager,
@@ -163,6 +205,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "events",
         verbs: &["create", "patch"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "dispatcher: Events on Jobs (admitted, dispatched, requeued, why pending)",
     },
     ApiUse {
@@ -171,6 +214,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "dispatchqueues",
         verbs: &["get", "list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "dispatcher: the queues, their quota and clusters",
     },
     ApiUse {
@@ -179,6 +223,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "dispatchqueues/status",
         verbs: &["patch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "dispatcher: queue counts and the Active condition",
     },
     ApiUse {
@@ -187,6 +232,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "priorityclasses",
         verbs: &["list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "dispatcher: Job priority from its pods' priorityClassName",
     },
     // --- worker: the extender over the local cluster
@@ -196,6 +242,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "nodes",
         verbs: &["list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "live inventory: the nodes the extender judges",
     },
     ApiUse {
@@ -204,6 +251,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "pods",
         verbs: &["list", "watch"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "live inventory: what the running pods already hold on each node",
     },
     ApiUse {
@@ -212,6 +260,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "noderesourcetopologies",
         verbs: &["list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "live inventory: per-NUMA-zone resources and each node's Topology Manager policy",
     },
     // --- worker side: the manager's dispatcher in a worker
@@ -221,7 +270,17 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "jobs",
         verbs: &["create", "get", "list", "watch", "delete"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "dispatcher: create the worker copy of a Job, follow it, and delete it when the manager's goes",
+    },
+    ApiUse {
+        role: Role::WorkerSide,
+        group: JOBSET_GROUP,
+        resource: "jobsets",
+        verbs: &["create", "get", "list", "watch", "delete"],
+        scope: Scope::AllNamespaces,
+        feature: Some(Feature::JobSet),
+        why: "dispatcher: create the worker copy of a JobSet, follow it, and delete it when the manager's goes",
     },
     ApiUse {
         role: Role::WorkerSide,
@@ -229,6 +288,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "nodes",
         verbs: &["list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "manager's inventory of this worker: its nodes",
     },
     ApiUse {
@@ -237,6 +297,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "pods",
         verbs: &["list", "watch"],
         scope: Scope::AllNamespaces,
+        feature: None,
         why: "manager's inventory of this worker: what its pods hold",
     },
     ApiUse {
@@ -245,6 +306,7 @@ pub(crate) const API_USES: &[ApiUse] = &[
         resource: "noderesourcetopologies",
         verbs: &["list", "watch"],
         scope: Scope::Cluster,
+        feature: None,
         why: "manager's inventory of this worker: its NUMA zones",
     },
 ];
@@ -369,16 +431,38 @@ fn query_flag(query: &str, key: &str) -> bool {
         .any(|(k, v)| k == key && matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
 }
 
-/// The entries that apply to calls made as `identity`.
+/// The entries that apply to calls made as `identity` with no optional feature on.
 pub fn uses_for(identity: Role) -> impl Iterator<Item = &'static ApiUse> {
-    API_USES.iter().filter(move |u| u.role.applies_to(identity))
+    uses_with(identity, &[])
+}
+
+/// The entries that apply to calls made as `identity` with `features` on: those of no
+/// feature and those of a feature in the list.
+pub fn uses_with(
+    identity: Role,
+    features: &[Feature],
+) -> impl Iterator<Item = &'static ApiUse> + '_ {
+    API_USES.iter().filter(move |u| {
+        u.role.applies_to(identity) && u.feature.is_none_or(|f| features.contains(&f))
+    })
 }
 
 /// Whether the table allows `identity` (Manager, Worker or WorkerSide; Both: both pods) to
-/// make this request. Uses in Switchyard's own namespace accept any single namespace; use
-/// [`request_is_covered_in`] to pin it.
+/// make this request with no optional feature on. Uses in Switchyard's own namespace accept
+/// any single namespace; use [`request_is_covered_in`] to pin it.
 pub fn request_is_covered(identity: Role, method: &str, path_and_query: &str) -> bool {
-    covered(identity, None, method, path_and_query)
+    covered(identity, &[], None, method, path_and_query)
+}
+
+/// [`request_is_covered`] with `features` on, e.g. `&[Feature::JobSet]` for a dispatcher
+/// that handles JobSets.
+pub fn request_is_covered_with(
+    identity: Role,
+    features: &[Feature],
+    method: &str,
+    path_and_query: &str,
+) -> bool {
+    covered(identity, features, None, method, path_and_query)
 }
 
 /// [`request_is_covered`] with Switchyard's namespace known.
@@ -389,14 +473,20 @@ pub(crate) fn request_is_covered_in(
     method: &str,
     path_and_query: &str,
 ) -> bool {
-    covered(identity, Some(own_namespace), method, path_and_query)
+    covered(identity, &[], Some(own_namespace), method, path_and_query)
 }
 
-fn covered(identity: Role, own: Option<&str>, method: &str, path_and_query: &str) -> bool {
+fn covered(
+    identity: Role,
+    features: &[Feature],
+    own: Option<&str>,
+    method: &str,
+    path_and_query: &str,
+) -> bool {
     if identity == Role::Both {
         return [Role::Manager, Role::Worker]
             .into_iter()
-            .all(|r| covered(r, own, method, path_and_query));
+            .all(|r| covered(r, features, own, method, path_and_query));
     }
     match parse_request(method, path_and_query) {
         None => false,
@@ -409,7 +499,7 @@ fn covered(identity: Role, own: Option<&str>, method: &str, path_and_query: &str
                         None => path == *u,
                     })
         }
-        Some(Request::Resource(r)) => uses_for(identity).any(|u| use_covers(u, &r, own)),
+        Some(Request::Resource(r)) => uses_with(identity, features).any(|u| use_covers(u, &r, own)),
     }
 }
 
@@ -594,6 +684,211 @@ mod tests {
             lease
         ));
         assert!(!request_is_covered_in(Manager, "elsewhere", "GET", lease));
+    }
+
+    /// JobSet paths as kube-rs builds them for `Api::<JobSet>::namespaced` (the same shapes as
+    /// the captured Job lines above, in the CRD's group and version).
+    #[test]
+    fn jobset_paths_parse_as_the_api_server_authorizes_them() {
+        const JS: &str = "/apis/jobset.x-k8s.io/v1alpha2";
+        // Method, path, resource, verb, namespace, name.
+        type Case = (
+            &'static str,
+            String,
+            &'static str,
+            &'static str,
+            Option<&'static str>,
+            Option<&'static str>,
+        );
+        let cases: &[Case] = &[
+            ("GET", format!("{JS}/namespaces/research/jobsets?limit=1"), "jobsets", "list", Some("research"), None),
+            ("GET", format!("{JS}/namespaces/research/jobsets?watch=true&timeoutSeconds=5&allowWatchBookmarks=true&resourceVersion=348"), "jobsets", "watch", Some("research"), None),
+            ("GET", format!("{JS}/jobsets?watch=true&labelSelector=switchyard.dev%2Fqueue-name"), "jobsets", "watch", None, None),
+            ("GET", format!("{JS}/namespaces/research/jobsets/trainer"), "jobsets", "get", Some("research"), Some("trainer")),
+            ("POST", format!("{JS}/namespaces/research/jobsets?"), "jobsets", "create", Some("research"), None),
+            ("PATCH", format!("{JS}/namespaces/research/jobsets/trainer?fieldManager=switchyard"), "jobsets", "patch", Some("research"), Some("trainer")),
+            ("PATCH", format!("{JS}/namespaces/research/jobsets/trainer/status?"), "jobsets/status", "patch", Some("research"), Some("trainer")),
+            ("PUT", format!("{JS}/namespaces/research/jobsets/trainer/status"), "jobsets/status", "update", Some("research"), Some("trainer")),
+            ("DELETE", format!("{JS}/namespaces/research/jobsets/trainer?"), "jobsets", "delete", Some("research"), Some("trainer")),
+            ("DELETE", format!("{JS}/namespaces/research/jobsets"), "jobsets", "deletecollection", Some("research"), None),
+        ];
+        for (method, path, res, verb, ns, name) in cases {
+            let r = resource(method, path);
+            assert_eq!(
+                (
+                    r.group.as_str(),
+                    r.resource.as_str(),
+                    r.verb,
+                    r.namespace.as_deref(),
+                    r.name.as_deref()
+                ),
+                ("jobset.x-k8s.io", *res, *verb, *ns, *name),
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn jobset_calls_are_allowed_only_with_the_feature_on() {
+        use Role::*;
+        const JS: &str = "/apis/jobset.x-k8s.io/v1alpha2";
+        // (identity, method, path, allowed with JobSet on); never allowed with it off.
+        let cases: &[(Role, &str, String, bool)] = &[
+            // The manager's dispatcher: the same calls as on its Jobs.
+            (
+                Manager,
+                "GET",
+                format!("{JS}/jobsets?watch=true&resourceVersion=1"),
+                true,
+            ),
+            (
+                Manager,
+                "GET",
+                format!("{JS}/namespaces/research/jobsets/trainer"),
+                true,
+            ),
+            (
+                Manager,
+                "PATCH",
+                format!("{JS}/namespaces/research/jobsets/trainer?"),
+                true,
+            ),
+            (
+                Manager,
+                "PATCH",
+                format!("{JS}/namespaces/research/jobsets/trainer/status?"),
+                true,
+            ),
+            (
+                Manager,
+                "PUT",
+                format!("{JS}/namespaces/research/jobsets/trainer/status"),
+                false,
+            ),
+            (
+                Manager,
+                "POST",
+                format!("{JS}/namespaces/research/jobsets?"),
+                false,
+            ),
+            (
+                Manager,
+                "DELETE",
+                format!("{JS}/namespaces/research/jobsets/trainer"),
+                false,
+            ),
+            // The dispatcher in a worker: create, follow and delete the copy.
+            (
+                WorkerSide,
+                "POST",
+                format!("{JS}/namespaces/research/jobsets?"),
+                true,
+            ),
+            (
+                WorkerSide,
+                "GET",
+                format!("{JS}/namespaces/research/jobsets?watch=1"),
+                true,
+            ),
+            (
+                WorkerSide,
+                "GET",
+                format!("{JS}/namespaces/research/jobsets/trainer"),
+                true,
+            ),
+            (
+                WorkerSide,
+                "DELETE",
+                format!("{JS}/namespaces/research/jobsets/trainer?"),
+                true,
+            ),
+            (
+                WorkerSide,
+                "DELETE",
+                format!("{JS}/namespaces/research/jobsets"),
+                false,
+            ),
+            (
+                WorkerSide,
+                "PATCH",
+                format!("{JS}/namespaces/research/jobsets/trainer/status"),
+                false,
+            ),
+            // The worker's own pods never touch JobSets.
+            (Worker, "GET", format!("{JS}/jobsets?"), false),
+            (Both, "GET", format!("{JS}/jobsets?"), false),
+            // Another version or group is another API.
+            (
+                Manager,
+                "GET",
+                "/apis/jobset.x-k8s.io/v1alpha2/namespaces/research/jobs/trainer".into(),
+                false,
+            ),
+            (
+                Manager,
+                "GET",
+                "/apis/batch/v1/namespaces/research/jobsets/trainer".into(),
+                false,
+            ),
+        ];
+        for (role, method, path, want) in cases {
+            assert_eq!(
+                request_is_covered_with(*role, &[Feature::JobSet], method, path),
+                *want,
+                "{role:?} {method} {path} with JobSet"
+            );
+            assert!(
+                !request_is_covered(*role, method, path),
+                "{role:?} {method} {path} without JobSet"
+            );
+        }
+        // The feature adds to the table; everything else is allowed as before.
+        let job = "/apis/batch/v1/namespaces/research/jobs/cap-status/status?";
+        assert!(request_is_covered_with(
+            Manager,
+            &[Feature::JobSet],
+            "PATCH",
+            job
+        ));
+        assert!(request_is_covered(Manager, "PATCH", job));
+    }
+
+    #[test]
+    fn jobset_entries_mirror_the_job_entries() {
+        // Whatever the dispatcher does to a Job it does to a JobSet, so the verbs match.
+        let feature_uses: Vec<&ApiUse> = API_USES
+            .iter()
+            .filter(|u| u.feature == Some(Feature::JobSet))
+            .collect();
+        assert!(!feature_uses.is_empty());
+        for u in &feature_uses {
+            assert_eq!(u.group, JOBSET_GROUP, "{u:?}");
+        }
+        let jobs: Vec<_> = API_USES
+            .iter()
+            .filter(|u| u.group == "batch")
+            .map(|u| {
+                (
+                    u.role,
+                    u.resource.replace("jobs", "jobsets"),
+                    u.verbs,
+                    u.scope,
+                )
+            })
+            .collect();
+        let jobsets: Vec<_> = feature_uses
+            .iter()
+            .map(|u| (u.role, u.resource.to_string(), u.verbs, u.scope))
+            .collect();
+        assert_eq!(jobs, jobsets);
+        for identity in [Role::Manager, Role::Worker, Role::WorkerSide] {
+            assert!(uses_for(identity).all(|u| u.feature.is_none()));
+            assert_eq!(
+                uses_with(identity, &[Feature::JobSet]).count(),
+                uses_for(identity).count()
+                    + feature_uses.iter().filter(|u| u.role == identity).count()
+            );
+        }
     }
 
     #[test]

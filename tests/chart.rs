@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use switchyard::cli::{Cli, Command as Sub, ServeArgs};
 use switchyard::config::{FileConfig, ServeSettings, TlsSource};
-use switchyard::rbac::{self, Role, Scope};
+use switchyard::rbac::{self, Feature, Role, Scope};
 use switchyard::wellknown;
 
 const RELEASE: &str = "switchyard";
@@ -119,38 +119,38 @@ struct Rendered {
 }
 
 fn try_render(values: Value) -> Option<Result<Rendered, String>> {
+    try_render_on(values, &[])
+}
+
+/// [`try_render`] for a cluster that serves these API versions besides the built-in ones
+/// (`helm template --api-versions`): `group/version`, or `group/version/Kind`.
+fn try_render_on(values: Value, api_versions: &[&str]) -> Option<Result<Rendered, String>> {
     let helm = helm()?;
-    Some(
-        run_helm(
-            helm,
-            &[
-                "template",
-                chart_dir().to_str().unwrap(),
-                RELEASE,
-                NAMESPACE,
-            ],
-            &values,
-        )
-        .map(|out| {
-            let mut docs = Vec::new();
-            let mut notes = String::new();
-            for (path, text) in out["manifests"].as_object().unwrap() {
-                let text = text.as_str().unwrap();
-                if path.ends_with("NOTES.txt") {
-                    notes = text.to_string();
-                    continue;
-                }
-                for chunk in split_documents(text) {
-                    let value: Value = serde_yaml::from_str(&chunk)
-                        .unwrap_or_else(|e| panic!("{path} is not YAML: {e}\n{chunk}"));
-                    if !value.is_null() {
-                        docs.push(Doc { value, text: chunk });
-                    }
+    let chart = chart_dir();
+    let mut args = vec!["template", chart.to_str().unwrap(), RELEASE, NAMESPACE];
+    let api_versions = api_versions.join(",");
+    if !api_versions.is_empty() {
+        args.extend(["--api-versions", &api_versions]);
+    }
+    Some(run_helm(helm, &args, &values).map(|out| {
+        let mut docs = Vec::new();
+        let mut notes = String::new();
+        for (path, text) in out["manifests"].as_object().unwrap() {
+            let text = text.as_str().unwrap();
+            if path.ends_with("NOTES.txt") {
+                notes = text.to_string();
+                continue;
+            }
+            for chunk in split_documents(text) {
+                let value: Value = serde_yaml::from_str(&chunk)
+                    .unwrap_or_else(|e| panic!("{path} is not YAML: {e}\n{chunk}"));
+                if !value.is_null() {
+                    docs.push(Doc { value, text: chunk });
                 }
             }
-            Rendered { docs, notes }
-        }),
-    )
+        }
+        Rendered { docs, notes }
+    }))
 }
 
 fn split_documents(text: &str) -> Vec<String> {
@@ -170,8 +170,16 @@ fn split_documents(text: &str) -> Vec<String> {
 /// Renders with these values (merged over the chart's defaults by Helm), or `None` when the
 /// tests run without Helm.
 fn render(values: Value) -> Option<Rendered> {
-    try_render(values.clone())
-        .map(|r| r.unwrap_or_else(|e| panic!("the chart does not render with {values}: {e}")))
+    render_on(values, &[])
+}
+
+/// [`render`] for a cluster that serves these API versions (see [`try_render_on`]).
+fn render_on(values: Value, api_versions: &[&str]) -> Option<Rendered> {
+    try_render_on(values.clone(), api_versions).map(|r| {
+        r.unwrap_or_else(|e| {
+            panic!("the chart does not render with {values} on {api_versions:?}: {e}")
+        })
+    })
 }
 
 /// Helm's refusal of these values.
@@ -476,6 +484,8 @@ fn helm_lint_is_clean_for_each_role_and_option() {
         json!({"scheduler": {"enabled": true, "extender": {"bind": true}}, "metrics": {"serviceMonitor": {"enabled": true}}}),
         json!({"certManager": {"enabled": false}, "tls": {"secretName": "mine", "caBundle": ca}, "scheduler": {"enabled": true}}),
         json!({"certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca", "group": "cert-manager.io"}}}),
+        json!({"jobset": {"enabled": true}}),
+        json!({"role": "worker", "jobset": {"enabled": true}}),
     ] {
         let report = run_helm(
             helm,
@@ -1173,11 +1183,12 @@ fn assert_rules_say_why(role: &Doc) {
     assert_eq!(rules, role.value["rules"].as_array().unwrap().len());
 }
 
-fn assert_rbac_is_the_table(r: &Rendered, identity: Role, sa: &str) {
+/// The chart grants `sa` exactly the table's entries for `identity` with `features` on.
+fn assert_rbac_is_the_table(r: &Rendered, identity: Role, features: &[Feature], sa: &str) {
     let granted = grants(r, sa);
     let own = NAMESPACE;
     // Every use of the table is granted, in its scope.
-    for u in rbac::uses_for(identity) {
+    for u in rbac::uses_with(identity, features) {
         for verb in u.verbs {
             let ok = granted.iter().any(|(g, res, v, ns)| {
                 g == u.group
@@ -1191,14 +1202,14 @@ fn assert_rbac_is_the_table(r: &Rendered, identity: Role, sa: &str) {
             });
             assert!(
                 ok,
-                "{identity:?} ({sa}) lacks {verb} on {}/{} ({:?}): {}",
+                "{identity:?} ({sa}, {features:?}) lacks {verb} on {}/{} ({:?}): {}",
                 u.group, u.resource, u.scope, u.why
             );
         }
     }
     // Nothing is granted that the table does not list, nor wider than it lists it.
     for (g, res, v, ns) in &granted {
-        let listed = rbac::uses_for(identity).any(|u| {
+        let listed = rbac::uses_with(identity, features).any(|u| {
             u.group == g
                 && u.resource == res
                 && u.verbs.contains(&v.as_str())
@@ -1211,7 +1222,7 @@ fn assert_rbac_is_the_table(r: &Rendered, identity: Role, sa: &str) {
         });
         assert!(
             listed,
-            "{identity:?} ({sa}) is granted {v} on {g}/{res} in {} but src/rbac.rs does not list it there: add the use to API_USES or remove the rule",
+            "{identity:?} ({sa}, {features:?}) is granted {v} on {g}/{res} in {} but src/rbac.rs does not list it there: add the use to API_USES or remove the rule",
             ns.as_deref().unwrap_or("the whole cluster")
         );
     }
@@ -1222,14 +1233,167 @@ fn rbac_grants_each_role_exactly_the_api_calls_the_code_makes() {
     let Some(manager) = render(json!({"scheduler": {"enabled": true}})) else {
         return;
     };
-    assert_rbac_is_the_table(&manager, Role::Manager, RELEASE);
+    assert_rbac_is_the_table(&manager, Role::Manager, &[], RELEASE);
     let Some(worker) = render(json!({"role": "worker", "scheduler": {"enabled": true}})) else {
         return;
     };
-    assert_rbac_is_the_table(&worker, Role::Worker, RELEASE);
-    assert_rbac_is_the_table(&worker, Role::WorkerSide, &format!("{RELEASE}-dispatcher"));
+    assert_rbac_is_the_table(&worker, Role::Worker, &[], RELEASE);
+    assert_rbac_is_the_table(
+        &worker,
+        Role::WorkerSide,
+        &[],
+        &format!("{RELEASE}-dispatcher"),
+    );
     // The scheduler's own rule (beyond the upstream ClusterRoles) says why too.
     assert_rules_say_why(manager.doc("Role", &format!("{RELEASE}-scheduler-leader")));
+}
+
+// ---------------------------------------------------------------------------------------
+// JobSet
+
+const JOBSET_API: &str = "jobset.x-k8s.io/v1alpha2";
+// The paths the server answers JobSet reviews on, as issue 22 decided them (src/server.rs).
+const MUTATE_JOBSET_PATH: &str = "/mutate-jobset-x-k8s-io-v1alpha2-jobset";
+const VALIDATE_JOBSET_PATH: &str = "/validate-jobset-x-k8s-io-v1alpha2-jobset";
+
+/// Values for jobset.enabled, what the cluster serves, and whether JobSets are then on.
+fn jobset_settings() -> Vec<(Value, Vec<&'static str>, bool)> {
+    vec![
+        // auto: by the API versions Helm sees (a group/version, or a group/version/Kind).
+        (json!({}), vec![], false),
+        (json!({}), vec![JOBSET_API], true),
+        (json!({}), vec!["jobset.x-k8s.io/v1alpha2/JobSet"], true),
+        (
+            json!({"jobset": {"enabled": "auto"}}),
+            vec!["jobset.x-k8s.io/v1alpha1"],
+            false,
+        ),
+        (json!({"jobset": {"enabled": true}}), vec![], true),
+        (
+            json!({"jobset": {"enabled": false}}),
+            vec![JOBSET_API],
+            false,
+        ),
+    ]
+}
+
+#[test]
+fn jobset_rbac_and_webhooks_follow_the_value_and_the_cluster() {
+    for (jobset, api_versions, on) in jobset_settings() {
+        let features: &[Feature] = if on { &[Feature::JobSet] } else { &[] };
+        for role in ["manager", "worker"] {
+            let mut values = jobset.clone();
+            values["role"] = json!(role);
+            let case = format!("{values} on {api_versions:?}");
+            let Some(r) = render_on(values, &api_versions) else {
+                return;
+            };
+            if role == "manager" {
+                assert_rbac_is_the_table(&r, Role::Manager, features, RELEASE);
+                let names: Vec<&str> = webhooks(&r).iter().map(|(_, _, h)| s(&h["name"])).collect();
+                let mut want = vec!["mutate-job.switchyard.dev"];
+                want.extend(on.then_some("mutate-jobset.switchyard.dev"));
+                want.push("validate-job.switchyard.dev");
+                want.extend(on.then_some("validate-jobset.switchyard.dev"));
+                assert_eq!(names, want, "{case}");
+            } else {
+                assert_rbac_is_the_table(&r, Role::Worker, features, RELEASE);
+                assert_rbac_is_the_table(
+                    &r,
+                    Role::WorkerSide,
+                    features,
+                    &format!("{RELEASE}-dispatcher"),
+                );
+            }
+            if on {
+                assert!(r.notes.contains("JobSets"), "{case}: the notes say so");
+            } else {
+                // Off, nothing about JobSets is rendered, not even a comment.
+                for text in r.docs.iter().map(|d| &d.text).chain([&r.notes]) {
+                    assert!(
+                        !text.to_ascii_lowercase().contains("jobset"),
+                        "{case}:\n{text}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The JobSet hooks are the Job hooks for another resource, whatever the webhook values: only
+/// the name, the path and the rule's group, version and resource differ.
+#[test]
+fn jobset_webhooks_mirror_the_job_webhooks() {
+    let variants = [
+        json!({}),
+        json!({"config": {"defaultQueue": "research", "managedNamespaces": {}}}),
+        json!({"webhooks": {
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 12,
+            "namespaceSelector": {
+                "matchLabels": {"switchyard.dev/managed": "true"},
+                "matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]
+            },
+            "mutating": {"reinvocationPolicy": "IfNeeded", "objectSelector": {"matchLabels": {"batch": "yes"}}},
+            "validating": {"objectSelector": {"matchLabels": {"batch": "yes"}}}
+        }}),
+        json!({"certManager": {"enabled": false}, "tls": {"secretName": "mine", "caBundle": base64_ca()}}),
+    ];
+    for mut values in variants {
+        values["jobset"] = json!({"enabled": true});
+        let Some(r) = render(values.clone()) else {
+            return;
+        };
+        for (kind, config, job_hook, jobset_hook, path, operations) in [
+            (
+                "MutatingWebhookConfiguration",
+                "mutating",
+                "mutate-job.switchyard.dev",
+                "mutate-jobset.switchyard.dev",
+                MUTATE_JOBSET_PATH,
+                json!(["CREATE"]),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                "validating",
+                "validate-job.switchyard.dev",
+                "validate-jobset.switchyard.dev",
+                VALIDATE_JOBSET_PATH,
+                json!(["CREATE", "UPDATE"]),
+            ),
+        ] {
+            let hooks = r.get(kind, &format!("{RELEASE}-{config}"))["webhooks"]
+                .as_array()
+                .unwrap();
+            let hook = |name: &str| {
+                hooks
+                    .iter()
+                    .find(|h| h["name"] == name)
+                    .unwrap_or_else(|| panic!("{values}: no {name} in {kind}"))
+            };
+            let (job, jobset) = (hook(job_hook), hook(jobset_hook));
+            assert_eq!(
+                jobset["rules"],
+                json!([{
+                    "apiGroups": ["jobset.x-k8s.io"],
+                    "apiVersions": ["v1alpha2"],
+                    "resources": ["jobsets"],
+                    "operations": operations,
+                    "scope": "Namespaced"
+                }]),
+                "{values}: {kind}"
+            );
+            assert_eq!(
+                job["rules"][0]["operations"], operations,
+                "{values}: {kind}"
+            );
+            let mut mirrored = job.clone();
+            mirrored["name"] = json!(jobset_hook);
+            mirrored["clientConfig"]["service"]["path"] = json!(path);
+            mirrored["rules"] = jobset["rules"].clone();
+            assert_eq!(jobset, &mirrored, "{values}: {kind}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1371,6 +1535,8 @@ fn bad_values_are_refused_at_install_with_a_message_naming_them() {
             json!({"leaderElection": {"leaseName": "Not Valid"}}),
             "/leaderElection/leaseName",
         ),
+        (json!({"jobset": {"enabled": "yes"}}), "/jobset/enabled"),
+        (json!({"jobset": {"enable": true}}), "enable"),
         // A check the schema cannot make, from the template.
         (
             json!({"config": {"defaultQueue": "research"}, "webhooks": {"mutating": {"objectSelector": {"matchExpressions": [{"key": wellknown::QUEUE_LABEL, "operator": "Exists"}]}}}}),

@@ -152,3 +152,14 @@ extenders:
     ignorable: {{ $s.extender.ignorable }}
     # No managedResources: CPU-only Guaranteed pods need NUMA alignment too.
 {{- end -}}
+
+{{/* "true" when the chart grants and hooks JobSets, else empty: jobset.enabled true or
+     false, or auto: when this cluster serves jobset.x-k8s.io/v1alpha2 (Helm asks the API
+     server at install and upgrade; `helm template` needs --api-versions for it). */}}
+{{- define "switchyard.jobsetEnabled" -}}
+{{- $on := .Values.jobset.enabled -}}
+{{- if eq (toString $on) "auto" -}}
+{{- $on = or (.Capabilities.APIVersions.Has "jobset.x-k8s.io/v1alpha2") (.Capabilities.APIVersions.Has "jobset.x-k8s.io/v1alpha2/JobSet") -}}
+{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
