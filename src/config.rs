@@ -64,6 +64,9 @@ pub struct FileConfig {
     pub(crate) worker_qps: Option<f64>,
     pub(crate) worker_burst: Option<u32>,
     pub(crate) manager_id: Option<String>,
+    /// Whether JobSets are dispatched: `auto` (when the manager serves the JobSet API at
+    /// start-up), `true` or `false`. The chart sets it as it decided its RBAC and webhooks.
+    pub(crate) jobsets: Option<crate::dispatcher::live::JobSets>,
 }
 
 /// `leaderElection` in the configuration file.
@@ -195,6 +198,8 @@ pub struct ServeSettings {
     /// Names this manager on the worker copies it creates (`switchyard.dev/origin`), so two
     /// managers sharing a worker never touch each other's copies.
     pub(crate) manager_id: String,
+    /// Whether the dispatcher runs JobSets too.
+    pub(crate) jobsets: crate::dispatcher::live::JobSets,
 }
 
 /// The ports `serve` listens on unless `listen` and `probeListen` say otherwise.
@@ -241,6 +246,7 @@ impl ServeSettings {
             worker_qps: 100.0,
             worker_burst: 200,
             manager_id: DEFAULT_MANAGER_ID.into(),
+            jobsets: Default::default(),
         }
     }
 
@@ -391,6 +397,7 @@ impl ServeSettings {
             role,
             namespace,
             manager_id,
+            jobsets: file.jobsets.unwrap_or_default(),
             leader_election,
             virtual_nodes: !args.no_virtual_nodes && file.virtual_nodes.unwrap_or(true),
             worker_qps,
@@ -695,6 +702,22 @@ mod tests {
         let err = FileConfig::parse("leaderElection:\n  leaseNme: x\n").unwrap_err();
         assert!(err.contains("leaseNme"), "{err}");
         assert!(FileConfig::parse("role: boss\n").is_err());
+    }
+
+    #[test]
+    fn jobsets_are_auto_unless_the_file_says_true_or_false() {
+        use crate::dispatcher::live::JobSets;
+        let resolve = |yaml: &str| {
+            ServeSettings::resolve(&args(), FileConfig::parse(yaml).unwrap())
+                .unwrap()
+                .jobsets
+        };
+        assert_eq!(resolve(""), JobSets::Auto);
+        assert_eq!(resolve("jobsets: auto\n"), JobSets::Auto);
+        assert_eq!(resolve("jobsets: true\n"), JobSets::Enabled);
+        assert_eq!(resolve("jobsets: false\n"), JobSets::Disabled);
+        let err = FileConfig::parse("jobsets: maybe\n").unwrap_err();
+        assert!(err.contains("not auto, true or false"), "{err}");
     }
 
     #[test]

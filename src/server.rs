@@ -8,9 +8,10 @@ use crate::inventory::InventoryStore;
 use crate::metrics::Metrics;
 use crate::namespaces::NamespaceLabels;
 use crate::tls::{self, CertificateStore};
-use crate::webhook::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook};
+use crate::webhook::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook, Kind};
 use crate::wellknown::{
-    HEALTHZ_PATH, METRICS_PATH, MUTATE_JOB_PATH, READYZ_PATH, VALIDATE_JOB_PATH,
+    HEALTHZ_PATH, METRICS_PATH, MUTATE_JOBSET_PATH, MUTATE_JOB_PATH, READYZ_PATH,
+    VALIDATE_JOBSET_PATH, VALIDATE_JOB_PATH,
 };
 use actix_web::dev::{ServerHandle, Service};
 use actix_web::http::{header, StatusCode};
@@ -460,6 +461,7 @@ fn start_manager(
             engine: settings.extender.engine,
             ..Default::default()
         },
+        jobsets: settings.jobsets,
         ..Default::default()
     };
     background.push(
@@ -549,18 +551,43 @@ pub async fn run(settings: ServeSettings) -> crate::Result<()> {
     Ok(())
 }
 
-/// The admission webhook routes, for the shared HTTPS app.
+/// The admission webhook routes, for the shared HTTPS app: a mutating and a validating hook
+/// per kind the dispatcher runs.
 pub(crate) fn webhook_routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         MUTATE_JOB_PATH,
-        web::post().to(|s, r, p| review(Hook::Mutate, s, r, p)),
+        web::post().to(|s, r, p| review(Hook::Mutate, Kind::Job, s, r, p)),
     )
     .route(
         VALIDATE_JOB_PATH,
-        web::post().to(|s, r, p| review(Hook::Validate, s, r, p)),
+        web::post().to(|s, r, p| review(Hook::Validate, Kind::Job, s, r, p)),
     )
-    .route(MUTATE_JOB_PATH, web::to(method_not_allowed))
-    .route(VALIDATE_JOB_PATH, web::to(method_not_allowed));
+    .route(
+        MUTATE_JOBSET_PATH,
+        web::post().to(|s, r, p| review(Hook::Mutate, Kind::JobSet, s, r, p)),
+    )
+    .route(
+        VALIDATE_JOBSET_PATH,
+        web::post().to(|s, r, p| review(Hook::Validate, Kind::JobSet, s, r, p)),
+    );
+    for path in [
+        MUTATE_JOB_PATH,
+        VALIDATE_JOB_PATH,
+        MUTATE_JOBSET_PATH,
+        VALIDATE_JOBSET_PATH,
+    ] {
+        cfg.route(path, web::to(method_not_allowed));
+    }
+}
+
+/// The path of a kind's hook (the metrics' `path` label).
+fn hook_path(hook: Hook, kind: Kind) -> &'static str {
+    match (hook, kind) {
+        (Hook::Mutate, Kind::Job) => MUTATE_JOB_PATH,
+        (Hook::Validate, Kind::Job) => VALIDATE_JOB_PATH,
+        (Hook::Mutate, Kind::JobSet) => MUTATE_JOBSET_PATH,
+        (Hook::Validate, Kind::JobSet) => VALIDATE_JOBSET_PATH,
+    }
 }
 
 fn status_class(status: StatusCode) -> &'static str {
@@ -587,7 +614,7 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
             result: "not_found",
         },
         format!(
-            "no such path {:?}: this server answers POST {MUTATE_JOB_PATH}, {VALIDATE_JOB_PATH}, {}, {} and {}",
+            "no such path {:?}: this server answers POST {MUTATE_JOB_PATH}, {VALIDATE_JOB_PATH}, {MUTATE_JOBSET_PATH}, {VALIDATE_JOBSET_PATH}, {}, {} and {}",
             req.path(),
             crate::extender::FILTER_PATH,
             crate::extender::PRIORITIZE_PATH,
@@ -686,15 +713,13 @@ where
 /// logged at info.
 async fn review(
     hook: Hook,
+    kind: Kind,
     state: web::Data<State>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
     let webhooks = &state.webhooks;
-    let path = match hook {
-        Hook::Mutate => MUTATE_JOB_PATH,
-        Hook::Validate => VALIDATE_JOB_PATH,
-    };
+    let path = hook_path(hook, kind);
     let outcome = |result| Outcome { path, result };
     let hook_name = hook.as_str();
     if !is_json(&req) {
@@ -729,7 +754,7 @@ async fn review(
             return res;
         }
     };
-    let review = match webhook::parse(&body) {
+    let review = match webhook::parse(&body, kind) {
         Ok(r) => r,
         Err(BadReview::Unreadable(line)) => {
             tracing::warn!(hook = hook_name, reason = %line, "refused: unreadable review");

@@ -458,7 +458,8 @@ impl Simulation {
                 if let Some(i) = self.index_of_uid(&origin) {
                     if copy.status.conditions().is_empty() {
                         let gang = self.jobs[i].parallelism.min(self.jobs[i].completions);
-                        if copy.status.ready_pods(&[]) >= gang && self.records[i].started.is_none() {
+                        if copy.status.ready_pods(&[]) >= gang && self.records[i].started.is_none()
+                        {
                             self.records[i].started = Some(self.now);
                         }
                     }
@@ -650,11 +651,7 @@ impl Simulation {
 
     /// A status written to a manager Job, unless the API server would refuse it: then so
     /// does the simulation.
-    fn write_status(
-        &mut self,
-        job: &JobKey,
-        status: &Status,
-    ) -> Outcome {
+    fn write_status(&mut self, job: &JobKey, status: &Status) -> Outcome {
         let now = self.now;
         if let Some(j) = self.world.state.jobs.get(job) {
             if let Some(why) = Status::violation(&j.status, status, j.suspended) {

@@ -1,4 +1,6 @@
-//! admission.k8s.io/v1 AdmissionReview handling for batch/v1 Jobs.
+//! admission.k8s.io/v1 AdmissionReview handling for the kinds the dispatcher runs (batch/v1
+//! Jobs and JobSets: the same rules, on `spec.suspend`, `spec.managedBy` and the queue label,
+//! which both kinds have at the same paths).
 //!
 //! The HTTP layer hands a raw body to [`parse`], looks up whatever [`Review::namespace_to_look_up`]
 //! asks for, and calls [`decide`]: a pure function of the review, the policy and the
@@ -12,6 +14,7 @@ mod job;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use crate::dispatcher::kind::Kind;
 pub(crate) use job::JobView;
 
 use crate::selector;
@@ -96,6 +99,8 @@ impl Operation {
 #[derive(Debug)]
 pub(crate) struct Review<'a> {
     pub(crate) envelope: Envelope<'a>,
+    /// The kind reviewed (the one the webhook's path is for).
+    pub(crate) kind: Kind,
     pub(crate) operation: Operation,
     pub(crate) sub_resource: Option<Cow<'a, str>>,
     pub(crate) namespace: Option<Cow<'a, str>>,
@@ -300,8 +305,9 @@ fn envelope<'a>(
 /// Reads an AdmissionReview body. Never panics; every failure says what was wrong in one line.
 ///
 /// A well-formed review is read in one pass over the body; only a body that fails it is read
-/// again, step by step, to name the problem (and the uid, when it can be found).
-pub(crate) fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
+/// again, step by step, to name the problem (and the uid, when it can be found). `reviewed`:
+/// the kind the webhook reviews (its path says which); a review of another is refused.
+pub(crate) fn parse(body: &[u8], reviewed: Kind) -> Result<Review<'_>, BadReview> {
     // Checking the body's UTF-8 once is cheaper than serde_json checking each string it
     // keeps; a body that is not UTF-8 is read from bytes, exactly as before.
     let fast = match std::str::from_utf8(body) {
@@ -314,13 +320,14 @@ pub(crate) fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
         request: Some(req),
     }) = fast
     else {
-        return parse_slow(body);
+        return parse_slow(body, reviewed);
     };
     let Some(uid) = non_empty(req.uid) else {
-        return parse_slow(body);
+        return parse_slow(body, reviewed);
     };
     check_request(
         envelope(api_version, kind, uid),
+        reviewed,
         CheckedParts {
             kind: req.kind,
             operation: req.operation,
@@ -350,6 +357,7 @@ struct CheckedParts<'a> {
 
 fn check_request<'a>(
     envelope: Envelope<'a>,
+    reviewed: Kind,
     req: CheckedParts<'a>,
 ) -> Result<Review<'a>, BadReview> {
     let reject = |message: String| BadReview::Rejected {
@@ -357,15 +365,18 @@ fn check_request<'a>(
         message,
     };
     match &req.kind {
-        Some(k) if &*k.group == "batch" && &*k.version == "v1" && &*k.kind == "Job" => {}
-        Some(k) => {
-            return Err(reject(format!(
-                "this webhook reviews batch/v1 Jobs, not {}/{} {}; check the webhook configuration's rules",
-                if k.group.is_empty() { "core" } else { &k.group },
-                &*k.version,
-                &*k.kind
-            )))
-        }
+        Some(k)
+            if *k.group == *reviewed.group()
+                && *k.version == *reviewed.version()
+                && *k.kind == *reviewed.name() => {}
+        Some(k) => return Err(reject(format!(
+            "this webhook reviews {} {}s, not {}/{} {}; check the webhook configuration's rules",
+            reviewed.api_version(),
+            reviewed.name(),
+            if k.group.is_empty() { "core" } else { &k.group },
+            &*k.version,
+            &*k.kind
+        ))),
         None => return Err(reject("request.kind is missing".into())),
     }
     let op_text = req.operation.as_deref().unwrap_or_default();
@@ -375,9 +386,11 @@ fn check_request<'a>(
         ))
     })?;
     if let Some(kind) = req.object.as_ref().and_then(|o| o.kind.as_deref()) {
-        if kind != "Job" {
+        if kind != reviewed.name() {
             return Err(reject(format!(
-                "request.object is a {kind}, not a batch/v1 Job"
+                "request.object is a {kind}, not a {} {}",
+                reviewed.api_version(),
+                reviewed.name()
             )));
         }
     }
@@ -397,6 +410,7 @@ fn check_request<'a>(
     }
     Ok(Review {
         envelope,
+        kind: reviewed,
         operation,
         sub_resource: non_empty(req.sub_resource),
         namespace: non_empty(req.namespace),
@@ -409,7 +423,7 @@ fn check_request<'a>(
 }
 
 /// The careful path: reads the review step by step to say exactly what is wrong with it.
-fn parse_slow<'a>(body: &'a [u8]) -> Result<Review<'a>, BadReview> {
+fn parse_slow<'a>(body: &'a [u8], reviewed: Kind) -> Result<Review<'a>, BadReview> {
     let wire: WireReview = serde_json::from_slice(body)
         .map_err(|e| BadReview::Unreadable(format!("body is not a JSON AdmissionReview: {e}")))?;
     let request = wire.request.ok_or_else(|| {
@@ -429,13 +443,19 @@ fn parse_slow<'a>(body: &'a [u8]) -> Result<Review<'a>, BadReview> {
         .map_err(|e| reject(format!("request could not be read: {e}")))?;
     let read_job = |raw: Option<&'a RawValue>, field: &str| -> Result<Option<JobView<'a>>, _> {
         let Some(raw) = raw else { return Ok(None) };
-        job::object(&mut serde_json::Deserializer::from_str(raw.get()))
-            .map_err(|e| reject(format!("request.{field} is not a batch/v1 Job: {e}")))
+        job::object(&mut serde_json::Deserializer::from_str(raw.get())).map_err(|e| {
+            reject(format!(
+                "request.{field} is not a {} {}: {e}",
+                reviewed.api_version(),
+                reviewed.name()
+            ))
+        })
     };
     let object = read_job(req.object, "object")?;
     let old_object = read_job(req.old_object, "oldObject")?;
     check_request(
         envelope,
+        reviewed,
         CheckedParts {
             kind: req.kind,
             operation: req.operation,
@@ -586,12 +606,13 @@ pub(crate) fn decide(
                     .default_queue
                     .as_deref()
                     .filter(|_| gets_default_queue);
-                job::mutate(job, default_queue)
+                job::mutate(review.kind, job, default_queue)
             }
             None => Decision::allow(),
         },
         (Hook::Validate, Operation::Create | Operation::Update) => match &review.object {
             Some(job) => job::validate(
+                review.kind,
                 review.operation,
                 review.sub_resource.as_deref(),
                 job,
@@ -676,15 +697,27 @@ pub(crate) fn render(envelope: &Envelope, decision: &Decision) -> Vec<u8> {
     out
 }
 
-/// Convenience for the common path: a body in, the reply body and decision out, given the
-/// Namespace labels the caller already resolved. Used by benchmarks and fuzz tests.
+/// Convenience for the common path: a batch/v1 Job review's body in, the reply body and
+/// decision out, given the Namespace labels the caller already resolved. Used by benchmarks
+/// and fuzz tests.
 pub fn review_body(
     hook: Hook,
     body: &[u8],
     policy: &AdmissionPolicy,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> Result<(Vec<u8>, Decision), BadReview> {
-    match parse(body) {
+    review_body_of(Kind::Job, hook, body, policy, namespace_labels)
+}
+
+/// [`review_body`] for a review of `kind`.
+pub(crate) fn review_body_of(
+    kind: Kind,
+    hook: Hook,
+    body: &[u8],
+    policy: &AdmissionPolicy,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> Result<(Vec<u8>, Decision), BadReview> {
+    match parse(body, kind) {
         Ok(review) => {
             let d = decide(hook, &review, policy, namespace_labels);
             Ok((render(&review.envelope, &d), d))

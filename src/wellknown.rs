@@ -17,6 +17,8 @@ pub const DEFAULT_DISPATCHER_USERNAME: &str = "system:serviceaccount:switchyard-
 /// Paths of the HTTPS surfaces, after the controller-runtime naming convention.
 pub const MUTATE_JOB_PATH: &str = "/mutate-batch-v1-job";
 pub const VALIDATE_JOB_PATH: &str = "/validate-batch-v1-job";
+pub const MUTATE_JOBSET_PATH: &str = "/mutate-jobset-x-k8s-io-v1alpha2-jobset";
+pub const VALIDATE_JOBSET_PATH: &str = "/validate-jobset-x-k8s-io-v1alpha2-jobset";
 
 /// Paths of the plain-HTTP probe server (liveness, readiness, OpenMetrics).
 pub const HEALTHZ_PATH: &str = "/healthz";

@@ -115,7 +115,10 @@ impl Kind {
 
     /// The kind's changes to a worker copy's spec (after the changes common to every kind),
     /// and the pod templates of the copy, for the dispatcher to label and steer.
-    pub(crate) fn prepare_copy(self, spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
+    pub(crate) fn prepare_copy(
+        self,
+        spec: &mut Map<String, Value>,
+    ) -> Vec<&mut Map<String, Value>> {
         match self {
             Kind::Job => job::prepare_copy(spec),
             Kind::JobSet => jobset::prepare_copy(spec),
@@ -322,7 +325,12 @@ impl Status {
     }
 
     /// The status the manager's object should have (`self`), given its worker copy's.
-    pub(crate) fn mirrored(&self, remote: &Status, readiness: Readiness, now: SystemTime) -> Status {
+    pub(crate) fn mirrored(
+        &self,
+        remote: &Status,
+        readiness: Readiness,
+        now: SystemTime,
+    ) -> Status {
         match (self, remote) {
             (Status::Job(local), Status::Job(remote)) => {
                 Status::Job(super::mirror::mirrored(local, remote, readiness, now))

@@ -33,8 +33,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, Patch, PatchParams,
-    PostParams, Preconditions, PropagationPolicy,
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy,
 };
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatchEvent};
@@ -73,8 +73,10 @@ pub struct LiveOptions {
     pub jobsets: JobSets,
 }
 
-/// Whether the dispatcher runs JobSets (`jobset.x-k8s.io/v1alpha2`) besides batch/v1 Jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whether the dispatcher runs JobSets (`jobset.x-k8s.io/v1alpha2`) besides batch/v1 Jobs. In
+/// the configuration file: `auto`, `true` or `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(try_from = "serde_json::Value")]
 pub enum JobSets {
     /// When the manager's API server serves the JobSet API at start-up (a JobSet CRD installed
     /// later is seen at the next start).
@@ -82,6 +84,19 @@ pub enum JobSets {
     Auto,
     Enabled,
     Disabled,
+}
+
+impl TryFrom<Value> for JobSets {
+    type Error = String;
+
+    fn try_from(v: Value) -> Result<Self, String> {
+        match v {
+            Value::Bool(true) => Ok(JobSets::Enabled),
+            Value::Bool(false) => Ok(JobSets::Disabled),
+            Value::String(s) if s == "auto" => Ok(JobSets::Auto),
+            other => Err(format!("jobsets: {other} is not auto, true or false")),
+        }
+    }
 }
 
 impl Default for LiveOptions {
@@ -143,7 +158,9 @@ async fn kinds(client: &kube::Client, jobsets: JobSets) -> Vec<Kind> {
         tracing::info!("dispatching batch/v1 Jobs and JobSets");
         vec![Kind::Job, Kind::JobSet]
     } else {
-        tracing::info!("dispatching batch/v1 Jobs (no JobSet API in the manager, or JobSets disabled)");
+        tracing::info!(
+            "dispatching batch/v1 Jobs (no JobSet API in the manager, or JobSets disabled)"
+        );
         vec![Kind::Job]
     }
 }
@@ -797,8 +814,10 @@ impl Live {
     fn jobs_changed(&mut self, kind: Kind, change: Change<Value>) {
         match change {
             Change::Listed(all) => {
-                let listed: HashSet<JobKey> =
-                    all.iter().filter_map(|o| object::job_key(kind, o)).collect();
+                let listed: HashSet<JobKey> = all
+                    .iter()
+                    .filter_map(|o| object::job_key(kind, o))
+                    .collect();
                 let gone: Vec<JobKey> = self
                     .raw
                     .keys()
@@ -844,7 +863,13 @@ impl Live {
         }
     }
 
-    fn copies_changed(&mut self, cluster: &str, kind: Kind, generation: u64, change: Change<Value>) {
+    fn copies_changed(
+        &mut self,
+        cluster: &str,
+        kind: Kind,
+        generation: u64,
+        change: Change<Value>,
+    ) {
         let Some(w) = self.copy_watches.get_mut(&(cluster.to_string(), kind)) else {
             return;
         };
@@ -1617,8 +1642,7 @@ struct JobWriter<'a> {
 impl JobWriter<'_> {
     fn accept(&mut self, obj: DynamicObject) {
         let value = to_json(obj);
-        if let Ok(job) = object::parse_job(self.job.kind(), &value, None, &Priorities::default())
-        {
+        if let Ok(job) = object::parse_job(self.job.kind(), &value, None, &Priorities::default()) {
             // Keep what the parse cannot know here (namespace labels, priority).
             self.job = Job {
                 priority: self.job.priority,
@@ -1740,18 +1764,20 @@ impl JobWriter<'_> {
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.ctx.count("create_copy", "refused");
                 // The namespace is missing, or (with a kind that is not built in) the API.
-                Err(if key.kind == Kind::Job || s.message.contains("namespaces") {
-                    format!(
-                        "namespace {:?} does not exist in worker {cluster}",
-                        key.namespace
-                    )
-                } else {
-                    format!(
+                Err(
+                    if key.kind == Kind::Job || s.message.contains("namespaces") {
+                        format!(
+                            "namespace {:?} does not exist in worker {cluster}",
+                            key.namespace
+                        )
+                    } else {
+                        format!(
                         "worker {cluster} does not serve {} {}s (install its CRD and controller there)",
                         key.kind.api_version(),
                         key.kind
                     )
-                })
+                    },
+                )
             }
             Err(e) => match failure(e) {
                 Failure::Refused(m) => {

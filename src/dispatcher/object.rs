@@ -3,10 +3,10 @@
 //! make the API server's copy say the same. Pure: the live executor does the I/O.
 
 use super::job::{parse_rfc3339, rfc3339, Job, JobKey, JobResult, WorkerRefusal};
+use super::kind::{Kind, Status};
 use super::state::Queue;
 use super::*;
 use crate::api::dispatch_queue::DispatchQueue;
-use super::kind::{Kind, Status};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -221,11 +221,7 @@ pub(crate) fn meta_patch(old: &Job, new: &Job) -> Option<Value> {
 /// merge patch replaces lists), so the patch only applies to the `resource_version` the
 /// status was read at: written over a newer status, it would drop a condition another
 /// writer had just set.
-pub(crate) fn status_patch(
-    old: &Status,
-    new: &Status,
-    resource_version: &str,
-) -> Option<Value> {
+pub(crate) fn status_patch(old: &Status, new: &Status, resource_version: &str) -> Option<Value> {
     if old == new {
         return None;
     }
@@ -295,9 +291,15 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("priorityClassName");
-        assert_eq!(parse_job(Kind::Job, &no_class, None, &p).unwrap().priority, 5);
+        assert_eq!(
+            parse_job(Kind::Job, &no_class, None, &p).unwrap().priority,
+            5
+        );
         no_class["spec"]["template"]["spec"]["priority"] = json!(-3);
-        assert_eq!(parse_job(Kind::Job, &no_class, None, &p).unwrap().priority, -3);
+        assert_eq!(
+            parse_job(Kind::Job, &no_class, None, &p).unwrap().priority,
+            -3
+        );
     }
 
     #[test]

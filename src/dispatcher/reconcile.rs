@@ -382,7 +382,8 @@ impl<'a> Step<'a> {
         }
         // Judged on the condition as it is about to be written, not as it was: pods that were
         // Ready a moment ago are "lost", not "never Ready".
-        let condition = mirror::pods_ready_condition(job.status.conditions(), readiness, false, now);
+        let condition =
+            mirror::pods_ready_condition(job.status.conditions(), readiness, false, now);
         let (deadline, why, what) = if condition.reason.as_deref() == Some(mirror::LOST) {
             let Some(recovery) = wait.recovery_timeout else {
                 return;

@@ -153,7 +153,10 @@ fn array<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value
 }
 
 /// `parent[key]` as an object, created (or replacing a non-object) when needed.
-pub(crate) fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+pub(crate) fn object<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+) -> &'a mut Map<String, Value> {
     let slot = parent
         .entry(key.to_string())
         .or_insert_with(|| Value::Object(Map::new()));

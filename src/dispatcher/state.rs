@@ -5,10 +5,10 @@
 //! every Job.
 
 use super::job::{Job, JobKey};
+use super::kind::{Kind, Status};
 use crate::api::QueueSettings;
 use crate::inventory::Inventory;
 use foldhash::HashMap;
-use super::kind::{Kind, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

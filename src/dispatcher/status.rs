@@ -72,7 +72,14 @@ pub(crate) fn waiting(status: &Status, why: &str, message: &str, now: SystemTime
 /// The status of a Job taken back from its worker: no pods any more, waiting again, with
 /// what its kind does not let go back (see [`Status::taken_back`]).
 pub(crate) fn requeued(status: &Status, why: &str, message: &str, now: SystemTime) -> Status {
-    let s = with_condition(&status.taken_back(), condition::REQUEUED, true, why, message, now);
+    let s = with_condition(
+        &status.taken_back(),
+        condition::REQUEUED,
+        true,
+        why,
+        message,
+        now,
+    );
     waiting(&s, why, message, now)
 }
 

@@ -1,8 +1,9 @@
-//! The rules for batch/v1 Jobs: what the mutating hook patches and what the validating hook
-//! refuses.
+//! The rules for the kinds the dispatcher runs (batch/v1 Jobs, JobSets): what the mutating hook
+//! patches and what the validating hook refuses. Messages name the kind reviewed; "Job" in
+//! the comments means either.
 
-use super::{AdmissionPolicy, Decision, Denial, Operation, Text};
-use crate::wellknown::{CLUSTER_ANNOTATION, JOB_CONTROLLER, MANAGED_BY, QUEUE_LABEL};
+use super::{AdmissionPolicy, Decision, Denial, Kind, Operation, Text};
+use crate::wellknown::{CLUSTER_ANNOTATION, MANAGED_BY, QUEUE_LABEL};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use serde::de::value::MapAccessDeserializer;
@@ -172,7 +173,7 @@ fn add(tokens: &[&str], value: Value) -> PatchOperation {
 
 /// The mutating hook at CREATE. `default_queue` is the queue to add when the caller decided
 /// the Job's namespace gets one.
-pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
+pub(super) fn mutate(kind: Kind, job: &JobView, default_queue: Option<&str>) -> Decision {
     let queue = match (job.queue(), default_queue) {
         (Some(q), _) => q,
         (None, Some(q)) => q,
@@ -211,7 +212,10 @@ pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
         ops.push(add(&["spec", "suspend"], json!(true)));
     }
     match spec.managed_by.as_deref() {
-        None | Some(JOB_CONTROLLER) => ops.push(add(&["spec", "managedBy"], json!(MANAGED_BY))),
+        None => ops.push(add(&["spec", "managedBy"], json!(MANAGED_BY))),
+        Some(c) if c == kind.own_controller() => {
+            ops.push(add(&["spec", "managedBy"], json!(MANAGED_BY)))
+        }
         // Anything else belongs to another controller; the validating hook explains the denial.
         Some(_) => {}
     }
@@ -220,6 +224,12 @@ pub(super) fn mutate(job: &JobView, default_queue: Option<&str>) -> Decision {
         warnings,
         denial: None,
     }
+}
+
+/// Why a Job of ours reached the validating hook without `spec.managedBy`: the mutating hook
+/// did not run.
+fn own_hook_missing(kind: Kind) -> String {
+    format!("Switchyard's mutating webhook sets it when it creates the {kind}; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace")
 }
 
 fn queue_field() -> String {
@@ -232,6 +242,7 @@ fn queue_field() -> String {
 /// already had does not block an unrelated update (a status write, a finalizer), only a
 /// change that introduces it.
 pub(super) fn validate(
+    kind: Kind,
     operation: Operation,
     sub_resource: Option<&str>,
     job: &JobView,
@@ -259,8 +270,8 @@ pub(super) fn validate(
     let queue_changed = old.is_some() && queue != old_queue;
     // How the messages name the Job: by its queue, or, carrying none, by its controller.
     let whose = match queue.or(old_queue) {
-        Some(q) => format!("a Job of queue {q:?}"),
-        None => format!("a Job managed by {MANAGED_BY:?} (with no {QUEUE_LABEL} label)"),
+        Some(q) => format!("a {kind} of queue {q:?}"),
+        None => format!("a {kind} managed by {MANAGED_BY:?} (with no {QUEUE_LABEL} label)"),
     };
 
     if let Some(q) = queue {
@@ -277,12 +288,13 @@ pub(super) fn validate(
         if !job.is_managed_by_us() && !old_had_same_problem {
             let found = job.managed_by().unwrap_or("");
             let how = match (operation, job.managed_by()) {
-                (Operation::Update, _) => "spec.managedBy is immutable, so an existing Job cannot join a Switchyard queue: delete it and create it again with the label".to_string(),
-                (_, None) | (_, Some(JOB_CONTROLLER)) => "Switchyard's mutating webhook sets it when it creates the Job; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace".to_string(),
-                _ => format!("remove the {QUEUE_LABEL} label to let that controller run the Job, or remove spec.managedBy to let Switchyard run it"),
+                (Operation::Update, _) => format!("spec.managedBy is immutable, so an existing {kind} cannot join a Switchyard queue: delete it and create it again with the label"),
+                (_, None) => own_hook_missing(kind),
+                (_, Some(c)) if c == kind.own_controller() => own_hook_missing(kind),
+                _ => format!("remove the {QUEUE_LABEL} label to let that controller run the {kind}, or remove spec.managedBy to let Switchyard run it"),
             };
             return Decision::deny(Denial::invalid(format!(
-                "spec.managedBy: Invalid value: {found:?}: a Job labelled {QUEUE_LABEL} must be managed by {MANAGED_BY:?}; {how}"
+                "spec.managedBy: Invalid value: {found:?}: a {kind} labelled {QUEUE_LABEL} must be managed by {MANAGED_BY:?}; {how}"
             )));
         }
     }
@@ -306,16 +318,16 @@ pub(super) fn validate(
         };
         let when = match old.dispatched_to() {
             Some(cluster) => Some(format!(
-                "the Job was dispatched to worker cluster {cluster:?}"
+                "the {kind} was dispatched to worker cluster {cluster:?}"
             )),
             None if old.suspend() == Some(false) => {
-                Some("the Job was admitted (spec.suspend is false)".to_string())
+                Some(format!("the {kind} was admitted (spec.suspend is false)"))
             }
             None => None,
         };
         if let Some(when) = when {
             return Decision::deny(Denial::invalid(format!(
-                "{}: {what} after {when}; delete the Job and create it again to move it",
+                "{}: {what} after {when}; delete the {kind} and create it again to move it",
                 queue_field()
             )));
         }
@@ -336,7 +348,7 @@ pub(super) fn validate(
     let mut decision = Decision::allow();
     if queue.is_none() && old_queue.is_some() && job.is_managed_by_us() {
         decision.warnings.push(format!(
-            "removing {QUEUE_LABEL} leaves this Job managed by {MANAGED_BY} (spec.managedBy is immutable) with no queue: it will never run; delete it and create it again without the label to run it elsewhere"
+            "removing {QUEUE_LABEL} leaves this {kind} managed by {MANAGED_BY} (spec.managedBy is immutable) with no queue: it will never run; delete it and create it again without the label to run it elsewhere"
         ));
     }
     decision

@@ -5,14 +5,14 @@ const BASIC: &str =
     include_str!("../../tests/fixtures/admission/admission-mutate-create-basic.json");
 
 fn unreadable(body: &[u8]) -> String {
-    match parse(body) {
+    match parse(body, Kind::Job) {
         Err(BadReview::Unreadable(line)) => line,
         other => panic!("expected Unreadable, got {other:?}"),
     }
 }
 
 fn rejected(body: serde_json::Value) -> String {
-    match parse(&serde_json::to_vec(&body).unwrap()) {
+    match parse(&serde_json::to_vec(&body).unwrap(), Kind::Job) {
         Err(BadReview::Rejected { envelope, message }) => {
             assert_eq!(envelope.uid, "u-1", "the uid is echoed when known");
             message
@@ -77,7 +77,7 @@ fn requests_with_a_uid_are_denied_in_a_review() {
 
 #[test]
 fn the_reply_echoes_the_envelope_and_carries_patch_type_only_with_a_patch() {
-    let review = parse(BASIC.as_bytes()).unwrap();
+    let review = parse(BASIC.as_bytes(), Kind::Job).unwrap();
     let d = decide(Hook::Mutate, &review, &AdmissionPolicy::default(), None);
     let reply: serde_json::Value = serde_json::from_slice(&render(&review.envelope, &d)).unwrap();
     assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
@@ -108,7 +108,7 @@ fn mutating_hook_ignores_updates_and_validating_hook_ignores_deletes() {
     let mut v: serde_json::Value = serde_json::from_str(BASIC).unwrap();
     v["request"]["operation"] = json!("DELETE");
     let body = serde_json::to_vec(&v).unwrap();
-    let review = parse(&body).unwrap();
+    let review = parse(&body, Kind::Job).unwrap();
     assert_eq!(
         decide(Hook::Validate, &review, &AdmissionPolicy::default(), None),
         Decision::allow()
@@ -116,7 +116,7 @@ fn mutating_hook_ignores_updates_and_validating_hook_ignores_deletes() {
     v["request"]["operation"] = json!("UPDATE");
     v["request"]["oldObject"] = v["request"]["object"].clone();
     let body = serde_json::to_vec(&v).unwrap();
-    let review = parse(&body).unwrap();
+    let review = parse(&body, Kind::Job).unwrap();
     assert_eq!(
         decide(Hook::Mutate, &review, &AdmissionPolicy::default(), None),
         Decision::allow()
@@ -125,7 +125,7 @@ fn mutating_hook_ignores_updates_and_validating_hook_ignores_deletes() {
 
 #[test]
 fn namespace_labels_are_asked_for_only_when_a_default_queue_could_apply() {
-    let review = parse(BASIC.as_bytes()).unwrap();
+    let review = parse(BASIC.as_bytes(), Kind::Job).unwrap();
     let mut policy = AdmissionPolicy::default();
     assert_eq!(review.namespace_to_look_up(Hook::Mutate, &policy), None);
     policy.default_queue = Some("q".into());
@@ -138,7 +138,7 @@ fn namespace_labels_are_asked_for_only_when_a_default_queue_could_apply() {
         .unwrap()
         .remove("labels");
     let body = serde_json::to_vec(&v).unwrap();
-    let review = parse(&body).unwrap();
+    let review = parse(&body, Kind::Job).unwrap();
     assert_eq!(
         review.namespace_to_look_up(Hook::Mutate, &policy),
         Some("research")
@@ -171,7 +171,7 @@ fn basic_with_labels(labels: &str) -> Vec<u8> {
 fn labels_keep_only_the_queue_and_read_as_a_map_would() {
     let queue = |labels: &str| {
         let body = basic_with_labels(labels);
-        let review = parse(&body).unwrap();
+        let review = parse(&body, Kind::Job).unwrap();
         let job = review.object.as_ref().unwrap();
         (
             job.metadata.as_ref().unwrap().labels.is_some(),
@@ -197,7 +197,7 @@ fn labels_keep_only_the_queue_and_read_as_a_map_would() {
     assert_eq!(queue("null"), (false, None));
     // Every value must be a string, kept or not.
     for bad in [r#"{"a":1}"#, r#"{"a":null}"#, r#"[]"#, r#""x""#] {
-        match parse(&basic_with_labels(bad)) {
+        match parse(&basic_with_labels(bad), Kind::Job) {
             Err(BadReview::Rejected { message, .. }) => {
                 assert!(
                     message.contains("request.object is not a batch/v1 Job"),
@@ -211,11 +211,11 @@ fn labels_keep_only_the_queue_and_read_as_a_map_would() {
 
 #[test]
 fn text_borrows_from_the_body_unless_escaped() {
-    let review = parse(BASIC.as_bytes()).unwrap();
+    let review = parse(BASIC.as_bytes(), Kind::Job).unwrap();
     assert!(matches!(review.envelope.uid, Cow::Borrowed(_)));
     assert!(matches!(review.username, Cow::Borrowed(_)));
     let body = BASIC.replace(r#""username": "admin""#, r#""username": "ad\u006din""#);
-    let review = parse(body.as_bytes()).unwrap();
+    let review = parse(body.as_bytes(), Kind::Job).unwrap();
     assert_eq!(review.username, "admin");
     assert!(matches!(review.username, Cow::Owned(_)));
 }
@@ -227,7 +227,7 @@ fn bytes_that_are_not_utf8_in_skipped_strings_are_read_as_before() {
     let at = BASIC.find("busybox").unwrap();
     body[at] = 0xff;
     assert!(std::str::from_utf8(&body).is_err());
-    let review = parse(&body).unwrap();
+    let review = parse(&body, Kind::Job).unwrap();
     assert_eq!(review.object_name(), "basic");
     // In a string that is kept, the body is unreadable, as it was.
     let mut body = BASIC.as_bytes().to_vec();

@@ -339,7 +339,10 @@ pub(crate) fn violation(_old: &JobSetStatus, new: &JobSetStatus) -> Option<Strin
     for (i, c) in new.conditions.iter().enumerate() {
         let at = format!("status.conditions[{i}]");
         if !types.insert(c.type_.as_str()) {
-            return Some(format!("{at}: Duplicate value: map[string]interface {{}}{{\"type\":{:?}}}", c.type_));
+            return Some(format!(
+                "{at}: Duplicate value: map[string]interface {{}}{{\"type\":{:?}}}",
+                c.type_
+            ));
         }
         if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
             return Some(format!(
@@ -362,7 +365,10 @@ pub(crate) fn violation(_old: &JobSetStatus, new: &JobSetStatus) -> Option<Strin
         if c.last_transition_time.is_none() {
             return Some(format!("{at}.lastTransitionTime: Required value"));
         }
-        if c.message.as_ref().is_some_and(|m| m.chars().count() > 32768) {
+        if c.message
+            .as_ref()
+            .is_some_and(|m| m.chars().count() > 32768)
+        {
             return Some(format!(
                 "{at}.message: Too long: may not be more than 32768 bytes"
             ));

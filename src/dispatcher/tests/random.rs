@@ -288,7 +288,9 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                     };
                     let copy = &env.remote[&c][&uid];
                     if copy.status.terminal().is_none() {
-                        env.change_copy(&name, &c, |copy| copy.status.job_mut().ready = Some(ready));
+                        env.change_copy(&name, &c, |copy| {
+                            copy.status.job_mut().ready = Some(ready)
+                        });
                     }
                 }
             }
