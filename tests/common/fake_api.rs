@@ -32,6 +32,9 @@ pub const NAMESPACES: &str = "/api/v1/namespaces";
 pub const DISPATCH_QUEUES: &str = "/apis/switchyard.dev/v1alpha1/dispatchqueues";
 pub const PRIORITY_CLASSES: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
 pub const EVENTS: &str = "/apis/events.k8s.io/v1/events";
+/// Served only after [`FakeApi::serve_jobsets`], as a CRD is only once installed.
+pub const JOBSETS: &str = "/apis/jobset.x-k8s.io/v1alpha2/jobsets";
+const JOBSET_GROUP_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
 
 /// What a request path names.
 #[derive(Debug, Clone)]
@@ -92,6 +95,7 @@ fn kind_of(plural: &str) -> Option<&'static str> {
         "workerclusters" => "WorkerCluster",
         "noderesourcetopologies" => "NodeResourceTopology",
         "jobs" => "Job",
+        "jobsets" => "JobSet",
         "dispatchqueues" => "DispatchQueue",
         "priorityclasses" => "PriorityClass",
         "events" => "Event",
@@ -103,7 +107,7 @@ fn kind_of(plural: &str) -> Option<&'static str> {
 fn has_status_subresource(plural: &str) -> bool {
     matches!(
         plural,
-        "nodes" | "pods" | "workerclusters" | "jobs" | "dispatchqueues"
+        "nodes" | "pods" | "workerclusters" | "jobs" | "jobsets" | "dispatchqueues"
     )
 }
 
@@ -265,8 +269,11 @@ struct State {
     require_namespaces: bool,
     /// Requests refused with a Status: (method, plural, subresource, code, reason, message).
     refusals: Vec<Refusal>,
-    /// The identity whose RBAC (src/rbac.rs) every request must be covered by.
-    rbac: Option<switchyard::rbac::Role>,
+    /// The identity whose RBAC (src/rbac.rs) every request must be covered by, and the
+    /// features the chart enabled.
+    rbac: Option<(switchyard::rbac::Role, Vec<switchyard::rbac::Feature>)>,
+    /// The JobSet CRD is installed.
+    jobsets: bool,
     uncovered: Vec<String>,
     /// Delay before answering writes (a slow API server).
     write_delay: Duration,
@@ -351,6 +358,7 @@ impl FakeApi {
             require_namespaces: false,
             refusals: Vec::new(),
             rbac: None,
+            jobsets: false,
             uncovered: Vec::new(),
             write_delay: Duration::ZERO,
             failures: Vec::new(),
@@ -591,7 +599,16 @@ impl FakeApi {
     }
     /// Checks every later request against the RBAC table for `role`.
     pub fn check_rbac(&self, role: switchyard::rbac::Role) {
-        self.state.lock().unwrap().rbac = Some(role);
+        self.state.lock().unwrap().rbac = Some((role, Vec::new()));
+    }
+    /// Installs the JobSet CRD: `jobset.x-k8s.io/v1alpha2` is served (discovery, jobsets and
+    /// their status), and the RBAC checked is the chart's with JobSets on.
+    pub fn serve_jobsets(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.jobsets = true;
+        if let Some((_, features)) = &mut s.rbac {
+            features.push(switchyard::rbac::Feature::JobSet);
+        }
     }
     /// Requests the RBAC table does not allow (see [`FakeApi::check_rbac`]).
     pub fn uncovered(&self) -> Vec<String> {
@@ -657,14 +674,14 @@ impl FakeApi {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let (index, hang, hang_collections, nrt_missing, token, delay) = {
+        let (index, hang, hang_collections, nrt_missing, token, delay, jobsets) = {
             let mut s = self.state.lock().unwrap();
-            if let Some(role) = s.rbac {
+            if let Some((role, features)) = &s.rbac {
                 let pq = uri
                     .split_once("://")
                     .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
                     .unwrap_or_else(|| uri.clone());
-                if !switchyard::rbac::request_is_covered(role, &method, &pq) {
+                if !switchyard::rbac::request_is_covered_with(*role, features, &method, &pq) {
                     s.uncovered.push(format!("{method} {pq}"));
                 }
             }
@@ -689,6 +706,7 @@ impl FakeApi {
                 s.nrt_missing,
                 s.token.clone(),
                 delay,
+                s.jobsets,
             )
         };
         let response = async {
@@ -721,10 +739,26 @@ impl FakeApi {
                     ),
                 )
             };
+            if path.trim_end_matches('/') == format!("/apis/{JOBSET_GROUP_VERSION}") && jobsets {
+                return full(
+                    200,
+                    json!({"kind": "APIResourceList", "apiVersion": "v1",
+                        "groupVersion": JOBSET_GROUP_VERSION,
+                        "resources": [
+                            {"name": "jobsets", "singularName": "jobset", "namespaced": true,
+                             "kind": "JobSet", "verbs": ["delete", "deletecollection", "get",
+                             "list", "patch", "create", "update", "watch"]},
+                            {"name": "jobsets/status", "singularName": "", "namespaced": true,
+                             "kind": "JobSet", "verbs": ["get", "patch", "update"]}]}),
+                );
+            }
             let Some(t) = parse_target(&path) else {
                 return not_served();
             };
-            if kind_of(&t.plural).is_none() || (t.collection == NRTS && nrt_missing) {
+            if kind_of(&t.plural).is_none()
+                || (t.collection == NRTS && nrt_missing)
+                || (t.collection == JOBSETS && !jobsets)
+            {
                 return not_served();
             }
             let refusal = {
