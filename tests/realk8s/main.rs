@@ -5,7 +5,9 @@
 //! The binaries come from `SWITCHYARD_K8S_ASSETS` (or `KUBEBUILDER_ASSETS`, as setup-envtest
 //! fills it, for the scenarios that need only kube-apiserver and etcd). Without them this test
 //! says so in one line and passes; with `SWITCHYARD_REQUIRE_K8S=1` it fails instead. The
-//! scenarios that install the chart's RBAC need Helm as tests/chart.rs finds it.
+//! scenarios that install the chart's RBAC need Helm as tests/chart.rs finds it. The JobSet
+//! scenarios need `jobset-controller` beside them (or `SWITCHYARD_JOBSET_CONTROLLER`), and are
+//! skipped with one line without it.
 //!
 //! One fleet (see `env`) is shared by every scenario, each in namespaces and queues of its own;
 //! the scenarios run concurrently, except that one killing a replica has the fleet to itself and
@@ -21,6 +23,7 @@ mod dispatch;
 mod env;
 mod extender;
 mod helm;
+mod jobset;
 
 use env::Env;
 use futures::FutureExt;
@@ -38,6 +41,9 @@ enum Needs {
     Api,
     /// The whole fleet: controller managers, schedulers and Helm too.
     Fleet,
+    /// A control plane of its own with a controller manager, a scheduler, fake-kubelet nodes
+    /// and the JobSet controller.
+    JobSet,
 }
 
 pub struct Suite {
@@ -46,6 +52,7 @@ pub struct Suite {
     dir: tempfile::TempDir,
     fleet: tokio::sync::Mutex<Option<Result<Arc<Env>, String>>>,
     api: tokio::sync::Mutex<Option<Result<Arc<k8s::ControlPlane>, String>>>,
+    jobset: tokio::sync::Mutex<Option<Result<Arc<jobset::JobSetPlane>, String>>>,
     /// Whether the fleet can be started (else the API-only scenarios get a plane of their own).
     fleet_possible: bool,
     failed: std::sync::atomic::AtomicBool,
@@ -107,6 +114,26 @@ impl Suite {
     }
 }
 
+impl Suite {
+    /// The control plane running the JobSet controller, started by the first scenario that
+    /// asks for it.
+    pub async fn jobset_plane(&self) -> Arc<jobset::JobSetPlane> {
+        let mut slot = self.jobset.lock().await;
+        if slot.is_none() {
+            let dir = self.dir.path().join("jobset");
+            let started = AssertUnwindSafe(jobset::JobSetPlane::start(&self.assets, &dir))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|p| Err(panic_text(p)));
+            *slot = Some(started.map(Arc::new));
+        }
+        match slot.as_ref().expect("set above") {
+            Ok(p) => p.clone(),
+            Err(e) => panic!("the JobSet control plane did not start: {e}"),
+        }
+    }
+}
+
 /// An API server to test against.
 pub enum ApiServer {
     Fleet(Arc<Env>),
@@ -150,6 +177,7 @@ fn scenarios() -> Vec<(&'static str, Needs, Scenario)> {
         scenario!(Needs::Fleet, extender::numa_trap_stays_pending_with_the_extenders_reason_no_node_cache),
         scenario!(Needs::Fleet, extender::gang_selecting_virtual_nodes_lands_on_the_only_cluster_that_holds_it_node_cache),
         scenario!(Needs::Fleet, extender::gang_selecting_virtual_nodes_lands_on_the_only_cluster_that_holds_it_no_node_cache),
+        scenario!(Needs::JobSet, jobset::a_jobset_completes_and_one_managed_by_switchyard_is_left_alone),
     ]
 }
 
@@ -184,6 +212,27 @@ fn main() -> ExitCode {
     }
     let fleet_possible = missing.is_empty();
     let all = scenarios();
+    let mut jobset_missing: Vec<String> = assets
+        .missing_for_full()
+        .into_iter()
+        .map(|m| format!("{m} is not in {}", assets.source))
+        .collect();
+    jobset_missing.extend(assets.missing_jobset_controller());
+    let jobset_possible = jobset_missing.is_empty();
+    if !jobset_possible {
+        if Assets::required() {
+            eprintln!(
+                "realk8s: {}, and {REQUIRE_ENV}=1",
+                jobset_missing.join("; ")
+            );
+            return ExitCode::FAILURE;
+        }
+        let skipped = all.iter().filter(|(_, n, _)| *n == Needs::JobSet).count();
+        println!(
+            "realk8s: {skipped} JobSet scenario(s) skipped: {}",
+            jobset_missing.join("; ")
+        );
+    }
     let skipped = all.iter().filter(|(_, n, _)| *n == Needs::Fleet).count();
     if !fleet_possible {
         if Assets::required() {
@@ -217,12 +266,17 @@ fn main() -> ExitCode {
         dir,
         fleet: Default::default(),
         api: Default::default(),
+        jobset: Default::default(),
         fleet_possible,
         failed: Default::default(),
     });
     let trials = all
         .into_iter()
-        .filter(|(_, needs, _)| fleet_possible || *needs == Needs::Api)
+        .filter(|(_, needs, _)| match needs {
+            Needs::Api => true,
+            Needs::Fleet => fleet_possible,
+            Needs::JobSet => jobset_possible,
+        })
         .map(|(path, _, run)| {
             let name = path.rsplit("::").next().unwrap_or(path).trim().to_string();
             let module = path.split("::").next().unwrap_or("").trim().to_string();
@@ -274,6 +328,7 @@ fn main() -> ExitCode {
     suite.runtime.block_on(async {
         suite.fleet.lock().await.take();
         suite.api.lock().await.take();
+        suite.jobset.lock().await.take();
     });
     let Suite { runtime, dir, .. } = suite;
     drop(runtime);

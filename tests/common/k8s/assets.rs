@@ -1,7 +1,9 @@
 //! Where the Kubernetes binaries come from: `SWITCHYARD_K8S_ASSETS` (a folder with
 //! `kube-apiserver`, `etcd`, and `kube-controller-manager` and `kube-scheduler` for the tests
 //! that need them; `.ci/run` fills one under `target/`), else `KUBEBUILDER_ASSETS` (the folder
-//! `setup-envtest use -p path` prints, with `kube-apiserver` and `etcd`).
+//! `setup-envtest use -p path` prints, with `kube-apiserver` and `etcd`). The JobSet
+//! controller is `jobset-controller` in the same folder, or the file `SWITCHYARD_JOBSET_CONTROLLER`
+//! names (an envtest folder has none).
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +11,8 @@ pub const ASSETS_ENV: &str = "SWITCHYARD_K8S_ASSETS";
 pub const ENVTEST_ENV: &str = "KUBEBUILDER_ASSETS";
 /// Set to 1, tests that would skip for want of assets fail instead (CI sets it).
 pub const REQUIRE_ENV: &str = "SWITCHYARD_REQUIRE_K8S";
+/// The JobSet controller binary, where it is not `jobset-controller` in the assets folder.
+pub const JOBSET_CONTROLLER_ENV: &str = "SWITCHYARD_JOBSET_CONTROLLER";
 
 #[derive(Debug, Clone)]
 pub struct Assets {
@@ -18,6 +22,8 @@ pub struct Assets {
     pub etcd: PathBuf,
     pub controller_manager: Option<PathBuf>,
     pub scheduler: Option<PathBuf>,
+    /// The JobSet controller (v0.11.0 is tested), for the tests that run JobSets.
+    pub jobset_controller: Option<PathBuf>,
 }
 
 fn executable(path: &Path) -> bool {
@@ -49,6 +55,11 @@ impl Assets {
                 etcd,
                 controller_manager: at("kube-controller-manager"),
                 scheduler: at("kube-scheduler"),
+                jobset_controller: std::env::var_os(JOBSET_CONTROLLER_ENV)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .filter(|p| executable(p))
+                    .or_else(|| at("jobset-controller")),
             });
         }
         Err(format!(
@@ -72,5 +83,15 @@ impl Assets {
             missing.push("kube-scheduler");
         }
         missing
+    }
+
+    /// Why the JobSet controller cannot be run, if it cannot.
+    pub fn missing_jobset_controller(&self) -> Option<String> {
+        self.jobset_controller.is_none().then(|| {
+            format!(
+                "jobset-controller is not in {} (nor named by {JOBSET_CONTROLLER_ENV})",
+                self.source
+            )
+        })
     }
 }

@@ -49,6 +49,8 @@ pub struct ControlPlane {
     apiserver: Process,
     controller_manager: Option<Process>,
     schedulers: Vec<Process>,
+    /// Started on demand by [`ControlPlane::start_jobset_controller`].
+    jobset_controller: tokio::sync::Mutex<Option<Process>>,
 }
 
 fn b64(text: &str) -> String {
@@ -206,6 +208,7 @@ impl ControlPlane {
             apiserver,
             controller_manager: None,
             schedulers: Vec::new(),
+            jobset_controller: Default::default(),
         };
         plane.wait_ready().await?;
         if options.controller_manager {
@@ -389,6 +392,25 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Installs the JobSet CRD and webhooks and runs the JobSet controller (`assets.jobset_controller`)
+    /// until this control plane stops; waits until it serves. Does nothing when it runs already.
+    /// Pods of JobSets run where the fake kubelet has nodes, like any pod.
+    pub async fn start_jobset_controller(&self) -> Result<(), String> {
+        let mut slot = self.jobset_controller.lock().await;
+        if slot.is_some() {
+            return Ok(());
+        }
+        let Some(binary) = self.assets.jobset_controller.clone() else {
+            return Err(format!(
+                "{}: {}",
+                self.name,
+                self.assets.missing_jobset_controller().unwrap_or_default()
+            ));
+        };
+        *slot = Some(super::jobset::start(self, &binary).await?);
+        Ok(())
+    }
+
     /// A client authenticated as `user` in `groups` (a client certificate of this cluster's
     /// CA), with no more rights than RBAC gives it.
     pub async fn client_as(&self, user: &str, groups: &[&str]) -> kube::Client {
@@ -424,10 +446,12 @@ impl ControlPlane {
     /// What each process logged last, for a failure message.
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
+        let jobset = self.jobset_controller.try_lock().ok();
         let processes = [&self.etcd, &self.apiserver]
             .into_iter()
             .chain(self.controller_manager.as_ref())
-            .chain(&self.schedulers);
+            .chain(&self.schedulers)
+            .chain(jobset.as_ref().and_then(|j| j.as_ref()));
         for p in processes {
             out.push_str(&format!(
                 "--- {} ({}):\n{}\n",
@@ -444,7 +468,8 @@ impl ControlPlane {
         let processes = [&mut self.etcd, &mut self.apiserver]
             .into_iter()
             .chain(self.controller_manager.as_mut())
-            .chain(self.schedulers.iter_mut());
+            .chain(self.schedulers.iter_mut())
+            .chain(self.jobset_controller.get_mut().as_mut());
         for p in processes {
             if let Some(status) = p.exited() {
                 return Err(format!(
@@ -478,6 +503,9 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         // Throwaway state: SIGKILL everything, clients first so none logs the API server
         // going away, etcd last.
+        if let Some(jobset) = self.jobset_controller.get_mut() {
+            jobset.kill();
+        }
         for s in &mut self.schedulers {
             s.kill();
         }

@@ -2,12 +2,14 @@
 //! etcd, kube-apiserver and, where a test needs them, kube-controller-manager and
 //! kube-scheduler, started from a folder of binaries ([`assets`]) on loopback, each with its
 //! own PKI and free ports, and stopped on every exit path (dropped, or killed by the
-//! [`reaper`] if the test process dies first). [`kubelet`] stands in for the kubelets.
+//! [`reaper`] if the test process dies first). [`kubelet`] stands in for the kubelets; [`jobset`]
+//! runs the JobSet controller.
 
 #![allow(dead_code)]
 
 pub mod assets;
 pub mod control_plane;
+pub mod jobset;
 pub mod kubelet;
 pub mod objects;
 pub mod pki;
