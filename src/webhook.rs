@@ -14,7 +14,7 @@ mod job;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use crate::dispatcher::kind::Kind;
+pub use crate::dispatcher::kind::Kind;
 pub(crate) use job::JobView;
 
 use crate::selector;
@@ -369,14 +369,16 @@ fn check_request<'a>(
             if *k.group == *reviewed.group()
                 && *k.version == *reviewed.version()
                 && *k.kind == *reviewed.name() => {}
-        Some(k) => return Err(reject(format!(
+        Some(k) => {
+            return Err(reject(format!(
             "this webhook reviews {} {}s, not {}/{} {}; check the webhook configuration's rules",
             reviewed.api_version(),
             reviewed.name(),
             if k.group.is_empty() { "core" } else { &k.group },
             &*k.version,
             &*k.kind
-        ))),
+        )))
+        }
         None => return Err(reject("request.kind is missing".into())),
     }
     let op_text = req.operation.as_deref().unwrap_or_default();
@@ -709,8 +711,8 @@ pub fn review_body(
     review_body_of(Kind::Job, hook, body, policy, namespace_labels)
 }
 
-/// [`review_body`] for a review of `kind`.
-pub(crate) fn review_body_of(
+/// [`review_body`] for a review sent to `kind`'s hook.
+pub fn review_body_of(
     kind: Kind,
     hook: Hook,
     body: &[u8],

@@ -7,7 +7,7 @@ mod common;
 use common::{assert_echo, fixture, fixture_json, patch_of, patched_object};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use switchyard::webhook::{review_body, AdmissionPolicy, Hook};
+use switchyard::webhook::{review_body, review_body_of, AdmissionPolicy, Hook, Kind};
 
 enum Expect {
     /// Allowed; each (JSON Pointer, value) holds in the patched object (`None`: absent).
@@ -619,3 +619,164 @@ fn the_dispatcher_is_whoever_the_policy_names() {
 }
 
 const DISPATCHER: &str = "system:serviceaccount:switchyard-system:switchyard";
+
+/// A JobSet review, from tests/fixtures/admission/jobset (captured from kube-apiserver with the
+/// real JobSet controller's webhooks in front), through the JobSet hooks.
+fn jobset_reply(name: &str, hook: Hook) -> (Value, Value) {
+    let name = format!("jobset/{name}");
+    let review = fixture_json(&name);
+    let (reply, _) = review_body_of(
+        Kind::JobSet,
+        hook,
+        &fixture(&name),
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let reply: Value = serde_json::from_slice(&reply).expect("reply is JSON");
+    assert_echo(&review, &reply);
+    (review, reply)
+}
+
+#[test]
+fn jobsets_are_suspended_made_ours_and_gated_like_jobs() {
+    // CREATE with the queue label: suspended (JobSets have no default `suspend`: added) and
+    // managed by the dispatcher, so the manager's JobSet controller leaves it alone.
+    let (review, reply) = jobset_reply("mutate-create-queued", Hook::Mutate);
+    assert!(review["request"]["object"]["spec"].get("suspend").is_none());
+    let object = patched_object(&review, &reply);
+    assert_eq!(object["spec"]["suspend"], true);
+    assert_eq!(object["spec"]["managedBy"], "switchyard.dev/dispatcher");
+    // Everything else untouched.
+    let mut expected = review["request"]["object"].clone();
+    expected["spec"]["suspend"] = json!(true);
+    expected["spec"]["managedBy"] = json!("switchyard.dev/dispatcher");
+    assert_eq!(object, expected);
+
+    // Without the label: not ours.
+    let (_, reply) = jobset_reply("mutate-create-no-queue", Hook::Mutate);
+    assert_eq!(reply["response"]["allowed"], true);
+    assert!(patch_of(&reply).is_none());
+
+    for allowed in [
+        "validate-create-queued",
+        "validate-create-no-queue",
+        "validate-update-unsuspend-by-dispatcher",
+        "validate-update-status-by-dispatcher",
+        "validate-delete",
+    ] {
+        let (_, reply) = jobset_reply(allowed, Hook::Validate);
+        assert_eq!(reply["response"]["allowed"], true, "{allowed}: {reply}");
+    }
+    for not_mutated in [
+        "mutate-update-unsuspend-by-user",
+        "mutate-update-unsuspend-by-dispatcher",
+        "mutate-update-status-by-dispatcher",
+        "mutate-delete",
+    ] {
+        let (_, reply) = jobset_reply(not_mutated, Hook::Mutate);
+        assert_eq!(reply["response"]["allowed"], true, "{not_mutated}");
+        assert!(patch_of(&reply).is_none(), "{not_mutated}: {reply}");
+    }
+
+    // Only the dispatcher may unsuspend: a user is refused, and told why in the JobSet's terms.
+    let (_, reply) = jobset_reply("validate-update-unsuspend-by-user", Hook::Validate);
+    let response = &reply["response"];
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 403);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.suspend: Forbidden: only the Switchyard dispatcher")
+            && message.contains("a JobSet of queue \"research\"")
+            && message.contains("\"alice\""),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_review_of_the_other_kind_is_refused_with_a_hint_at_the_configuration() {
+    let jobset = fixture("jobset/validate-create-queued");
+    let (reply, decision) =
+        review_body(Hook::Validate, &jobset, &AdmissionPolicy::default(), None).unwrap();
+    assert!(!decision.allowed());
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let message = reply["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "this webhook reviews batch/v1 Jobs, not jobset.x-k8s.io/v1alpha2 JobSet;"
+        ),
+        "{message}"
+    );
+    let job = fixture("validate-create-mutated");
+    let (reply, decision) = review_body_of(
+        Kind::JobSet,
+        Hook::Validate,
+        &job,
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    assert!(!decision.allowed());
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let message = reply["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "this webhook reviews jobset.x-k8s.io/v1alpha2 JobSets, not batch/v1 Job;"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_jobset_managed_by_its_own_controller_is_taken_over_and_another_controllers_is_refused() {
+    let review = fixture_json("jobset/mutate-create-queued");
+    let with = |managed_by: &str| {
+        let mut r = review.clone();
+        r["request"]["object"]["spec"]["managedBy"] = json!(managed_by);
+        serde_json::to_vec(&r).unwrap()
+    };
+    // The reserved value means "the JobSet controller": the mutating hook takes it over.
+    let own = with("jobset.sigs.k8s.io/jobset-controller");
+    let (reply, _) = review_body_of(
+        Kind::JobSet,
+        Hook::Mutate,
+        &own,
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let object = patched_object(&serde_json::from_slice(&own).unwrap(), &reply);
+    assert_eq!(object["spec"]["managedBy"], "switchyard.dev/dispatcher");
+    // Someone else's: left as it is, and the validating hook says what to do.
+    let other = with("kueue.x-k8s.io/multikueue");
+    let (reply, _) = review_body_of(
+        Kind::JobSet,
+        Hook::Mutate,
+        &other,
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let object = patched_object(&serde_json::from_slice(&other).unwrap(), &reply);
+    assert_eq!(object["spec"]["managedBy"], "kueue.x-k8s.io/multikueue");
+    let mut validate: Value = serde_json::from_slice(&other).unwrap();
+    validate["request"]["object"] = object;
+    let (reply, decision) = review_body_of(
+        Kind::JobSet,
+        Hook::Validate,
+        &serde_json::to_vec(&validate).unwrap(),
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    assert!(!decision.allowed());
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    let message = reply["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("a JobSet labelled switchyard.dev/queue-name must be managed by")
+            && message.contains("to let that controller run the JobSet"),
+        "{message}"
+    );
+}

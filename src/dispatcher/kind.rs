@@ -32,7 +32,7 @@ use std::time::SystemTime;
 
 /// A kind of workload the dispatcher runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// batch/v1 Job.
     #[default]
     Job,
