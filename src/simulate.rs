@@ -357,6 +357,7 @@ impl Simulation {
                         pods_per_job: j.parallelism.min(j.completions),
                     }],
                     pod: Ok(j.pod.clone()),
+                    extra: Arc::new([]),
                     shape_key: j.shape_key,
                     namespace_labels: None,
                     suspended: true,

@@ -203,19 +203,68 @@ async fn a_failed_copy_ends_the_jobset_failed() {
     );
 }
 
+/// `trainer` as captured, but CPUs only (the fake workers have no GPUs): `driver` asks for 1
+/// CPU, `workers` for 2.
+fn trainer_of_two_shapes(name: &str) -> Value {
+    let mut js = trainer(name, 2, true);
+    for rj in js["spec"]["replicatedJobs"].as_array_mut().unwrap() {
+        let resources =
+            &mut rj["template"]["spec"]["template"]["spec"]["containers"][0]["resources"];
+        for side in ["requests", "limits"] {
+            resources[side]
+                .as_object_mut()
+                .unwrap()
+                .remove("nvidia.com/gpu");
+        }
+    }
+    js
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jobset_whose_replicated_jobs_ask_for_different_pods_waits_and_says_why() {
-    let fleet = fleet(&[worker("big", 4)], research(&["big"], json!({})), &[]).await;
-    let d = fleet.dispatcher(true);
-    // As captured: `driver` asks for 1 CPU, `workers` for 2 CPUs and a GPU.
-    fleet.manager.upsert(JOBSETS, trainer("trainer", 2, true));
-    eventually(10, "a reason to wait", || {
-        condition(&jobset(&fleet, "trainer"), "Admitted").is_some_and(|c| {
-            c["status"] == "False"
-                && c["message"].as_str().is_some_and(|m| {
-                    m.contains("\"driver\" and \"workers\" ask for different pods")
-                })
+async fn a_jobset_whose_replicated_jobs_ask_for_different_pods_is_placed_whole() {
+    // 4 workers' pods of 2 CPUs and a driver of 1 CPU: `tight` (2 nodes of 4 CPUs) holds the
+    // workers but not the driver beside them; `roomy` (3 nodes) holds both.
+    let fleet = fleet(
+        &[worker("tight", 2), worker("roomy", 3)],
+        research(&["tight", "roomy"], json!({})),
+        &[],
+    )
+    .await;
+    let _d = fleet.dispatcher(true);
+    fleet
+        .manager
+        .upsert(JOBSETS, trainer_of_two_shapes("trainer"));
+    eventually(10, "a copy", || copies(&fleet, "trainer").len() == 1).await;
+    let (w, copy) = copies(&fleet, "trainer").remove(0);
+    assert_eq!(w, "roomy");
+    // Each replicated Job's pods are told the gang of their own shape.
+    let sizes: Vec<(&str, &str)> = copy["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|rj| {
+            (
+                rj["name"].as_str().unwrap(),
+                rj["template"]["spec"]["template"]["metadata"]["annotations"]
+                    ["switchyard.dev/gang-size"]
+                    .as_str()
+                    .unwrap(),
+            )
         })
+        .collect();
+    assert_eq!(sizes, [("driver", "1"), ("workers", "4")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobset_no_worker_holds_whole_waits_and_says_why() {
+    let fleet = fleet(&[worker("tight", 2)], research(&["tight"], json!({})), &[]).await;
+    let d = fleet.dispatcher(true);
+    fleet
+        .manager
+        .upsert(JOBSETS, trainer_of_two_shapes("trainer"));
+    eventually(10, "a reason to wait", || {
+        condition(&jobset(&fleet, "trainer"), "Admitted")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "NeverFits")
     })
     .await;
     d.settled().await;

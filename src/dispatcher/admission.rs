@@ -335,7 +335,8 @@ impl<'w> Pass<'w> {
                 class,
                 job,
                 shape,
-                pods: job.gang() as usize,
+                pods: job.main_pods() as usize,
+                extra: &job.extra,
                 strategy: shape.strategy(settings.strategy),
             },
             settings,
@@ -998,24 +999,17 @@ pub(crate) fn hold_for(
         class: &class,
         job,
         shape,
-        pods: job.gang() as usize,
+        pods: job.main_pods() as usize,
+        extra: &job.extra,
         strategy: shape.strategy(settings.strategy),
     };
     let table = &state.inventory.resources;
     let bound = shape.bind(table);
-    let fit = crate::placement::fit_cluster(
-        c,
-        table,
-        shape,
-        &bound,
-        gang.pods,
-        &config.engine,
-        gang.strategy,
-    );
-    fit.fits().then(|| Hold {
+    let found = super::oracle::view::search(c, table, &gang, &bound, &config.engine);
+    found.fit.fits().then(|| Hold {
         job_uid: job.uid.clone(),
         cluster: cluster.to_string(),
-        takes: super::oracle::view::takes_of(c, &gang, &bound, &fit, &config.engine, table),
+        takes: found.takes(c, &gang, &bound, &config.engine, table),
         kind: HoldKind::Dispatched,
         since: now,
         serial: 0,

@@ -1,7 +1,7 @@
 //! A manager workload (a batch/v1 Job, a JobSet: see [`super::kind`]) as the dispatcher sees
 //! it, and the order and classes admission takes them in. "Job" below means any of them.
 
-use super::kind::{Kind, Part, Status};
+use super::kind::{Extra, Kind, Part, Status};
 use crate::placement::PodShape;
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use std::collections::BTreeMap;
@@ -79,8 +79,11 @@ pub(crate) struct Job {
     pub(crate) created: SystemTime,
     /// The parts of its gang (a batch/v1 Job is one part; a JobSet's replicated Jobs).
     pub(crate) parts: Vec<Part>,
-    /// The gang's pod template, analysed; why not when it cannot be.
+    /// The gang's (main) pod template, analysed; why not when it cannot be.
     pub(crate) pod: Result<Arc<PodShape>, String>,
+    /// The gang's pods of other shapes than [`Job::pod`] (a JobSet's replicated Jobs that ask
+    /// for other pods); usually none.
+    pub(crate) extra: Arc<[Extra]>,
     /// Jobs with the same key have the same pod template (as far as placement sees it).
     pub(crate) shape_key: u64,
     /// The namespace's labels, for the queue's namespaceSelector (`None`: unknown, treated as
@@ -197,6 +200,13 @@ impl Job {
         self.requeue_after.unwrap_or(self.created).max(self.created)
     }
 
+    /// The pods of the gang's main shape ([`Job::pod`]).
+    pub(crate) fn main_pods(&self) -> u32 {
+        self.extra
+            .iter()
+            .fold(self.gang(), |n, e| n.saturating_sub(e.pods))
+    }
+
     /// The total request of the gang, per resource name: pods × the per-pod request.
     pub(crate) fn total_request(&self) -> BTreeMap<String, i64> {
         self.total_requests()
@@ -205,12 +215,32 @@ impl Job {
     }
 
     /// [`Job::total_request`] without building a map, in resource name order.
+    /// (A gang of several shapes sums them in a map first.)
     pub(crate) fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
-        let gang = i64::from(self.gang());
+        fn scaled(shape: &PodShape, pods: u32) -> impl Iterator<Item = (&str, i64)> + '_ {
+            shape
+                .node_request
+                .iter()
+                .map(move |(k, v)| (k.as_str(), v.saturating_mul(i64::from(pods))))
+        }
+        let summed = (!self.extra.is_empty()).then(|| {
+            let mut sum = BTreeMap::new();
+            let main = self.pod.iter().map(|s| (&**s, self.main_pods()));
+            let others = self.extra.iter().map(|e| (&*e.shape, e.pods));
+            for (shape, pods) in main.chain(others) {
+                for (k, v) in scaled(shape, pods) {
+                    let total: &mut i64 = sum.entry(k).or_default();
+                    *total = total.saturating_add(v);
+                }
+            }
+            sum
+        });
+        let one_shape = summed.is_none();
         self.pod
             .iter()
-            .flat_map(|shape| &shape.node_request)
-            .map(move |(k, v)| (k.as_str(), v.saturating_mul(gang)))
+            .filter(move |_| one_shape)
+            .flat_map(move |shape| scaled(shape, self.gang()))
+            .chain(summed.into_iter().flatten())
     }
 
     /// Where the Job stands in admission order.

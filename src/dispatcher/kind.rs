@@ -132,14 +132,25 @@ impl fmt::Display for Kind {
     }
 }
 
-/// The pods of a workload that must run at once: one pod shape (as placement sees it) and how
-/// many, made of parts (a Job is one part; a JobSet's replicated Jobs are one each).
+/// The pods of a workload that must run at once, made of parts (a Job is one part; a
+/// JobSet's replicated Jobs are one each): the main pod shape (as placement sees it), and the
+/// pods of other shapes, if any.
 #[derive(Debug, Clone)]
 pub(crate) struct Gang {
+    /// The shape of the main part (the most pods); why none when the pods cannot be placed.
     pub(crate) shape: Result<Arc<PodShape>, String>,
-    /// Gangs with the same key have the same pod template (as far as placement sees it).
+    /// Gangs with the same key have the same pod templates (as far as placement sees them).
     pub(crate) shape_key: u64,
     pub(crate) parts: Vec<Part>,
+    /// The pods that ask for another shape than the main part's, one entry per shape.
+    pub(crate) extra: Vec<Extra>,
+}
+
+/// Pods of a gang that ask for another shape than its main part's.
+#[derive(Debug, Clone)]
+pub(crate) struct Extra {
+    pub(crate) shape: Arc<PodShape>,
+    pub(crate) pods: u32,
 }
 
 /// A part of a gang: `jobs` Jobs of `pods_per_job` pods each.
@@ -168,6 +179,7 @@ impl Gang {
                 jobs: 1,
                 pods_per_job: pods,
             }],
+            extra: Vec::new(),
         }
     }
 }

@@ -100,6 +100,7 @@ pub(crate) fn parse_job(
             .unwrap_or(SystemTime::UNIX_EPOCH),
         parts: gang.parts,
         pod: gang.shape,
+        extra: gang.extra.into(),
         shape_key: gang.shape_key,
         namespace_labels,
         suspended: spec["suspend"].as_bool().unwrap_or(false),

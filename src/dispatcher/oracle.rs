@@ -10,12 +10,13 @@ pub(crate) mod view;
 pub(crate) use view::{with_holds_taken_off, PassView, Room};
 
 use super::job::{ClassKey, Job};
+use super::kind::Extra;
 use super::ledger::{Hold, Ledger};
 use super::state::State;
 use super::world::{DispatchConfig, Placement};
 use crate::inventory::Cluster;
 use crate::placement::inflight::Take;
-use crate::placement::{fit_cluster, ClusterFit, PodShape, Strategy};
+use crate::placement::{PodShape, Strategy};
 use std::sync::Arc;
 
 /// A gang admission asks about: the first waiting Job of a class, whose pods must all run
@@ -23,10 +24,21 @@ use std::sync::Arc;
 pub(crate) struct Gang<'a> {
     pub(crate) class: &'a ClassKey,
     pub(crate) job: &'a Job,
+    /// The main part of the gang: its pod shape and how many.
     pub(crate) shape: &'a PodShape,
     pub(crate) pods: usize,
+    /// The pods of other shapes (a JobSet's replicated Jobs that ask for other pods), placed
+    /// with the main part in the same worker (see [`view::search`]); usually none.
+    pub(crate) extra: &'a [Extra],
     /// How the queue scores workers, as the pod template may override it.
     pub(crate) strategy: Strategy,
+}
+
+impl Gang<'_> {
+    /// Every pod of the gang, of every shape.
+    pub(crate) fn all_pods(&self) -> usize {
+        self.pods + self.extra.iter().map(|e| e.pods as usize).sum::<usize>()
+    }
 }
 
 /// Whether a gang fits a worker.
@@ -112,7 +124,7 @@ pub(crate) trait Oracle<'w> {
         let describe = self.context().1.describe;
         match self.search_with_room(gang, worker, room) {
             None => Fit::not_in_inventory(),
-            Some((_, fit)) => Fit::of(&fit, describe),
+            Some((_, found)) => Fit::of(&found.fit, describe),
         }
     }
 
@@ -120,13 +132,13 @@ pub(crate) trait Oracle<'w> {
     /// pass's view of the worker gives the room back and loses the placement.
     fn place_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Option<Vec<Take>> {
         let (state, config) = self.context();
-        let (cluster, fit) = self.search_with_room(gang, worker, room)?;
-        if !fit.fits() {
+        let (cluster, found) = self.search_with_room(gang, worker, room)?;
+        if !found.fit.fits() {
             return None;
         }
         let table = &state.inventory.resources;
         let bound = gang.shape.bind(table);
-        let takes = view::takes_of(&cluster, gang, &bound, &fit, &config.engine, table);
+        let takes = found.takes(&cluster, gang, &bound, &config.engine, table);
         let v = self.view_mut();
         v.give_back(worker, &room.takes);
         v.take(worker, &takes);
@@ -141,20 +153,18 @@ pub(crate) trait Oracle<'w> {
         gang: &Gang,
         worker: &'w str,
         room: &Hold,
-    ) -> Option<(Cluster, ClusterFit)> {
+    ) -> Option<(Cluster, view::Search)> {
         let (state, config) = self.context();
         let cluster = view::with_room(self.current(worker)?, room);
         let table = &state.inventory.resources;
-        let fit = fit_cluster(
+        let found = view::search(
             &cluster,
             table,
-            gang.shape,
+            gang,
             &gang.shape.bind(table),
-            gang.pods,
             &config.engine,
-            gang.strategy,
         );
-        Some((cluster, fit))
+        Some((cluster, found))
     }
 
     /// The room the gang would take in `worker` once the pods running there end (see
@@ -226,15 +236,7 @@ impl<'a> PlainOracle<'a> {
         let table = &state.inventory.resources;
         let bound = gang.shape.bind(table);
         let cluster = self.current(worker)?;
-        Some(fit_cluster(
-            cluster,
-            table,
-            gang.shape,
-            &bound,
-            gang.pods,
-            &config.engine,
-            gang.strategy,
-        ))
+        Some(view::search(cluster, table, gang, &bound, &config.engine).fit)
     }
 }
 

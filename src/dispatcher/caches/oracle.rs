@@ -12,14 +12,14 @@ use super::{Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoK
 use crate::dispatcher::job::ClassKey;
 use crate::dispatcher::ledger::Hold;
 use crate::dispatcher::ledger::Ledger;
-use crate::dispatcher::oracle::view::{fit_drained, node_of, takes_of, PassView};
+use crate::dispatcher::oracle::view::{fit_drained, node_of, search, takes_of, PassView};
 use crate::dispatcher::oracle::{freer_room, Circumstances, Fit, Gang, Oracle, Room, Verdict};
 use crate::dispatcher::state::State;
 use crate::dispatcher::world::{DispatchConfig, Placement};
 use crate::inventory::{Cluster, Node};
 use crate::placement::fit::{summary_shortfall, PARALLEL_NODES};
 use crate::placement::inflight::Take;
-use crate::placement::{fit_cluster, fit_clusters, BoundPod, ClusterFit, NodeJudge, PodShape};
+use crate::placement::{fit_clusters, BoundPod, ClusterFit, NodeJudge, PodShape};
 use foldhash::{HashMap, HashMapExt as _};
 use std::sync::Arc;
 
@@ -232,15 +232,7 @@ impl<'w> CachedOracle<'w> {
         let bound = self.judging.bound.clone()?;
         let (table, engine) = (&self.state.inventory.resources, &self.config.engine);
         let cluster = self.cluster(worker)?;
-        Some(fit_cluster(
-            cluster,
-            table,
-            gang.shape,
-            &bound,
-            gang.pods,
-            engine,
-            gang.strategy,
-        ))
+        Some(search(cluster, table, gang, &bound, engine).fit)
     }
 
     /// The exact fit of the gang in `worker`, the queue's worker at `order`.
@@ -259,7 +251,10 @@ impl<'w> CachedOracle<'w> {
         {
             return Fit::of(&fit, self.config.describe);
         }
-        if let Some(known) = self.known_misfit(worker) {
+        // The misfits remembered are judged again on one pod shape: a gang of several is
+        // searched afresh every time.
+        let one_shape = gang.extra.is_empty();
+        if let Some(known) = self.known_misfit(worker).filter(|_| one_shape) {
             if let Some(stands) = self.misfit_stands(gang, worker, known, epoch) {
                 return stands;
             }
@@ -268,7 +263,7 @@ impl<'w> CachedOracle<'w> {
             return Fit::not_in_inventory();
         };
         let fit = self.remember_fit(gang.class, worker, fit);
-        if let Some(known) = self.misfit_found(&fit, epoch) {
+        if let Some(known) = self.misfit_found(&fit, epoch).filter(|_| one_shape) {
             self.found
                 .misfits
                 .push((gang.class.clone(), worker.to_string(), known));
@@ -613,7 +608,10 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             bound: Some(self.bind(gang.class.shape, gang.shape)),
         };
         let parallel_from = 2 * PARALLEL_NODES;
-        if self.config.placement == Placement::Exact && self.queue_memo(now).nodes >= parallel_from
+        // (The queue's memo is made here for the pass: asked before the gang's shapes.)
+        if self.config.placement == Placement::Exact
+            && self.queue_memo(now).nodes >= parallel_from
+            && gang.extra.is_empty()
         {
             self.judge_unknown_at_once(gang, workers);
         }
@@ -665,7 +663,14 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
                 let bound = self.judging.bound.clone()?;
                 let table = &self.state.inventory.resources;
                 let cluster = self.view.peek(worker)?;
-                let takes = takes_of(cluster, gang, &bound, &fit, &self.config.engine, table);
+                let engine = &self.config.engine;
+                let takes = if gang.extra.is_empty() {
+                    takes_of(cluster, gang, &bound, &fit, engine, table)
+                } else {
+                    // `fit` is the main part's: the search's own takes cover every part.
+                    search(cluster, table, gang, &bound, engine)
+                        .takes(cluster, gang, &bound, engine, table)
+                };
                 self.view.take(worker, &takes);
                 Some(takes)
             }

@@ -1,12 +1,13 @@
 //! jobset.x-k8s.io/v1alpha2 JobSet: several replicated Jobs that start, run and fail as one.
 //!
 //! - **Gang**: every pod of every replicated Job (`replicas` × the Job's pods at once), placed
-//!   all-or-nothing in one worker. The placement engine places gangs of one pod shape: a
-//!   JobSet whose replicated Jobs ask for different pods (as placement sees them: requests,
-//!   QoS, node selection, tolerations) is not placed, and says so.
+//!   all-or-nothing in one worker, NUMA-exact like any gang. Replicated Jobs that ask for
+//!   different pods (requests, QoS, node selection, tolerations) are placed part by part in
+//!   the same worker (see `oracle::view::search`).
 //! - **Copy**: the JobSet itself; the worker's JobSet controller makes its Jobs, Service and
-//!   pods. Each pod template carries `switchyard.dev/gang-size` (the whole gang), so the
-//!   worker's NUMA-aware scheduler places the gang as the dispatcher did.
+//!   pods. Each pod template carries `switchyard.dev/gang-size`: how many of the JobSet's pods
+//!   ask for the same pods as it (all of them when every replicated Job does), which is the
+//!   gang the worker's NUMA-aware scheduler (its extender) checks a pod of it against.
 //! - **Status**: conditions, `replicatedJobsStatus`, `restarts`, `restartsCountTowardsMax`,
 //!   `terminalState` and any field this version does not know are mirrored as they are. The
 //!   CRD's schema is all the API server checks: conditions are `metav1.Condition`s (reason,
@@ -20,7 +21,7 @@
 use super::super::condition;
 use super::super::job::JobResult;
 use super::super::mirror::{pods_ready_condition, to_timestamp, Readiness};
-use super::{count, template_shape, Gang, Part};
+use super::{count, template_shape, Extra, Gang, Part};
 use crate::placement::{PodShape, GANG_SIZE_ANNOTATION};
 use k8s_openapi::api::batch::v1::JobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// The `spec.managedBy` value reserved for the JobSet controller itself.
@@ -105,15 +107,18 @@ fn replicated(spec: &Value) -> Vec<Replicated<'_>> {
         .collect()
 }
 
-/// Every pod of every replicated Job, which must all ask for the same pods.
+/// Every pod of every replicated Job. Replicated Jobs that ask for the same pods (as placement
+/// sees them) are one group; the group of the most pods is the main part, the others are
+/// placed beside it in the same worker.
 pub(crate) fn gang(obj: &Value) -> Gang {
     let meta = &obj["metadata"];
     let name = meta["name"].as_str().unwrap_or_default();
     let namespace = meta["namespace"].as_str().unwrap_or_default();
     let replicated = replicated(&obj["spec"]);
     let parts: Vec<Part> = replicated.iter().map(|r| r.part.clone()).collect();
-    let mut first: Option<(&str, std::sync::Arc<PodShape>, u64)> = None;
-    let mut problem = None;
+    // (shape, pods, key of the first template of the shape, keys of every template).
+    let mut groups: Vec<(Arc<PodShape>, u32, u64)> = Vec::new();
+    let mut keys = Vec::new();
     for (i, r) in replicated.iter().enumerate() {
         if r.part.pods() == 0 {
             continue;
@@ -122,39 +127,57 @@ pub(crate) fn gang(obj: &Value) -> Gang {
         let (shape, key) = template_shape(r.template, name, namespace, &field);
         let shape = match shape {
             Ok(s) => s,
-            Err(e) => {
-                problem = Some(e);
-                break;
-            }
+            Err(e) => return unplaceable(e, parts),
         };
-        match &first {
-            None => first = Some((&r.part.name, shape, key)),
-            Some((other, s, _)) if !same_for_placement(s, &shape) => {
-                problem = Some(format!(
-                    "replicated Jobs {other:?} and {:?} ask for different pods; Switchyard \
-                     places a JobSet whose replicated Jobs all ask for the same pods (requests, \
-                     QoS, node selection, tolerations)",
-                    r.part.name
-                ));
-                break;
-            }
-            Some(_) => {}
+        keys.push(key);
+        match groups.iter_mut().find(|g| same_for_placement(&g.0, &shape)) {
+            Some(g) => g.1 = g.1.saturating_add(r.part.pods()),
+            None => groups.push((shape, r.part.pods(), key)),
         }
     }
-    let (shape, shape_key) = match (problem, first) {
-        (Some(e), _) => (Err(e), 0),
-        (None, Some((_, shape, key))) => (Ok(shape), key),
-        (None, None) => (Err("spec.replicatedJobs: no pods to run".to_string()), 0),
+    // The most pods first; of as many, the first in the spec.
+    groups.sort_by_key(|g| std::cmp::Reverse(g.1));
+    let mut groups = groups.into_iter();
+    let Some((main, _, main_key)) = groups.next() else {
+        return unplaceable("spec.replicatedJobs: no pods to run".into(), parts);
+    };
+    let extra: Vec<Extra> = groups
+        .map(|(shape, pods, _)| Extra { shape, pods })
+        .collect();
+    // One template: its key, as for a Job. Several: the key of all of them, in order.
+    let shape_key = if keys.len() == 1 {
+        main_key
+    } else {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        keys.hash(&mut h);
+        h.finish()
     };
     Gang {
-        shape,
+        shape: Ok(main),
         shape_key,
         parts,
+        extra,
     }
 }
 
-/// Whether two pods are the same to the placement engine (names and commands aside).
+fn unplaceable(why: String, parts: Vec<Part>) -> Gang {
+    Gang {
+        shape: Err(why),
+        shape_key: 0,
+        parts,
+        extra: Vec::new(),
+    }
+}
+
+/// Whether two pods are the same to the placement engine (names, commands and annotations
+/// other than Switchyard's aside).
 fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
+    fn ours(s: &PodShape) -> Vec<(&String, &String)> {
+        s.annotations
+            .iter()
+            .filter(|(k, _)| k.starts_with("switchyard.dev/"))
+            .collect()
+    }
     let containers = |s: &PodShape| -> Vec<_> {
         s.containers
             .iter()
@@ -167,20 +190,42 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
         && a.node_selector == b.node_selector
         && a.required_terms == b.required_terms
         && a.tolerations == b.tolerations
-        && a.annotations == b.annotations
+        && ours(a) == ours(b)
         && containers(a) == containers(b)
 }
 
-/// The pod templates of every replicated Job, each told the gang's size.
-pub(crate) fn prepare_copy(spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
-    let size = replicated(&Value::Object(spec.clone()))
+/// For each replicated Job, how many of the JobSet's pods ask for the same pods as its own.
+fn gang_sizes(spec: &Value) -> Vec<u32> {
+    let replicated = replicated(spec);
+    let shapes: Vec<Option<Arc<PodShape>>> = replicated
         .iter()
-        .fold(0u32, |sum, r| sum.saturating_add(r.part.pods()));
+        .map(|r| template_shape(r.template, "", "", "").0.ok())
+        .collect();
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            replicated
+                .iter()
+                .zip(&shapes)
+                .enumerate()
+                .filter(|(j, (_, b))| match (a, b) {
+                    (Some(a), Some(b)) => same_for_placement(a, b),
+                    _ => *j == i,
+                })
+                .fold(0u32, |sum, (_, (r, _))| sum.saturating_add(r.part.pods()))
+        })
+        .collect()
+}
+
+/// The pod templates of every replicated Job, each told its gang's size (see [`gang_sizes`]).
+pub(crate) fn prepare_copy(spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
+    let sizes = gang_sizes(&Value::Object(spec.clone()));
     let Some(Value::Array(list)) = spec.get_mut("replicatedJobs") else {
         return Vec::new();
     };
     let mut templates = Vec::new();
-    for rj in list.iter_mut().filter_map(Value::as_object_mut) {
+    for (rj, size) in list.iter_mut().filter_map(Value::as_object_mut).zip(sizes) {
         let job = super::super::remote::object(rj, "template");
         let spec = super::super::remote::object(job, "spec");
         let template = super::super::remote::object(spec, "template");
@@ -399,5 +444,136 @@ fn reason_ok(r: &str) -> bool {
                 && b.iter().all(inner)
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatcher::kind::Status;
+    use crate::dispatcher::mirror::Readiness;
+
+    /// A response body captured from kube-apiserver with the real JobSet controller.
+    fn captured(name: &str) -> Value {
+        let path = format!(
+            "{}/tests/fixtures/kube-api/jobset/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        serde_json::from_str::<Value>(&text).expect("JSON")["response"]["body"].clone()
+    }
+
+    fn status_of(name: &str) -> JobSetStatus {
+        serde_json::from_value(captured(name)["status"].clone()).expect("a JobSet status")
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_790_000_000 + secs)
+    }
+
+    #[test]
+    fn the_captured_jobsets_gang_is_its_workers_and_its_driver_beside() {
+        let g = gang(&captured("get_jobset_queued"));
+        let parts: Vec<(&str, u32, u32)> = g
+            .parts
+            .iter()
+            .map(|p| (p.name.as_str(), p.jobs, p.pods_per_job))
+            .collect();
+        assert_eq!(parts, [("driver", 1, 1), ("workers", 2, 2)]);
+        let main = g.shape.expect("placeable");
+        assert_eq!(main.node_request["nvidia.com/gpu"], 1000);
+        assert_eq!(g.extra.len(), 1);
+        assert_eq!(g.extra[0].pods, 1);
+        assert_eq!(g.extra[0].shape.node_request["cpu"], 1000);
+        assert!(g.extra[0]
+            .shape
+            .node_request
+            .get("nvidia.com/gpu")
+            .is_none());
+        // The copy's pods are told their own shape's gang.
+        let mut spec = captured("get_jobset_queued")["spec"]
+            .as_object()
+            .unwrap()
+            .clone();
+        let sizes: Vec<String> = prepare_copy(&mut spec)
+            .into_iter()
+            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
+            .collect();
+        assert_eq!(sizes, ["\"1\"", "\"4\""]);
+    }
+
+    #[test]
+    fn a_completed_copy_is_mirrored_whole_and_its_end_is_never_undone() {
+        let local = Status::JobSet(JobSetStatus::default());
+        let local = crate::dispatcher::status::admitted(&local, "east", at(0));
+        let remote = Status::JobSet(status_of("get_jobset_completed"));
+        let r = Readiness { ready: 5, gang: 5 };
+        let mirrored = local.mirrored(&remote, r, at(10));
+        assert_eq!(Status::violation(&local, &mirrored, false), None);
+        assert_eq!(
+            mirrored.terminal(),
+            Some(crate::dispatcher::job::JobResult::Succeeded)
+        );
+        let Status::JobSet(m) = &mirrored else {
+            panic!("a JobSet status")
+        };
+        assert_eq!(m.terminal_state.as_deref(), Some("Completed"));
+        assert_eq!(m.restarts, Some(0), "fields as the controller wrote them");
+        let types: Vec<&str> = m.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Completed", "Admitted", "PodsReady"]);
+        // A stale copy status (still running) after the end does not undo it.
+        let stale = Status::JobSet(status_of("get_jobset_running"));
+        let again = mirrored.mirrored(&stale, Readiness { ready: 3, gang: 5 }, at(20));
+        assert_eq!(
+            again.terminal(),
+            Some(crate::dispatcher::job::JobResult::Succeeded)
+        );
+    }
+
+    #[test]
+    fn a_failed_copy_reads_failed_and_a_concluded_status_is_valid() {
+        let failed = Status::JobSet(status_of("get_jobset_failed"));
+        assert_eq!(
+            failed.terminal(),
+            Some(crate::dispatcher::job::JobResult::Failed)
+        );
+        let local = Status::JobSet(status_of("get_jobset_running"));
+        for result in [
+            crate::dispatcher::job::JobResult::Succeeded,
+            crate::dispatcher::job::JobResult::Failed,
+        ] {
+            let done = local.concluded(result, at(5));
+            assert_eq!(done.terminal(), Some(result));
+            assert_eq!(Status::violation(&local, &done, false), None);
+        }
+    }
+
+    #[test]
+    fn the_crds_rules_on_conditions_and_replicated_job_statuses_are_modelled() {
+        let ok = status_of("get_jobset_completed");
+        assert_eq!(violation(&ok, &ok), None);
+        let mut bad = ok.clone();
+        bad.conditions[0].reason = None;
+        assert!(violation(&ok, &bad).is_some_and(|m| m.ends_with(".reason: Required value")));
+        let mut bad = ok.clone();
+        bad.conditions[0].reason = Some("not valid!".into());
+        assert!(violation(&ok, &bad).is_some_and(|m| m.contains("should match")));
+        let mut bad = ok.clone();
+        bad.conditions[0].message = None;
+        assert!(violation(&ok, &bad).is_some_and(|m| m.ends_with(".message: Required value")));
+        let mut bad = ok.clone();
+        bad.conditions.push(bad.conditions[0].clone());
+        assert!(violation(&ok, &bad).is_some_and(|m| m.contains("Duplicate value")));
+        let mut bad = ok.clone();
+        bad.replicated_jobs_status
+            .push(bad.replicated_jobs_status[0].clone());
+        assert!(violation(&ok, &bad).is_some_and(|m| m.contains("Duplicate value")));
+        // Every counter of a replicated Job's status is written, zeros too (the CRD requires
+        // them all).
+        let v = serde_json::to_value(&ok).unwrap();
+        assert_eq!(
+            v["replicatedJobsStatus"][0],
+            serde_json::json!({"name": "workers", "ready": 0, "succeeded": 2, "failed": 0, "active": 0, "suspended": 0})
+        );
     }
 }

@@ -85,7 +85,12 @@ impl<'a> PassView<'a> {
         let table = &self.state.inventory.resources;
         let bound = gang.shape.bind(table);
         let takes = match self.peek(name) {
-            Some(cluster) => takes_of(cluster, gang, &bound, fit, engine, table),
+            Some(cluster) if gang.extra.is_empty() => {
+                takes_of(cluster, gang, &bound, fit, engine, table)
+            }
+            // Several shapes: the search's own takes (`fit` is its main part's).
+            Some(cluster) => search(cluster, table, gang, &bound, engine)
+                .takes(cluster, gang, &bound, engine, table),
             None => Vec::new(),
         };
         self.take(name, &takes);
@@ -218,15 +223,110 @@ pub(crate) fn takes_of(
     engine: &EngineConfig,
     table: &crate::inventory::ResourceTable,
 ) -> Vec<Take> {
+    takes_of_shape(cluster, gang.shape, bound, fit, engine, table)
+}
+
+/// The takes of a placement of pods of `shape`, node by node.
+fn takes_of_shape(
+    cluster: &Cluster,
+    shape: &crate::placement::PodShape,
+    bound: &crate::placement::BoundPod,
+    fit: &ClusterFit,
+    engine: &EngineConfig,
+    table: &crate::inventory::ResourceTable,
+) -> Vec<Take> {
     fit.placements
         .iter()
         .filter_map(|&(i, count)| {
             let node: &Node = cluster.nodes.get(i)?;
-            let after = fit_node(node, table, gang.shape, bound, count, engine, false);
+            let after = fit_node(node, table, shape, bound, count, engine, false);
             (after.count == count)
                 .then(|| Take::between(node, &NodeState::of(node), &after.state).at(i))
         })
         .collect()
+}
+
+/// The engine's search for a whole gang in one worker.
+pub(crate) struct Search {
+    /// The verdict: the main part's fit when every part fits, else the fit of the first part
+    /// that does not.
+    pub(crate) fit: ClusterFit,
+    /// A gang of several pod shapes that fits: the takes of all its parts (a gang of one
+    /// shape has its takes made from `fit` when it is placed).
+    takes: Option<Vec<Take>>,
+}
+
+impl Search {
+    /// The takes of the placement found (which fits), node by node, for holding it.
+    pub(crate) fn takes(
+        self,
+        cluster: &Cluster,
+        gang: &Gang,
+        bound: &crate::placement::BoundPod,
+        engine: &EngineConfig,
+        table: &crate::inventory::ResourceTable,
+    ) -> Vec<Take> {
+        match self.takes {
+            Some(takes) => takes,
+            None => takes_of(cluster, gang, bound, &self.fit, engine, table),
+        }
+    }
+}
+
+/// The engine's search for the whole gang in `cluster`. A gang of one pod shape is one
+/// search. A gang of several (a JobSet's replicated Jobs asking for different pods) places
+/// its main part first, then each other part on what the parts before it leave, as a
+/// scheduler placing their pods one after another would: all or nothing, each pod
+/// NUMA-aligned as the kubelet would align it. (An order of parts other than this one might
+/// fit where this one does not; the main part, the most pods, goes first.)
+pub(crate) fn search(
+    cluster: &Cluster,
+    table: &crate::inventory::ResourceTable,
+    gang: &Gang,
+    bound: &crate::placement::BoundPod,
+    engine: &EngineConfig,
+) -> Search {
+    let fit = fit_cluster(
+        cluster,
+        table,
+        gang.shape,
+        bound,
+        gang.pods,
+        engine,
+        gang.strategy,
+    );
+    if gang.extra.is_empty() || !fit.fits() {
+        return Search { fit, takes: None };
+    }
+    let mut takes = takes_of(cluster, gang, bound, &fit, engine, table);
+    let mut rest = cluster.clone();
+    apply(&mut rest, takes.iter());
+    for part in gang.extra {
+        let part_bound = part.shape.bind(table);
+        let pods = part.pods as usize;
+        let found = fit_cluster(
+            &rest,
+            table,
+            &part.shape,
+            &part_bound,
+            pods,
+            engine,
+            gang.strategy,
+        );
+        if !found.fits() {
+            return Search {
+                fit: found,
+                takes: None,
+            };
+        }
+        let more = takes_of_shape(&rest, &part.shape, &part_bound, &found, engine, table);
+        apply(&mut rest, more.iter());
+        takes.extend(more);
+    }
+    Search {
+        fit,
+        takes: Some(takes),
+    }
 }
 
 /// Whether the gang would fit in `base` with nothing running there; its score if so.
@@ -238,15 +338,7 @@ pub(crate) fn fit_drained(
 ) -> Option<i64> {
     let empty = drained(base, inventory.resources.len());
     let bound = gang.shape.bind(&inventory.resources);
-    let fit = fit_cluster(
-        &empty,
-        &inventory.resources,
-        gang.shape,
-        &bound,
-        gang.pods,
-        engine,
-        gang.strategy,
-    );
+    let fit = search(&empty, &inventory.resources, gang, &bound, engine).fit;
     fit.fits().then_some(fit.score)
 }
 
@@ -282,27 +374,20 @@ pub(crate) fn room_in(
     // The search takes nodes in order until the gang fits: on the first nodes of the order
     // it places the gang exactly as on all of them, so only as many are drained as it needs
     // (first as many as there are pods, doubling).
-    let mut first = gang.pods.clamp(1, n.max(1)).min(n);
+    let mut first = gang.all_pods().clamp(1, n.max(1)).min(n);
     loop {
         let empty = drained_in(current, &order[..first], table.len());
-        let fit = fit_cluster(
-            &empty,
-            table,
-            gang.shape,
-            &bound,
-            gang.pods,
-            engine,
-            gang.strategy,
-        );
-        if fit.fits() {
-            let mut takes = takes_of(&empty, gang, &bound, &fit, engine, table);
+        let found = search(&empty, table, gang, &bound, engine);
+        if found.fit.fits() {
+            let score = found.fit.score;
+            let mut takes = found.takes(&empty, gang, &bound, engine, table);
             for t in &mut takes {
                 t.index = order[t.index];
             }
             return Some(Room {
                 shortfall: shortfall(current, &takes),
                 takes,
-                score: fit.score,
+                score,
             });
         }
         if first >= n {

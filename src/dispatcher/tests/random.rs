@@ -244,13 +244,15 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                 } else {
                     0
                 };
-                let j = job(&format!("j{submitted}"))
+                let mut j = job(&format!("j{submitted}"))
                     .queue(q)
                     .pods(1 + rng.below(3) as u32)
-                    .each(1 + rng.below(4) as u32, gpus)
-                    .priority(rng.below(3) as i32)
-                    .created(env.now)
-                    .build();
+                    .each(1 + rng.below(4) as u32, gpus);
+                // Some gangs have pods of a second shape beside (a JobSet's driver).
+                if rng.percent(15) {
+                    j = j.beside(1, 1 + rng.below(2) as u32, 0);
+                }
+                let j = j.priority(rng.below(3) as i32).created(env.now).build();
                 submitted += 1;
                 env.submit(j);
             }

@@ -1,7 +1,7 @@
 //! Builders for Jobs, copies, queues and inventories, and an executor over in-memory workers.
 
 use crate::api::DispatchQueueSpec;
-use crate::dispatcher::kind::{Kind, Part, Status};
+use crate::dispatcher::kind::{Extra, Kind, Part, Status};
 use crate::dispatcher::*;
 use crate::inventory::{parse_yaml, Inventory};
 use crate::placement::{PodShape, PodView};
@@ -108,6 +108,7 @@ pub(super) fn job(name: &str) -> JobBuilder {
             pods_per_job: 1,
         }],
         pod: Ok(shape),
+        extra: Arc::new([]),
         shape_key: key,
         namespace_labels: None,
         suspended: true,
@@ -138,6 +139,19 @@ impl JobBuilder {
         let (shape, key) = pod(cpus, gpus);
         self.0.pod = Ok(shape);
         self.0.shape_key = key;
+        self
+    }
+    /// Adds `pods` pods of another shape to the gang (as a JobSet's second replicated Job
+    /// asking for other pods), placed in the same worker.
+    pub(super) fn beside(mut self, pods: u32, cpus: u32, gpus: u32) -> Self {
+        let (shape, key) = pod(cpus, gpus);
+        self.0.parts.push(Part {
+            name: "beside".into(),
+            jobs: 1,
+            pods_per_job: pods,
+        });
+        self.0.extra = Arc::new([Extra { shape, pods }]);
+        self.0.shape_key = self.0.shape_key.wrapping_mul(1_000_003).wrapping_add(key);
         self
     }
     pub(super) fn priority(mut self, p: i32) -> Self {
