@@ -485,11 +485,7 @@ mod tests {
         assert_eq!(g.extra.len(), 1);
         assert_eq!(g.extra[0].pods, 1);
         assert_eq!(g.extra[0].shape.node_request["cpu"], 1000);
-        assert!(g.extra[0]
-            .shape
-            .node_request
-            .get("nvidia.com/gpu")
-            .is_none());
+        assert!(!g.extra[0].shape.node_request.contains_key("nvidia.com/gpu"));
         // The copy's pods are told their own shape's gang.
         let mut spec = captured("get_jobset_queued")["spec"]
             .as_object()
