@@ -499,6 +499,18 @@ mod tests {
     }
 
     #[test]
+    fn the_example_jobset_is_a_gang_of_five_pods_of_two_shapes() {
+        let path = format!("{}/examples/jobset.yaml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).expect("examples/jobset.yaml");
+        let obj: Value = serde_yaml::from_str(&text).expect("YAML");
+        let g = gang(&obj);
+        assert_eq!(g.parts.iter().map(Part::pods).sum::<u32>(), 5);
+        assert_eq!(g.shape.expect("placeable").node_request["nvidia.com/gpu"], 1000);
+        assert_eq!(g.extra.len(), 1);
+        assert_eq!(g.extra[0].pods, 1);
+    }
+
+    #[test]
     fn a_completed_copy_is_mirrored_whole_and_its_end_is_never_undone() {
         let local = Status::JobSet(JobSetStatus::default());
         let local = crate::dispatcher::status::admitted(&local, "east", at(0));
