@@ -112,6 +112,27 @@ fn endpoints() -> Vec<Endpoint> {
             ]),
         },
         Endpoint {
+            name: "mutate-jobset",
+            path: "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+            probe: false,
+            seeds: admission(&[
+                "jobset/mutate-create-queued",
+                "jobset/mutate-create-no-queue",
+                "jobset/mutate-update-unsuspend-by-user",
+            ]),
+        },
+        Endpoint {
+            name: "validate-jobset",
+            path: "/validate-jobset-x-k8s-io-v1alpha2-jobset",
+            probe: false,
+            seeds: admission(&[
+                "jobset/validate-create-queued",
+                "jobset/validate-update-unsuspend-by-user",
+                "jobset/validate-update-unsuspend-by-dispatcher",
+                "jobset/validate-update-status-by-dispatcher",
+            ]),
+        },
+        Endpoint {
             name: "filter",
             path: "/scheduler/filter",
             probe: false,
