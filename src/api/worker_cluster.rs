@@ -59,6 +59,20 @@ pub struct WorkerClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::object_name)]
     pub(crate) scheduler_name: Option<String>,
+    /// The cluster runs Kueue: copies go into its own queues, which admit them under its own
+    /// quota (docs/workers.md#kueue-workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kueue: Option<WorkerKueue>,
+}
+
+/// How copies enter a worker's own Kueue.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerKueue {
+    /// The LocalQueue, in each Job's namespace, copies are submitted to (their
+    /// `kueue.x-k8s.io/queue-name` label): a DNS-1123 subdomain of at most 63 characters.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub(crate) local_queue_name: String,
 }
 
 /// Where a kubeconfig for the cluster is.
@@ -177,6 +191,14 @@ impl WorkerClusterSpec {
             if !is_dns1123_subdomain(name) {
                 errors.push(format!(
                     "schedulerName: {name:?} is not a DNS-1123 subdomain"
+                ));
+            }
+        }
+        if let Some(k) = &self.kueue {
+            let name = &k.local_queue_name;
+            if !is_dns1123_subdomain(name) || name.len() > 63 {
+                errors.push(format!(
+                    "kueue.localQueueName: {name:?} is not a LocalQueue name of at most 63 characters (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
                 ));
             }
         }
