@@ -20,6 +20,7 @@ mod apply;
 mod caches;
 mod job;
 pub(crate) mod kind;
+pub(crate) mod kueue;
 mod ledger;
 pub mod live;
 pub(crate) mod mirror;
