@@ -89,7 +89,14 @@ pub(crate) mod condition {
     /// The Job was given up after too many requeues.
     pub(crate) const DEACTIVATED: &str = "Deactivated";
 
-    pub(crate) const OURS: [&str; 4] = [ADMITTED, PODS_READY, REQUEUED, DEACTIVATED];
+    /// In a worker that runs Kueue: whether that worker's Kueue admitted the copy (False,
+    /// with the worker's reason, while it waits there or after it evicted it).
+    pub(crate) const WORKER_ADMITTED: &str = "WorkerAdmitted";
+
+    pub(crate) const OURS: [&str; 5] =
+        [ADMITTED, PODS_READY, REQUEUED, DEACTIVATED, WORKER_ADMITTED];
+    /// What stays when a Job is taken back from its worker.
+    pub(crate) const KEPT_ON_REQUEUE: [&str; 3] = [ADMITTED, REQUEUED, DEACTIVATED];
 }
 
 /// Reasons the dispatcher gives, in conditions, Events and `simulate` output.
@@ -103,6 +110,11 @@ pub mod reason {
     pub(crate) const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
     /// Only a worker that does not answer now could hold the Job.
     pub(crate) const WORKER_UNREACHABLE: &str = "WorkerUnreachable";
+    /// Every worker that could hold the Job runs Kueue, and none of their queues has quota
+    /// for it now.
+    pub(crate) const WORKER_QUOTA: &str = "WorkerQuotaExceeded";
+    /// A Kueue worker did not admit the Job's copy within `workerAdmissionTimeout`.
+    pub(crate) const WORKER_NOT_ADMITTED: &str = "WorkerAdmissionTimeout";
     /// StrictFIFO: an earlier Job of the queue waits.
     pub(crate) const BEHIND_OLDER_JOB: &str = "BehindOlderJob";
     pub(crate) const QUEUE_NOT_FOUND: &str = "QueueNotFound";
@@ -131,7 +143,7 @@ pub mod reason {
 pub(crate) fn wait_category(why: &str) -> &'static str {
     use reason::*;
     match why {
-        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER => "Quota",
+        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER | WORKER_QUOTA => "Quota",
         WAITING_FOR_PODS_READY => "PodsReadyGate",
         BEHIND_OLDER_JOB => "Order",
         WORKER_UNREACHABLE => "Unreachable",

@@ -67,8 +67,12 @@ pub enum Feature {
     /// JobSets (`jobset.x-k8s.io/v1alpha2`) as a job kind beside batch/v1 Job; the chart's
     /// `jobset.enabled` (`auto`: where the cluster serves that API).
     JobSet,
+    /// Workers that run Kueue (`WorkerCluster.spec.kueue`): the dispatcher reads their
+    /// queues and Workloads; the chart's `kueue.enabled`.
+    Kueue,
 }
 
+const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 const NRT_GROUP: &str = "topology.node.k8s.io";
 const JOBSET_GROUP: &str = "jobset.x-k8s.io";
 const NODE_LEASE_NAMESPACE: &str = crate::workers::virtual_node::NODE_LEASE_NAMESPACE;
@@ -281,6 +285,33 @@ pub(crate) const API_USES: &[ApiUse] = &[
         scope: Scope::AllNamespaces,
         feature: Some(Feature::JobSet),
         why: "dispatcher: create the worker copy of a JobSet, follow it, and delete it when the manager's goes",
+    },
+    ApiUse {
+        role: Role::WorkerSide,
+        group: KUEUE_GROUP,
+        resource: "localqueues",
+        verbs: &["get", "list", "watch"],
+        scope: Scope::AllNamespaces,
+        feature: Some(Feature::Kueue),
+        why: "dispatcher: the worker's Kueue LocalQueues, to find the ClusterQueue a copy enters",
+    },
+    ApiUse {
+        role: Role::WorkerSide,
+        group: KUEUE_GROUP,
+        resource: "clusterqueues",
+        verbs: &["get", "list", "watch"],
+        scope: Scope::Cluster,
+        feature: Some(Feature::Kueue),
+        why: "dispatcher: the worker's Kueue ClusterQueues, their quota and what is reserved of it",
+    },
+    ApiUse {
+        role: Role::WorkerSide,
+        group: KUEUE_GROUP,
+        resource: "workloads",
+        verbs: &["get", "list", "watch"],
+        scope: Scope::AllNamespaces,
+        feature: Some(Feature::Kueue),
+        why: "dispatcher: whether the worker's Kueue admitted or evicted a copy, and why",
     },
     ApiUse {
         role: Role::WorkerSide,

@@ -1278,6 +1278,24 @@ fn jobset_settings() -> Vec<(Value, Vec<&'static str>, bool)> {
 }
 
 #[test]
+fn kueue_read_access_in_a_worker_follows_the_value() {
+    for (enabled, features) in [(false, &[][..]), (true, &[Feature::Kueue][..])] {
+        let values =
+            json!({"role": "worker", "jobset": {"enabled": false}, "kueue": {"enabled": enabled}});
+        let Some(r) = render(values) else {
+            return;
+        };
+        assert_rbac_is_the_table(&r, Role::Worker, features, RELEASE);
+        assert_rbac_is_the_table(
+            &r,
+            Role::WorkerSide,
+            features,
+            &format!("{RELEASE}-dispatcher"),
+        );
+    }
+}
+
+#[test]
 fn jobset_rbac_and_webhooks_follow_the_value_and_the_cluster() {
     for (jobset, api_versions, on) in jobset_settings() {
         let features: &[Feature] = if on { &[Feature::JobSet] } else { &[] };
@@ -1308,8 +1326,11 @@ fn jobset_rbac_and_webhooks_follow_the_value_and_the_cluster() {
             if on {
                 assert!(r.notes.contains("JobSets"), "{case}: the notes say so");
             } else {
-                // Off, nothing about JobSets is rendered, not even a comment.
+                // Off, nothing about JobSets is rendered, not even a comment, but the
+                // configuration's `jobsets: false` (without it the server would decide alone,
+                // and could watch JobSets the RBAC does not grant).
                 for text in r.docs.iter().map(|d| &d.text).chain([&r.notes]) {
+                    let text = text.replace("jobsets: false", "");
                     assert!(
                         !text.to_ascii_lowercase().contains("jobset"),
                         "{case}:\n{text}"

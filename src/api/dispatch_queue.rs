@@ -86,6 +86,11 @@ pub struct DispatchQueueSpec {
     /// it will take in one worker, which later Jobs may not take. `0s`: never.
     #[serde(default = "default_starvation_after")]
     pub(crate) starvation_after: KubeDuration,
+    /// How long a copy sent to a worker that runs Kueue may wait for that worker's Kueue to
+    /// admit it (or to admit it again after evicting it) before it is taken back and the Job
+    /// tried elsewhere; like a worker's refusal, never counted towards `requeuing.limit`.
+    #[serde(default = "default_worker_admission_timeout")]
+    pub(crate) worker_admission_timeout: KubeDuration,
 }
 
 /// BestEffortFIFO: Jobs are tried in order (priority, then age) and a Job that cannot be
@@ -104,6 +109,11 @@ fn spec_rules(s: &mut Schema) {
         s,
         schema::cel_duration_positive("workerLostTimeout"),
         "workerLostTimeout must be above 0",
+    );
+    schema::add_rule(
+        s,
+        schema::cel_duration_positive("workerAdmissionTimeout"),
+        "workerAdmissionTimeout must be above 0",
     );
 }
 
@@ -260,6 +270,9 @@ fn default_worker_lost_timeout() -> KubeDuration {
 fn default_starvation_after() -> KubeDuration {
     KubeDuration::new("10m")
 }
+fn default_worker_admission_timeout() -> KubeDuration {
+    KubeDuration::new("5m")
+}
 fn default_fanout() -> i32 {
     1
 }
@@ -346,6 +359,7 @@ pub struct QueueSettings {
     pub(crate) queueing: QueueingStrategy,
     /// `None`: room is never kept for a waiting Job.
     pub(crate) starvation_after: Option<Duration>,
+    pub(crate) worker_admission_timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -486,6 +500,11 @@ impl DispatchQueueSpec {
         );
         let worker_lost_timeout = duration("workerLostTimeout", &self.worker_lost_timeout, true);
         let starvation_after = duration("starvationAfter", &self.starvation_after, false);
+        let worker_admission_timeout = duration(
+            "workerAdmissionTimeout",
+            &self.worker_admission_timeout,
+            true,
+        );
         if backoff_base > backoff_max {
             errors.push(format!(
                 "waitForPodsReady.requeuing: backoffBase {} is longer than backoffMax {}",
@@ -531,6 +550,7 @@ impl DispatchQueueSpec {
             worker_lost_timeout,
             queueing: self.queueing_strategy,
             starvation_after: (!starvation_after.is_zero()).then_some(starvation_after),
+            worker_admission_timeout,
         })
     }
 }

@@ -71,7 +71,10 @@ pub struct WorkerClusterSpec {
 pub struct WorkerKueue {
     /// The LocalQueue, in each Job's namespace, copies are submitted to (their
     /// `kueue.x-k8s.io/queue-name` label): a DNS-1123 subdomain of at most 63 characters.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
     pub(crate) local_queue_name: String,
 }
 

@@ -209,6 +209,9 @@ struct Pass<'w> {
     unusable: HashMap<&'w str, Option<Unusable>>,
     /// Per worker, the Job room is kept for there from this pass on.
     kept_in: HashMap<&'w str, &'w Job>,
+    /// Per Kueue worker, the requests of the Jobs the pass sent there (its Kueue has not
+    /// admitted them yet).
+    kueue_sent: HashMap<&'w str, Vec<BTreeMap<String, i64>>>,
     out: Admission,
 }
 
@@ -250,6 +253,7 @@ impl<'w> Pass<'w> {
             resources,
             unusable: HashMap::new(),
             kept_in: HashMap::new(),
+            kueue_sent: HashMap::new(),
             out: Admission::default(),
         }
     }
@@ -513,8 +517,12 @@ impl<'w> Pass<'w> {
         let job = gang.job;
         // Only a Job refused somewhere, or whose name a copy of another Job holds, is kept
         // from some worker for a reason of its own.
-        let may_be_kept =
-            !job.refusals.is_empty() || self.state.has_foreign_copy(&job.key, &job.uid);
+        let may_be_kept = !job.refusals.is_empty()
+            || self.state.has_foreign_copy(&job.key, &job.uid)
+            || settings
+                .clusters
+                .iter()
+                .any(|c| self.state.workers.get(c).is_some_and(|w| w.kueue.is_some()));
         let room_in = room.map(|h| h.cluster.as_str());
         let to_ask: Vec<&'w str> = now
             .usable
@@ -763,6 +771,14 @@ impl<'w> Pass<'w> {
         let blocks = blocks_admission(self.state, job);
         match attempt {
             Attempt::Dispatch { cluster, takes } => {
+                if let Some((name, w)) = self.state.workers.get_key_value(&cluster) {
+                    if w.kueue.is_some() {
+                        self.kueue_sent
+                            .entry(name.as_str())
+                            .or_default()
+                            .push(job.total_request());
+                    }
+                }
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
                 if blocks {
@@ -878,6 +894,9 @@ impl<'w> Pass<'w> {
                 until: Some(r.retry_at),
             });
         }
+        if let Some(b) = self.kueue_blocker(job, name) {
+            return Some(b);
+        }
         if self.state.foreign_copy(&job.key, &job.uid, name).is_some() {
             return Some(OwnBlocker {
                 reason: reason::NO_WORKER_FITS,
@@ -895,12 +914,47 @@ impl<'w> Pass<'w> {
 
     /// Whether some worker of the queue is kept from this Job alone.
     fn has_own_blocker(&self, job: &Job, workers: &[String]) -> bool {
+        if workers.iter().any(|c| self.kueue_blocker(job, c).is_some()) {
+            return true;
+        }
         if job.refusals.is_empty() && !self.state.has_foreign_copy(&job.key, &job.uid) {
             return false;
         }
         workers.iter().any(|c| {
             job.refused_by(c, self.now).is_some()
                 || self.state.foreign_copy(&job.key, &job.uid, c).is_some()
+        })
+    }
+
+    /// Why the worker's own Kueue would not admit the Job now, when the worker runs one (see
+    /// the `kueue` module): its ClusterQueue's quota, less what is reserved there and what the
+    /// Jobs sent there and not admitted yet will take, does not cover the gang.
+    fn kueue_blocker(&self, job: &Job, name: &str) -> Option<OwnBlocker> {
+        let worker = self.state.workers.get(name)?;
+        let local_queue = worker.kueue.as_deref()?;
+        let mut pending: Vec<BTreeMap<String, i64>> = self
+            .ledger
+            .holds_in(name)
+            .filter(|h| h.nominated().is_none() && h.job_uid != job.uid)
+            .filter(|h| {
+                self.state
+                    .copy_in(&h.job_uid, name)
+                    .is_none_or(|c| c.suspended)
+            })
+            .filter_map(|h| self.state.job_by_uid(&h.job_uid))
+            .map(Job::total_request)
+            .collect();
+        pending.extend(self.kueue_sent.get(name).into_iter().flatten().cloned());
+        let short = worker.queues.short(
+            &job.key.namespace,
+            local_queue,
+            &job.total_request(),
+            &pending,
+        )?;
+        Some(OwnBlocker {
+            reason: reason::WORKER_QUOTA,
+            message: self.say(|| short.describe(&job.key.namespace, local_queue)),
+            until: None,
         })
     }
 }

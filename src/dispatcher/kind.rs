@@ -308,6 +308,32 @@ impl Status {
         }
     }
 
+    /// When its controller last resumed it (a copy a worker's Kueue admitted): its
+    /// `Suspended` condition turned False (batch/v1 Job and JobSet both write one), or, for a
+    /// Job that has none, its `startTime`.
+    pub(crate) fn resumed_at(&self) -> Option<SystemTime> {
+        let condition = self
+            .conditions()
+            .iter()
+            .find(|c| c.type_ == "Suspended" && c.status == "False")
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| SystemTime::from(t.0));
+        condition.or_else(|| {
+            self.as_job()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| SystemTime::from(t.0))
+        })
+    }
+
+    /// Since when it has been suspended again (its `Suspended` condition True), if it says.
+    pub(crate) fn suspended_since(&self) -> Option<SystemTime> {
+        self.conditions()
+            .iter()
+            .find(|c| c.type_ == "Suspended" && c.status == "True")
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| SystemTime::from(t.0))
+    }
+
     /// How the workload ended, if it did.
     pub(crate) fn terminal(&self) -> Option<JobResult> {
         match self {

@@ -108,7 +108,11 @@ pub(crate) fn parse_cluster_queue(obj: &Value) -> Option<(String, ClusterQueue)>
         })
         .collect();
     let mut reserved = BTreeMap::new();
-    for f in obj["status"]["flavorsReservation"].as_array().into_iter().flatten() {
+    for f in obj["status"]["flavorsReservation"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         for r in f["resources"].as_array().into_iter().flatten() {
             if let Some(total) = milli(&r["total"]) {
                 reserved.insert((text(&f["name"]), text(&r["name"])), total);
@@ -120,13 +124,15 @@ pub(crate) fn parse_cluster_queue(obj: &Value) -> Option<(String, ClusterQueue)>
 
 /// A Workload object: the uid of the Job it is for, and its admission.
 pub(crate) fn parse_workload(obj: &Value) -> Option<(String, Workload)> {
-    let uid = obj["metadata"]["labels"][JOB_UID_LABEL].as_str().or_else(|| {
-        obj["metadata"]["ownerReferences"]
-            .as_array()?
-            .iter()
-            .find(|o| o["controller"] == true)?["uid"]
-            .as_str()
-    })?;
+    let uid = obj["metadata"]["labels"][JOB_UID_LABEL]
+        .as_str()
+        .or_else(|| {
+            obj["metadata"]["ownerReferences"]
+                .as_array()?
+                .iter()
+                .find(|o| o["controller"] == true)?["uid"]
+                .as_str()
+        })?;
     let conditions = obj["status"]["conditions"].as_array();
     let is = |t: &str| {
         conditions
@@ -145,7 +151,67 @@ pub(crate) fn parse_workload(obj: &Value) -> Option<(String, Workload)> {
     ))
 }
 
+/// The Kueue objects the dispatcher reads in a Kueue worker (kueue.x-k8s.io/v1beta1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KueueObject {
+    LocalQueue,
+    ClusterQueue,
+    Workload,
+}
+
+impl KueueObject {
+    pub(crate) const ALL: [KueueObject; 3] = [Self::LocalQueue, Self::ClusterQueue, Self::Workload];
+}
+
 impl WorkerQueues {
+    /// Forgets every object of a kind (before a new list of them).
+    pub(crate) fn clear(&mut self, what: KueueObject) {
+        match what {
+            KueueObject::LocalQueue => self.local_queues.clear(),
+            KueueObject::ClusterQueue => self.cluster_queues.clear(),
+            KueueObject::Workload => self.workloads.clear(),
+        }
+    }
+
+    /// An object of the worker's Kueue as it is now (`present`) or gone. Returns the uid of
+    /// the Job a Workload is for, when a Workload changed.
+    pub(crate) fn apply(
+        &mut self,
+        what: KueueObject,
+        obj: &Value,
+        present: bool,
+    ) -> Option<String> {
+        match what {
+            KueueObject::LocalQueue => {
+                let (key, cq) = parse_local_queue(obj)?;
+                if present {
+                    self.local_queues.insert(key, cq);
+                } else {
+                    self.local_queues.remove(&key);
+                }
+                None
+            }
+            KueueObject::ClusterQueue => {
+                let (name, cq) = parse_cluster_queue(obj)?;
+                if present {
+                    self.cluster_queues.insert(name, cq);
+                } else {
+                    self.cluster_queues.remove(&name);
+                }
+                None
+            }
+            KueueObject::Workload => {
+                let (uid, w) = parse_workload(obj)?;
+                if present {
+                    self.workloads.insert(uid.clone(), w);
+                } else {
+                    self.workloads.remove(&uid);
+                }
+                Some(uid)
+            }
+        }
+    }
+
     /// The ClusterQueue a Job of `namespace` enters through LocalQueue `local_queue`.
     pub(crate) fn cluster_queue_of(&self, namespace: &str, local_queue: &str) -> Option<&str> {
         self.local_queues
@@ -233,11 +299,6 @@ pub(crate) enum Shortfall {
 }
 
 impl Shortfall {
-    /// Whether the worker's queue can never take the gang as it is set up now.
-    pub(crate) fn never(&self) -> bool {
-        matches!(self, Shortfall::Uncovered { .. })
-    }
-
     /// For people: what is short, in the worker's terms.
     pub(crate) fn describe(&self, namespace: &str, local_queue: &str) -> String {
         match self {
@@ -382,9 +443,13 @@ mod tests {
             s.describe("research", "user-queue"),
             "its Kueue ClusterQueue \"cluster-queue\" has 2 nvidia.com/gpu of quota free, the gang needs 3"
         );
-        assert!(!s.never());
         // A copy sent there and not admitted yet takes its share first.
-        let s = q.short("research", "user-queue", &two_gpus, &[need(&[("nvidia.com/gpu", 1000)])]);
+        let s = q.short(
+            "research",
+            "user-queue",
+            &two_gpus,
+            &[need(&[("nvidia.com/gpu", 1000)])],
+        );
         assert!(s.is_some());
     }
 
@@ -396,10 +461,17 @@ mod tests {
             Some(Shortfall::NoQueue)
         );
         let s = q
-            .short("research", "user-queue", &need(&[("example.com/fpga", 1000)]), &[])
+            .short(
+                "research",
+                "user-queue",
+                &need(&[("example.com/fpga", 1000)]),
+                &[],
+            )
             .unwrap();
-        assert!(s.never());
-        assert!(s.describe("research", "user-queue").contains("no quota for example.com/fpga"));
+        assert!(matches!(s, Shortfall::Uncovered { .. }));
+        assert!(s
+            .describe("research", "user-queue")
+            .contains("no quota for example.com/fpga"));
     }
 
     #[test]

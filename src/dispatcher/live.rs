@@ -20,6 +20,7 @@
 //! split brain) only one claims a Job; the other gets 409 Conflict, rereads, and sees the claim.
 
 use super::kind::{Kind, Status};
+use super::kueue::{KueueObject, WorkerQueues};
 use super::ledger::QueueUse;
 use super::object::{self, Priorities};
 use super::state::State;
@@ -200,6 +201,39 @@ enum Input {
         change: Change<Value>,
     },
     Done(Box<Done>),
+    /// A Kueue worker's queues or Workloads changed.
+    Kueue {
+        cluster: String,
+        generation: u64,
+        what: KueueObject,
+        change: Change<Value>,
+    },
+}
+
+fn kueue_resource(what: KueueObject) -> kube::api::ApiResource {
+    let (kind, plural) = match what {
+        KueueObject::LocalQueue => ("LocalQueue", "localqueues"),
+        KueueObject::ClusterQueue => ("ClusterQueue", "clusterqueues"),
+        KueueObject::Workload => ("Workload", "workloads"),
+    };
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind),
+        plural,
+    )
+}
+
+/// A Kueue worker's watches, restarted when its client is replaced.
+struct KueueWatch {
+    generation: u64,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for KueueWatch {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 /// What a Job's writes (or a copy's removal) came to.
@@ -393,6 +427,10 @@ struct Live {
     views: Arc<BTreeMap<String, WorkerView>>,
     /// By worker and kind.
     copy_watches: HashMap<(String, Kind), CopyWatch>,
+    /// Kueue workers' LocalQueues, ClusterQueues and Workloads watches, by worker.
+    kueue_watches: HashMap<String, KueueWatch>,
+    /// What each Kueue worker's watches show.
+    kueue_queues: HashMap<String, Arc<WorkerQueues>>,
     /// The kinds dispatched.
     kinds: Vec<Kind>,
     in_flight: HashSet<JobKey>,
@@ -596,6 +634,8 @@ impl Live {
             synced: Synced::default(),
             views: Arc::new(BTreeMap::new()),
             copy_watches: HashMap::new(),
+            kueue_watches: HashMap::new(),
+            kueue_queues: HashMap::new(),
             kinds,
             in_flight: HashSet::new(),
             stashed: HashMap::new(),
@@ -674,6 +714,12 @@ impl Live {
                 change,
             } => self.copies_changed(&cluster, kind, generation, change),
             Input::Done(done) => self.writes_landed(*done),
+            Input::Kueue {
+                cluster,
+                generation,
+                what,
+                change,
+            } => self.kueue_changed(&cluster, generation, what, change),
         }
     }
 
@@ -904,6 +950,90 @@ impl Live {
         }
     }
 
+    /// A Kueue worker's LocalQueues, ClusterQueues or Workloads changed: the worker's view
+    /// of them follows, and the Jobs whose copies' Workloads changed are looked at again.
+    fn kueue_changed(
+        &mut self,
+        cluster: &str,
+        generation: u64,
+        what: KueueObject,
+        change: Change<Value>,
+    ) {
+        if self
+            .kueue_watches
+            .get(cluster)
+            .is_none_or(|w| w.generation != generation)
+        {
+            return;
+        }
+        let queues = Arc::make_mut(self.kueue_queues.entry(cluster.to_string()).or_default());
+        let mut workloads_changed = Vec::new();
+        match change {
+            Change::Listed(all) => {
+                queues.clear(what);
+                for obj in &all {
+                    workloads_changed.extend(queues.apply(what, obj, true));
+                }
+            }
+            Change::Applied(obj) => workloads_changed.extend(queues.apply(what, &obj, true)),
+            Change::Deleted(obj) => workloads_changed.extend(queues.apply(what, &obj, false)),
+        }
+        let touched: Vec<JobKey> = self
+            .world
+            .state
+            .copy_uids_in_any(cluster)
+            .filter(|(copy_uid, _)| workloads_changed.iter().any(|u| u == copy_uid))
+            .filter_map(|(_, origin)| self.world.state.job_by_uid(origin).map(|j| j.key.clone()))
+            .collect();
+        for key in touched {
+            self.world.touch(&key);
+        }
+        self.sync_workers_now();
+    }
+
+    /// Starts (or restarts, for a new client) a Kueue worker's watches on its LocalQueues,
+    /// ClusterQueues and Workloads, or stops them when it runs no Kueue or has no client.
+    fn watch_kueue(&mut self, name: &str, view: &WorkerView) {
+        match (
+            &view.client,
+            view.kueue.is_some(),
+            self.kueue_watches.get(name),
+        ) {
+            (Some(client), true, w) if w.is_none_or(|w| w.generation != view.client_generation) => {
+                let generation = view.client_generation;
+                let tasks = KueueObject::ALL
+                    .into_iter()
+                    .map(|what| {
+                        let api: Api<DynamicObject> =
+                            Api::all_with(client.clone(), &kueue_resource(what));
+                        let cluster = name.to_string();
+                        forward(
+                            watcher::watcher(api, watcher::Config::default())
+                                .default_backoff()
+                                .map(|e| e.map(json_change)),
+                            self.tx.clone(),
+                            format!("{} in worker {name}", kueue_resource(what).plural),
+                            move |change| Input::Kueue {
+                                cluster: cluster.clone(),
+                                generation,
+                                what,
+                                change,
+                            },
+                        )
+                    })
+                    .collect();
+                self.kueue_queues.remove(name);
+                self.kueue_watches
+                    .insert(name.to_string(), KueueWatch { generation, tasks });
+            }
+            (Some(_), true, _) => {}
+            _ => {
+                self.kueue_watches.remove(name);
+                self.kueue_queues.remove(name);
+            }
+        }
+    }
+
     fn sync_workers_now(&mut self) {
         let views = self.views.clone();
         self.set_workers(&views);
@@ -928,11 +1058,14 @@ impl Live {
         for n in gone {
             self.world.remove_worker(&n);
             self.copy_watches.retain(|(c, _), _| *c != n);
+            self.kueue_watches.remove(&n);
+            self.kueue_queues.remove(&n);
         }
         for (name, view) in views {
             for kind in self.kinds.clone() {
                 self.watch_copies(name, kind, view);
             }
+            self.watch_kueue(name, view);
             let copies_synced = self.kinds.iter().all(|&k| {
                 self.copy_watches
                     .get(&(name.clone(), k))
@@ -944,6 +1077,12 @@ impl Live {
                 disconnected_since: view.disconnected_since,
                 copies_synced,
                 message: view.message.clone(),
+                kueue: view.kueue.clone(),
+                queues: self
+                    .kueue_queues
+                    .get(name.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
     }
@@ -1245,6 +1384,7 @@ impl Live {
                     let target = Target {
                         client: v.client.clone(),
                         scheduler_name: v.scheduler_name.clone(),
+                        kueue: v.kueue.clone(),
                         keep_off: self.world.ledger.keep_off(&before.uid, c),
                     };
                     clients.insert(c.clone(), target);
@@ -1708,6 +1848,7 @@ impl JobWriter<'_> {
         let Some(Target {
             client: Some(client),
             scheduler_name,
+            kueue,
             keep_off,
         }) = target
         else {
@@ -1715,6 +1856,7 @@ impl JobWriter<'_> {
         };
         let target = remote::CopyTarget {
             scheduler_name: scheduler_name.as_deref(),
+            kueue_queue: kueue.as_deref(),
             keep_off,
         };
         let body =
@@ -1967,6 +2109,8 @@ async fn manager_keeps(
 struct Target {
     client: Option<kube::Client>,
     scheduler_name: Option<String>,
+    /// The worker's `spec.kueue.localQueueName`.
+    kueue: Option<String>,
     /// The nodes the copy's pods are kept off (see [`super::ledger::Ledger::keep_off`]).
     keep_off: Vec<Arc<str>>,
 }

@@ -276,8 +276,7 @@ pub(crate) fn taken_back(status: &JobStatus) -> JobStatus {
                 .iter()
                 .flatten()
                 .filter(|c| {
-                    (condition::OURS.contains(&c.type_.as_str())
-                        && c.type_ != condition::PODS_READY)
+                    condition::KEPT_ON_REQUEUE.contains(&c.type_.as_str())
                         || (c.status == "True"
                             && ["SuccessCriteriaMet", "FailureTarget"].contains(&c.type_.as_str()))
                 })

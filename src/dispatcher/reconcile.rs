@@ -222,6 +222,9 @@ impl<'a> Step<'a> {
         if copy.status.terminal().is_some() {
             return self.finish(live);
         }
+        if copy.kueue && copy.suspended {
+            return self.in_worker_queue(copy, settings);
+        }
         // Running: mirror, hold, PodsReady.
         let readiness = Readiness {
             ready: copy.ready_pods(job),
@@ -230,6 +233,55 @@ impl<'a> Step<'a> {
         self.write_status(copy, readiness);
         self.keep_hold(&copy.cluster, readiness);
         self.pods_ready_timeout(settings, &[copy], readiness, &copy.cluster);
+    }
+
+    /// A copy in a Kueue worker that the worker's Kueue has not admitted yet, or evicted (see
+    /// the `kueue` module): the manager's Job says so (`WorkerAdmitted` False, the worker's
+    /// reason) while it waits; past the queue's `workerAdmissionTimeout` it is taken back,
+    /// uncounted, and tried elsewhere (its copy is then removed as no longer kept).
+    fn in_worker_queue(&mut self, copy: &WorkerCopy, settings: &QueueSettings) {
+        let (job, now) = (self.job, self.now);
+        let since = copy
+            .status
+            .suspended_since()
+            .or(copy.created)
+            .or(job.admitted_at)
+            .unwrap_or(now)
+            .min(now);
+        let deadline = since + settings.worker_admission_timeout;
+        if deadline > now {
+            self.at(deadline);
+            let readiness = Readiness {
+                ready: 0,
+                gang: job.gang(),
+            };
+            self.write_status(copy, readiness);
+            return;
+        }
+        let evicted = self
+            .world
+            .state
+            .workers
+            .get(&copy.cluster)
+            .and_then(|w| w.queues.workloads.get(&copy.uid))
+            .and_then(|w| w.evicted.clone());
+        let timeout = format!("{}s", settings.worker_admission_timeout.as_secs());
+        let message = match evicted {
+            Some((why, what)) => format!(
+                "worker {}'s Kueue evicted the Job ({why}: {what}) and did not admit it again within workerAdmissionTimeout ({timeout}); the Job is tried elsewhere",
+                copy.cluster
+            ),
+            None => format!(
+                "worker {}'s Kueue did not admit the Job within workerAdmissionTimeout ({timeout}); the Job is tried elsewhere",
+                copy.cluster
+            ),
+        };
+        self.take_back(TakeBack {
+            why: reason::WORKER_NOT_ADMITTED,
+            message,
+            counted: None,
+            avoid: Some(copy.cluster.clone()),
+        });
     }
 
     /// The placement held for a running Job goes once its pods are all Ready, or after
@@ -399,7 +451,13 @@ impl<'a> Step<'a> {
                 "its pods stopped being Ready",
             )
         } else {
-            let since = job.admitted_at.unwrap_or(now);
+            // From the admission, or, in a Kueue worker, from its Kueue's admission.
+            let resumed = copies
+                .iter()
+                .filter(|c| c.kueue)
+                .filter_map(|c| c.status.resumed_at().or(c.created))
+                .max();
+            let since = job.admitted_at.max(resumed).unwrap_or(now);
             (
                 since + wait.timeout,
                 reason::PODS_READY_TIMEOUT,
@@ -568,6 +626,52 @@ impl<'a> Step<'a> {
         self.release();
     }
 
+    /// `status` with the `WorkerAdmitted` condition of a copy in a Kueue worker: True once the
+    /// worker's Kueue admitted it; False while it waits there, with the worker's reason.
+    fn worker_admitted(
+        &self,
+        status: &super::kind::Status,
+        copy: &WorkerCopy,
+    ) -> super::kind::Status {
+        let workload = self
+            .world
+            .state
+            .workers
+            .get(&copy.cluster)
+            .and_then(|w| w.queues.workloads.get(&copy.uid));
+        let (ok, why, message) = match (copy.suspended, workload.and_then(|w| w.evicted.as_ref())) {
+            (false, _) => (
+                true,
+                "Admitted".to_string(),
+                format!("admitted by worker {}'s Kueue", copy.cluster),
+            ),
+            (true, Some((why, what))) => (
+                false,
+                why.clone(),
+                format!(
+                    "worker {}'s Kueue evicted the copy: {what}; waiting for it to admit it again",
+                    copy.cluster
+                ),
+            ),
+            (true, None) => (
+                false,
+                "Pending".to_string(),
+                format!(
+                    "waiting for worker {}'s Kueue to admit the copy under its own quota",
+                    copy.cluster
+                ),
+            ),
+        };
+        super::status::with_condition(
+            status,
+            super::condition::WORKER_ADMITTED,
+            ok,
+            &why,
+            &message,
+            self.now,
+        )
+    }
+
     /// Mirrors the copy's status when it differs from the manager Job's; returns whether a
     /// write was asked for.
     fn write_status(&mut self, copy: &WorkerCopy, readiness: Readiness) -> bool {
@@ -588,6 +692,9 @@ impl<'a> Step<'a> {
         if !admitted {
             desired =
                 super::status::admitted(&desired, &copy.cluster, job.admitted_at.unwrap_or(now));
+        }
+        if copy.kueue {
+            desired = self.worker_admitted(&desired, copy);
         }
         if desired == job.status {
             return false;

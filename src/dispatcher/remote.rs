@@ -42,6 +42,9 @@ pub struct CopyTarget<'a> {
     pub scheduler_name: Option<&'a str>,
     /// Nodes the copy's pods must not go to (room kept there for other Jobs).
     pub keep_off: &'a [std::sync::Arc<str>],
+    /// The worker runs Kueue: the LocalQueue the copy enters (`WorkerCluster.spec.kueue`). The
+    /// copy is then created suspended, for the worker's Kueue to admit.
+    pub kueue_queue: Option<&'a str>,
 }
 
 /// The copy to create in a worker for the manager Job `job`, of the kind its `apiVersion` and
@@ -72,6 +75,9 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     labels.remove(crate::wellknown::QUEUE_LABEL);
     labels.insert(ORIGIN_LABEL.into(), manager_id.into());
     labels.insert(ORIGIN_UID_LABEL.into(), uid.clone().into());
+    if let Some(q) = target.kueue_queue {
+        labels.insert(super::kueue::QUEUE_NAME_LABEL.into(), q.into());
+    }
     let annotations = object(meta, "annotations");
     // Dispatch state belongs to the manager; last-applied-configuration would mislead kubectl
     // in the worker.
@@ -84,7 +90,8 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
 
     let spec = object(obj, "spec");
     spec.remove("managedBy");
-    spec.insert("suspend".into(), false.into());
+    // A Kueue worker's own queue unsuspends it once its quota admits it.
+    spec.insert("suspend".into(), target.kueue_queue.is_some().into());
     for template in kind.prepare_copy(spec) {
         // Lets a worker's inventory tell which pods belong to which dispatched Job.
         let labels = object(object(template, "metadata"), "labels");
@@ -138,6 +145,11 @@ pub(crate) fn parse_copy(kind: Kind, cluster: &str, job: &Value) -> Option<Worke
         origin_uid,
         status,
         deleting: meta.get("deletionTimestamp").is_some_and(|v| !v.is_null()),
+        suspended: job["spec"]["suspend"].as_bool().unwrap_or(false),
+        kueue: meta["labels"][super::kueue::QUEUE_NAME_LABEL].is_string(),
+        created: meta["creationTimestamp"]
+            .as_str()
+            .and_then(super::job::parse_rfc3339),
     })
 }
 

@@ -6,6 +6,7 @@
 
 use super::job::{Job, JobKey};
 use super::kind::{Kind, Status};
+use super::kueue::WorkerQueues;
 use crate::api::QueueSettings;
 use crate::inventory::Inventory;
 use foldhash::HashMap;
@@ -23,6 +24,12 @@ pub(crate) struct WorkerCopy {
     pub(crate) origin_uid: String,
     pub(crate) status: Status,
     pub(crate) deleting: bool,
+    /// Its `spec.suspend`: in a Kueue worker, true until the worker's Kueue admits it.
+    pub(crate) suspended: bool,
+    /// When it was created in the worker.
+    pub(crate) created: Option<SystemTime>,
+    /// It was sent to its worker's Kueue (its `kueue.x-k8s.io/queue-name` label).
+    pub(crate) kueue: bool,
 }
 
 impl WorkerCopy {
@@ -44,6 +51,10 @@ pub(crate) struct Worker {
     pub(crate) copies_synced: bool,
     /// Why it is not usable, for people.
     pub(crate) message: String,
+    /// It runs Kueue: the LocalQueue copies enter (`WorkerCluster.spec.kueue`).
+    pub(crate) kueue: Option<String>,
+    /// What its Kueue shows (empty when it runs none).
+    pub(crate) queues: Arc<WorkerQueues>,
 }
 
 impl Worker {
@@ -55,6 +66,8 @@ impl Worker {
             disconnected_since: None,
             copies_synced: true,
             message: String::new(),
+            kueue: None,
+            queues: Arc::default(),
         }
     }
 
@@ -217,6 +230,16 @@ impl State {
     }
 
     /// The origin uids of every copy known in `cluster`.
+    /// Every copy in `cluster`: (its uid, its origin uid).
+    pub(crate) fn copy_uids_in_any<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.copies.iter().filter_map(move |(origin, m)| {
+            m.get(cluster).map(|c| (c.uid.as_str(), origin.as_str()))
+        })
+    }
+
     /// The origin uids of the copies of `kind` in `cluster`.
     pub(super) fn copy_uids_in(&self, cluster: &str, kind: Kind) -> Vec<String> {
         self.copies

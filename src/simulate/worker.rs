@@ -456,6 +456,9 @@ impl SimWorker {
             });
         }
         Some(WorkerCopy {
+            suspended: false,
+            created: None,
+            kueue: false,
             cluster: self.name.clone(),
             key: job.key.clone(),
             uid: job.uid.clone(),

@@ -365,6 +365,12 @@ impl Controller {
                     name: name.clone(),
                     labels: e.object.spec.labels.clone(),
                     scheduler_name: e.object.spec.scheduler_name.clone(),
+                    kueue: e
+                        .object
+                        .spec
+                        .kueue
+                        .as_ref()
+                        .map(|k| k.local_queue_name.clone()),
                     client: e.client.clone(),
                     client_generation: e.client_generation,
                     connected,

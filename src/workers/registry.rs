@@ -18,6 +18,8 @@ pub struct WorkerView {
     pub labels: BTreeMap<String, String>,
     /// The WorkerCluster's `spec.schedulerName`.
     pub(crate) scheduler_name: Option<String>,
+    /// The WorkerCluster's `spec.kueue.localQueueName`.
+    pub(crate) kueue: Option<String>,
     /// Rate-limited; `Some` once a client was built from a safe kubeconfig, and kept (with
     /// `connected` false) when a later kubeconfig is refused or the worker stops answering.
     pub client: Option<kube::Client>,
@@ -46,6 +48,7 @@ impl std::fmt::Debug for WorkerView {
             .field("name", &self.name)
             .field("labels", &self.labels)
             .field("scheduler_name", &self.scheduler_name)
+            .field("kueue", &self.kueue)
             .field("client", &self.client.as_ref().map(|_| "kube::Client"))
             .field("client_generation", &self.client_generation)
             .field("connected", &self.connected)
@@ -66,6 +69,7 @@ impl WorkerView {
             name: name.to_string(),
             labels: BTreeMap::new(),
             scheduler_name: None,
+            kueue: None,
             client: None,
             client_generation: 0,
             connected: false,
@@ -83,6 +87,7 @@ impl WorkerView {
         self.name == other.name
             && self.labels == other.labels
             && self.scheduler_name == other.scheduler_name
+            && self.kueue == other.kueue
             && self.client.is_some() == other.client.is_some()
             && self.client_generation == other.client_generation
             && self.connected == other.connected

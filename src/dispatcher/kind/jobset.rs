@@ -362,9 +362,7 @@ pub(crate) fn taken_back(s: &JobSetStatus) -> JobSetStatus {
         conditions: s
             .conditions
             .iter()
-            .filter(|c| {
-                condition::OURS.contains(&c.type_.as_str()) && c.type_ != condition::PODS_READY
-            })
+            .filter(|c| condition::KEPT_ON_REQUEUE.contains(&c.type_.as_str()))
             .cloned()
             .collect(),
         ..Default::default()
@@ -505,7 +503,10 @@ mod tests {
         let obj: Value = serde_yaml::from_str(&text).expect("YAML");
         let g = gang(&obj);
         assert_eq!(g.parts.iter().map(Part::pods).sum::<u32>(), 5);
-        assert_eq!(g.shape.expect("placeable").node_request["nvidia.com/gpu"], 1000);
+        assert_eq!(
+            g.shape.expect("placeable").node_request["nvidia.com/gpu"],
+            1000
+        );
         assert_eq!(g.extra.len(), 1);
         assert_eq!(g.extra[0].pods, 1);
     }
