@@ -562,9 +562,13 @@ impl<'w> Pass<'w> {
                 if let Some(t) = b.until {
                     self.out.wake(t);
                 }
-                search.own = Some(match search.own {
-                    Some(reason::WORKER_REFUSED) => reason::WORKER_REFUSED,
-                    _ => b.reason,
+                // A refusal's back-off says most, then a Kueue worker's quota.
+                search.own = Some(match (search.own, b.reason) {
+                    (Some(reason::WORKER_REFUSED), _) => reason::WORKER_REFUSED,
+                    (Some(reason::WORKER_QUOTA), r) if r != reason::WORKER_REFUSED => {
+                        reason::WORKER_QUOTA
+                    }
+                    (_, r) => r,
                 });
                 search.reasons.push(WorkerReason {
                     worker: name,
@@ -675,18 +679,32 @@ impl<'w> Pass<'w> {
         let Search { reasons, own, .. } = search;
         let job = gang.job;
         // The Job's own reason when some worker is kept from it alone (then a refusal's
-        // back-off is the reason to show), else its class's.
+        // back-off, or a Kueue worker's quota, is the reason to show), else its class's.
         let wait = |why: &'static str, message: String| {
             let verdict = Verdict::wait(why, message);
             match own {
                 None => Attempt::Wait(verdict),
-                Some(kind) if kind == reason::WORKER_REFUSED => Attempt::WaitAlone(Verdict {
-                    reason: kind,
-                    ..verdict
-                }),
+                Some(kind) if kind == reason::WORKER_REFUSED || kind == reason::WORKER_QUOTA => {
+                    Attempt::WaitAlone(Verdict {
+                        reason: kind,
+                        ..verdict
+                    })
+                }
                 Some(_) => Attempt::WaitAlone(verdict),
             }
         };
+        if asked.is_empty() && own == Some(reason::WORKER_QUOTA) {
+            return wait(
+                reason::WORKER_QUOTA,
+                self.say(|| {
+                    format!(
+                        "no worker can take {} now: {}",
+                        the_gang(job),
+                        join(&reasons)
+                    )
+                }),
+            );
+        }
         if asked.is_empty() {
             let unreachable = own.is_none() && self.all_unreachable(settings);
             return wait(

@@ -235,7 +235,7 @@ impl WorkerQueues {
         let Some(cq) = self.cluster_queues.get(cq_name) else {
             return Some(Shortfall::NoClusterQueue(cq_name.to_string()));
         };
-        let mut free: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut free: BTreeMap<FlavorResource, i64> = BTreeMap::new();
         for g in &cq.groups {
             for (flavor, quota) in &g.flavors {
                 for (r, q) in quota {
@@ -328,6 +328,9 @@ impl Shortfall {
     }
 }
 
+/// (flavor, resource).
+type FlavorResource = (String, String);
+
 enum Unassigned {
     Uncovered(String),
     Short {
@@ -342,9 +345,9 @@ enum Unassigned {
 /// amount; or why none.
 fn assign(
     cq: &ClusterQueue,
-    free: &BTreeMap<(String, String), i64>,
+    free: &BTreeMap<FlavorResource, i64>,
     need: &BTreeMap<String, i64>,
-) -> Result<Vec<((String, String), i64)>, Unassigned> {
+) -> Result<Vec<(FlavorResource, i64)>, Unassigned> {
     let mut out = Vec::new();
     for r in need.keys() {
         if !cq.groups.iter().any(|g| g.covered.contains(r)) {

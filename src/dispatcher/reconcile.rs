@@ -241,11 +241,11 @@ impl<'a> Step<'a> {
     /// uncounted, and tried elsewhere (its copy is then removed as no longer kept).
     fn in_worker_queue(&mut self, copy: &WorkerCopy, settings: &QueueSettings) {
         let (job, now) = (self.job, self.now);
-        let since = copy
-            .status
-            .suspended_since()
-            .or(copy.created)
-            .or(job.admitted_at)
+        // From the dispatch (the manager's clock), or from the worker's Kueue suspending it
+        // again after admitting it.
+        let since = job
+            .admitted_at
+            .max(copy.status.suspended_since())
             .unwrap_or(now)
             .min(now);
         let deadline = since + settings.worker_admission_timeout;
@@ -455,7 +455,7 @@ impl<'a> Step<'a> {
             let resumed = copies
                 .iter()
                 .filter(|c| c.kueue)
-                .filter_map(|c| c.status.resumed_at().or(c.created))
+                .filter_map(|c| c.status.resumed_at())
                 .max();
             let since = job.admitted_at.max(resumed).unwrap_or(now);
             (

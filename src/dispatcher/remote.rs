@@ -147,9 +147,6 @@ pub(crate) fn parse_copy(kind: Kind, cluster: &str, job: &Value) -> Option<Worke
         deleting: meta.get("deletionTimestamp").is_some_and(|v| !v.is_null()),
         suspended: job["spec"]["suspend"].as_bool().unwrap_or(false),
         kueue: meta["labels"][super::kueue::QUEUE_NAME_LABEL].is_string(),
-        created: meta["creationTimestamp"]
-            .as_str()
-            .and_then(super::job::parse_rfc3339),
     })
 }
 
@@ -228,6 +225,7 @@ mod tests {
         let target = CopyTarget {
             scheduler_name: Some("switchyard-scheduler"),
             keep_off: &keep_off,
+            ..Default::default()
         };
         let copy = copy_of(&stored_job(), "m", target).unwrap();
         let spec = &copy["spec"]["template"]["spec"];
@@ -262,6 +260,7 @@ mod tests {
         let target = CopyTarget {
             scheduler_name: None,
             keep_off: &keep_off,
+            ..Default::default()
         };
         let copy = copy_of(&job, "m", target).unwrap();
         let affinity = &copy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];

@@ -26,8 +26,6 @@ pub(crate) struct WorkerCopy {
     pub(crate) deleting: bool,
     /// Its `spec.suspend`: in a Kueue worker, true until the worker's Kueue admits it.
     pub(crate) suspended: bool,
-    /// When it was created in the worker.
-    pub(crate) created: Option<SystemTime>,
     /// It was sent to its worker's Kueue (its `kueue.x-k8s.io/queue-name` label).
     pub(crate) kueue: bool,
 }

@@ -457,7 +457,6 @@ impl SimWorker {
         }
         Some(WorkerCopy {
             suspended: false,
-            created: None,
             kueue: false,
             cluster: self.name.clone(),
             key: job.key.clone(),

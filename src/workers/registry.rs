@@ -19,7 +19,7 @@ pub struct WorkerView {
     /// The WorkerCluster's `spec.schedulerName`.
     pub(crate) scheduler_name: Option<String>,
     /// The WorkerCluster's `spec.kueue.localQueueName`.
-    pub(crate) kueue: Option<String>,
+    pub kueue: Option<String>,
     /// Rate-limited; `Some` once a client was built from a safe kubeconfig, and kept (with
     /// `connected` false) when a later kubeconfig is refused or the worker stops answering.
     pub client: Option<kube::Client>,

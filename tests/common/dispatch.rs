@@ -331,3 +331,8 @@ pub async fn eventually<F: FnMut() -> bool>(secs: u64, what: &str, mut f: F) {
     }
     panic!("timed out after {secs}s waiting for: {what}");
 }
+
+/// Now, as an RFC 3339 timestamp (whole seconds), for status times a controller would write.
+pub fn now_rfc3339() -> String {
+    switchyard::dispatcher::rfc3339(std::time::SystemTime::now())
+}

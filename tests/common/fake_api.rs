@@ -604,6 +604,12 @@ impl FakeApi {
     pub fn check_rbac(&self, role: switchyard::rbac::Role) {
         self.state.lock().unwrap().rbac = Some((role, Vec::new()));
     }
+    /// The RBAC checked is the chart's with Kueue read access on (a Kueue worker).
+    pub fn allow_kueue_reads(&self) {
+        if let Some((_, features)) = &mut self.state.lock().unwrap().rbac {
+            features.push(switchyard::rbac::Feature::Kueue);
+        }
+    }
     /// Installs the JobSet CRD: `jobset.x-k8s.io/v1alpha2` is served (discovery, jobsets and
     /// their status), and the RBAC checked is the chart's with JobSets on.
     pub fn serve_jobsets(&self) {

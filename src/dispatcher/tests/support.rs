@@ -180,6 +180,8 @@ pub(super) fn copy_of(job: &Job, cluster: &str, uid: &str) -> WorkerCopy {
         origin_uid: job.uid.clone(),
         status: Status::default(),
         deleting: false,
+        suspended: false,
+        kueue: false,
     }
 }
 
