@@ -26,7 +26,7 @@ pub use report::{Report, Summary};
 pub(crate) use scenario::{Scenario, ScenarioJob};
 pub(crate) use worker::{Behaviour, PodEvent, SimWorker};
 
-use crate::dispatcher::kind::{Part, Status};
+use crate::dispatcher::kind::Status;
 use crate::dispatcher::{
     self, apply, plan, Action, Job, JobKey, Outcome, Placement, Queue, Worker, World,
 };
@@ -123,8 +123,8 @@ pub(crate) struct Record {
     pub(crate) finished: Option<SystemTime>,
     pub(crate) cluster: Option<String>,
     pub(crate) topology_errors: u64,
-    /// How long the pods that succeeded ran, summed, in the copy that completed.
-    pub(crate) ran: Option<Duration>,
+    /// How long the pods that succeeded ran, summed by pod shape, in the copy that completed.
+    pub(crate) ran: Option<worker::Ran>,
 }
 
 struct Usage {
@@ -269,7 +269,7 @@ impl Simulation {
             status_writes: None,
         };
         for (i, j) in scenario.jobs.iter().enumerate() {
-            sim.by_key.insert(JobKey::new(&j.namespace, &j.name), i);
+            sim.by_key.insert(j.key(), i);
             sim.push(epoch() + j.submit_at, Event::Submit(i));
         }
         sim
@@ -345,19 +345,15 @@ impl Simulation {
             Event::Submit(i) => {
                 let j = &self.jobs[i];
                 let job = Job {
-                    key: JobKey::new(&j.namespace, &j.name),
+                    key: j.key(),
                     uid: format!("job-{i}"),
                     resource_version: String::new(),
                     queue: j.queue.clone(),
                     priority: j.priority,
                     created: now,
-                    parts: vec![Part {
-                        name: String::new(),
-                        jobs: 1,
-                        pods_per_job: j.parallelism.min(j.completions),
-                    }],
+                    parts: j.parts.clone(),
                     pod: Ok(j.pod.clone()),
-                    extra: Arc::new([]),
+                    extra: j.extra.clone(),
                     shape_key: j.shape_key,
                     namespace_labels: None,
                     suspended: true,
@@ -371,7 +367,7 @@ impl Simulation {
                     refusals: Default::default(),
                     deactivated: None,
                     result: None,
-                    status: Default::default(),
+                    status: Status::empty(j.kind),
                 };
                 self.world.upsert_job(job);
             }
@@ -423,7 +419,7 @@ impl Simulation {
                 .index_of_uid(origin)
                 .and_then(|i| self.records.get_mut(i))
             {
-                r.ran = Some(*ran);
+                r.ran = Some(ran.clone());
             }
         }
         if !(fx.freed.is_empty() && fx.taken.is_empty()) {
@@ -449,7 +445,12 @@ impl Simulation {
                 h.record(secs(self.now), &u.used);
             }
         }
-        let mut changed = fx.changed;
+        // A JobSet's child Jobs change its copy.
+        let mut changed: Vec<String> = fx
+            .changed
+            .iter()
+            .map(|uid| worker::copy_uid(uid).to_string())
+            .collect();
         changed.sort();
         changed.dedup();
         for uid in changed {
@@ -458,8 +459,9 @@ impl Simulation {
                 let origin = copy.origin_uid.clone();
                 if let Some(i) = self.index_of_uid(&origin) {
                     if copy.status.conditions().is_empty() {
-                        let gang = self.jobs[i].parallelism.min(self.jobs[i].completions);
-                        if copy.status.ready_pods(&[]) >= gang && self.records[i].started.is_none()
+                        let j = &self.jobs[i];
+                        if copy.status.ready_pods(&j.parts) >= j.pods()
+                            && self.records[i].started.is_none()
                         {
                             self.records[i].started = Some(self.now);
                         }
@@ -686,21 +688,39 @@ impl Simulation {
         let uid = format!("copy-{}", self.next_copy);
         let j = &self.jobs[i];
         let origin = format!("job-{i}");
-        let behaviour = Behaviour {
-            shape: j.pod.clone(),
-            keep_off: self.world.ledger.keep_off(&origin, cluster).into(),
-            parallelism: j.parallelism,
-            completions: j.completions,
-            duration: j.duration,
-            start_delay: j.pod_start_delay,
-            fails: j.fails,
-        };
+        let keep_off: Arc<[Arc<str>]> = self.world.ledger.keep_off(&origin, cluster).into();
+        let behaviour =
+            |shape: &Arc<crate::placement::PodShape>, parallelism, completions| Behaviour {
+                shape: shape.clone(),
+                keep_off: keep_off.clone(),
+                parallelism,
+                completions,
+                duration: j.duration,
+                start_delay: j.pod_start_delay,
+                fails: j.fails,
+            };
         let now = self.now;
         let mut fx = worker::Effects::default();
         let before = self.topology_errors;
-        self.with_cluster(w, |worker, c, table| {
-            worker.create(c, table, key.clone(), uid, origin, behaviour, now, &mut fx)
-        });
+        if j.is_jobset() {
+            let parts: Vec<worker::ReplicatedBehaviour> = j
+                .replicated_jobs
+                .iter()
+                .map(|r| worker::ReplicatedBehaviour {
+                    name: r.name.clone(),
+                    replicas: r.replicas,
+                    behaviour: behaviour(&r.pod, r.parallelism, r.completions),
+                })
+                .collect();
+            self.with_cluster(w, |worker, c, table| {
+                worker.create_set(c, table, key.clone(), uid, origin, parts, now, &mut fx)
+            });
+        } else {
+            let behaviour = behaviour(&j.pod, j.parallelism, j.completions);
+            self.with_cluster(w, |worker, c, table| {
+                worker.create(c, table, key.clone(), uid, origin, behaviour, now, &mut fx)
+            });
+        }
         self.effects(w, fx);
         self.records[i].topology_errors += self.topology_errors - before;
     }

@@ -1054,3 +1054,64 @@ fn simulate_report_to_a_path_that_cannot_be_written_says_so_before_running() {
     // Nothing was simulated: no report printed.
     assert!(out.stdout.is_empty());
 }
+
+/// `switchyard simulate --scenario examples/jobset-scenario.yaml` with `args`.
+fn simulate_jobsets(args: &[&str]) -> String {
+    let out = switchyard()
+        .args(["simulate", "--scenario"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobset-scenario.yaml"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn simulate_the_jobset_example_ends_as_its_comments_say() {
+    let text = simulate_jobsets(&[]);
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(&header[..3], ["NAME", "KIND", "NAMESPACE"], "{text}");
+    let row = |name: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .split_whitespace()
+            .collect()
+    };
+    // name, kind, namespace, queue, cluster, …, result.
+    for (name, kind, cluster, result) in [
+        ("pretrain", "JobSet", "gpu-large", "Succeeded"),
+        ("finetune", "JobSet", "gpu-small", "Succeeded"),
+        ("eval", "JobSet", "gpu-small", "Succeeded"),
+        ("tokenize", "Job", "gpu-small", "Succeeded"),
+    ] {
+        let r = row(name);
+        assert_eq!((r[1], r[4], r[9]), (kind, cluster, result), "{text}");
+    }
+    // eval waited for finetune's GPUs: admitted when finetune finished.
+    assert_eq!(row("eval")[6], row("finetune")[8], "{text}");
+    assert!(!text.contains("why:"), "{text}");
+
+    // The JSON: every entry has the format's keys in order; a JobSet's then says its kind.
+    let format = simulate_output_example();
+    let job_keys = format.get("jobs").items()[0].keys();
+    let got: Ordered = serde_json::from_str(&simulate_jobsets(&["--output", "json"])).unwrap();
+    for j in got.get("jobs").items() {
+        let name = j.get("name").leaf().as_str().unwrap();
+        let keys = j.keys();
+        if name == "tokenize" {
+            assert_eq!(keys, job_keys);
+        } else {
+            assert_eq!(keys[..job_keys.len()], job_keys[..], "{name}");
+            assert_eq!(keys[job_keys.len()..], ["kind"], "{name}");
+            assert_eq!(j.get("kind").leaf(), "JobSet");
+        }
+    }
+}

@@ -858,3 +858,363 @@ fn the_room_kept_for_a_starving_gang_is_left_alone_by_the_workers_scheduler() {
     );
     assert_eq!(report.summary.failed, 0);
 }
+
+/// Two GPU workers behind single-numa-node kubelets, `large` with 2 nodes of 4 GPUs (2 per
+/// NUMA node), `small` with one such node; then `jobs` (queues and Jobs).
+fn jobsets(jobs: &str) -> String {
+    let node = |name: &str| {
+        format!(
+            r#"      - name: {name}
+        allocatable: {{cpu: "32", memory: 256Gi, nvidia.com/gpu: "4", pods: "110"}}
+        topology:
+          attributes:
+            - {{name: topologyManagerPolicy, value: single-numa-node}}
+            - {{name: topologyManagerScope, value: pod}}
+          zones:
+            - {{name: node-0, type: Node, resources: [{{name: cpu, capacity: "16", allocatable: "16", available: "16"}}, {{name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}}, {{name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}}]}}
+            - {{name: node-1, type: Node, resources: [{{name: cpu, capacity: "16", allocatable: "16", available: "16"}}, {{name: memory, capacity: 128Gi, allocatable: 128Gi, available: 128Gi}}, {{name: nvidia.com/gpu, capacity: "2", allocatable: "2", available: "2"}}]}}
+"#
+        )
+    };
+    format!(
+        "clusters:\n  - name: large\n    nodes:\n{}{}  - name: small\n    nodes:\n{}{jobs}",
+        node("large-1"),
+        node("large-2"),
+        node("small-1"),
+    )
+}
+
+const GPU_POD: &str = r#"{containers: [{name: trainer, resources: {requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "1"}, limits: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "1"}}}]}"#;
+
+/// A JobSet of a `leader` Job and `workers` Jobs (`replicas`), 2 pods of 1 GPU each.
+fn jobset(name: &str, submit: &str, workers: u32, extra: &str) -> String {
+    format!(
+        r#"  - name: {name}
+    kind: JobSet
+    queue: training
+    submitAt: {submit}
+    duration: 10m
+    podStartDelay: 30s
+{extra}    replicatedJobs:
+      - {{name: leader, parallelism: 2, template: {GPU_POD}}}
+      - {{name: workers, replicas: {workers}, parallelism: 2, template: {GPU_POD}}}
+"#
+    )
+}
+
+/// The statuses written to the manager's JobSet `name`, in order.
+fn jobset_writes(report: &Report, name: &str) -> Vec<(f64, serde_json::Value)> {
+    let key = format!("JobSet default/{name}");
+    report
+        .status_writes
+        .iter()
+        .filter(|w| w.job == key)
+        .map(|w| (w.at, w.status.clone()))
+        .collect()
+}
+
+/// The decisions about JobSet `name` whose description contains `what`.
+fn jobset_times(report: &Report, name: &str, what: &str) -> Vec<f64> {
+    let subject = format!("JobSet default/{name}: ");
+    report
+        .events
+        .iter()
+        .filter_map(|line| {
+            let (t, rest) = line.trim().split_once("s  ")?;
+            let rest = rest.strip_prefix(&subject)?;
+            rest.contains(what).then(|| t.parse().expect("a time"))
+        })
+        .collect()
+}
+
+/// `replicatedJobsStatus` as (name, ready, succeeded, failed, active).
+fn replicated(status: &serde_json::Value) -> Vec<(String, i64, i64, i64, i64)> {
+    status["replicatedJobsStatus"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|r| {
+                    let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
+                    (
+                        r["name"].as_str().unwrap().to_string(),
+                        n("ready"),
+                        n("succeeded"),
+                        n("failed"),
+                        n("active"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn run_with_writes(yaml: &str) -> Report {
+    let s = scenario::parse(yaml).expect("the test scenario parses");
+    let report = Simulation::new(&s, Strategy::Switchyard)
+        .with_events()
+        .with_status_writes()
+        .run();
+    assert!(
+        !report.events.iter().any(|e| e.contains("would refuse")),
+        "every status written was one the API server accepts: {:#?}",
+        report.events
+    );
+    report
+}
+
+#[test]
+fn a_jobset_runs_as_one_gang_in_one_worker_and_its_status_is_mirrored() {
+    // 1 leader Job and 3 worker Jobs of 2 pods: 8 GPUs, which only `large` has.
+    let yaml = jobsets(&format!(
+        "queues:\n  - name: training\n    clusters: [small, large]\n    waitForPodsReady: {{enabled: true, timeout: 5m}}\njobs:\n{}",
+        jobset("train", "0s", 3, "")
+    ));
+    let report = run_with_writes(&yaml);
+    let train = job(&report, "train");
+    assert_eq!(train.kind.as_deref(), Some("JobSet"));
+    assert_eq!(train.result, "Succeeded", "{:?}", train.reason);
+    assert_eq!(train.cluster.as_deref(), Some("large"));
+    assert_eq!(train.requeues, 0);
+    assert_eq!(
+        jobset_times(&report, "train", "dispatched to worker"),
+        [0.0]
+    );
+    assert_eq!(report.summary.topology_affinity_errors, 0);
+    // Every pod was created at dispatch and Ready 30s later, together: the whole gang.
+    assert_eq!(seconds(&train.started), 30.0);
+    assert_eq!(seconds(&train.finished), 630.0);
+    // 8 pods × 1 GPU × 10 minutes.
+    assert_eq!(report.summary.goodput["nvidia.com/gpu"], 1.333);
+
+    let writes = jobset_writes(&report, "train");
+    let ready = writes
+        .iter()
+        .find(|(_, s)| condition(s, "PodsReady").is_some_and(|c| c["status"] == "True"))
+        .expect("PodsReady was written");
+    assert_eq!(ready.0, 30.0);
+    assert_eq!(
+        replicated(&ready.1),
+        [
+            ("leader".into(), 1, 0, 0, 1),
+            ("workers".into(), 3, 0, 0, 3)
+        ]
+    );
+    let (at, last) = writes.last().expect("statuses were written");
+    assert_eq!(*at, 630.0);
+    assert_eq!(
+        replicated(last),
+        [
+            ("leader".into(), 0, 1, 0, 0),
+            ("workers".into(), 0, 3, 0, 0)
+        ]
+    );
+    let completed = condition(last, "Completed").expect("Completed");
+    assert_eq!(completed["status"], "True");
+    assert_eq!(completed["reason"], "AllJobsCompleted");
+    assert_eq!(last["terminalState"], "Completed");
+    assert_eq!(last["restarts"], 0);
+    assert!(condition(last, "Failed").is_none());
+}
+
+#[test]
+fn a_jobset_too_big_for_any_worker_waits() {
+    // 1 + 4 Jobs of 2 pods: 10 GPUs, more than any worker has (8 and 4), less than the
+    // queue's quota (their sum).
+    let yaml = jobsets(&format!(
+        "queues:\n  - name: training\n    clusters: [small, large]\njobs:\n{}",
+        jobset("huge", "0s", 4, "")
+    ));
+    let report = run(&yaml, Strategy::Switchyard);
+    let huge = job(&report, "huge");
+    assert_eq!(huge.result, "Pending");
+    assert_eq!(huge.admitted, serde_json::Value::Null);
+    let why = huge.reason.as_deref().unwrap();
+    assert!(
+        why.contains("could hold the gang of 10 pods even empty"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_jobset_whose_pods_fail_ends_failed_and_its_jobs_go() {
+    // Beside it, a Job of the same pods that fail the same way.
+    let yaml = jobsets(&format!(
+        "queues:\n  - name: training\n    clusters: [large]\njobs:\n{}  - {{name: alone, queue: training, submitAt: 0s, parallelism: 2, duration: 10m, podStartDelay: 30s, fails: true, template: {GPU_POD}}}\n",
+        jobset("broken", "0s", 1, "    fails: true\n")
+    ));
+    let report = run_with_writes(&yaml);
+    let broken = job(&report, "broken");
+    assert_eq!(broken.result, "Failed");
+    let why = broken.reason.as_deref().unwrap();
+    assert!(why.contains("of its Jobs failed in worker large"), "{why}");
+    assert!(
+        why.contains(&format!("backoffLimit {BACKOFF_LIMIT}")),
+        "{why}"
+    );
+    assert_eq!(report.summary.failed, 2);
+    assert_eq!(
+        report.summary.goodput.get("nvidia.com/gpu"),
+        Some(&0.into())
+    );
+
+    let writes = jobset_writes(&report, "broken");
+    let (_, last) = writes.last().expect("statuses were written");
+    let failed = condition(last, "Failed").expect("Failed");
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], "FailedJobs");
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "jobset failed due to one or more job failures (first failed job: broken-"
+        ),
+        "{message}"
+    );
+    assert_eq!(last["terminalState"], "Failed");
+    assert!(condition(last, "Completed").is_none());
+    // The first Job past its backoffLimit failed the set; the others were deleted.
+    let counts = replicated(last);
+    let failed_jobs: i64 = counts.iter().map(|c| c.3).sum();
+    assert_eq!(failed_jobs, 1, "{counts:?}");
+    assert!(counts.iter().all(|c| c.4 == 0 && c.1 == 0), "{counts:?}");
+    // It failed when its first Job did: when the lone Job of the same pods failed.
+    let alone = job(&report, "alone");
+    assert_eq!(alone.result, "Failed");
+    assert_eq!(seconds(&broken.finished), seconds(&alone.finished));
+}
+
+#[test]
+fn a_jobset_whose_replicated_jobs_ask_for_different_pods_runs_them_together_in_one_worker() {
+    // A CPU-only driver beside 3 worker Jobs of 2 GPU pods: 6 GPUs, which `small` (4) cannot
+    // hold, `large` (8) can.
+    let cpu_pod =
+        r#"{containers: [{name: driver, resources: {requests: {cpu: "2", memory: 4Gi}}}]}"#;
+    let yaml = jobsets(&format!(
+        r#"queues:
+  - name: training
+    clusters: [small, large]
+jobs:
+  - name: mixed
+    kind: JobSet
+    queue: training
+    submitAt: 0s
+    duration: 10m
+    podStartDelay: 30s
+    replicatedJobs:
+      - {{name: driver, template: {cpu_pod}}}
+      - {{name: workers, replicas: 3, parallelism: 2, template: {GPU_POD}}}
+"#
+    ));
+    let report = run_with_writes(&yaml);
+    let mixed = job(&report, "mixed");
+    assert_eq!(mixed.result, "Succeeded", "{:?}", mixed.reason);
+    assert_eq!(mixed.cluster.as_deref(), Some("large"));
+    assert_eq!(
+        jobset_times(&report, "mixed", "dispatched to worker"),
+        [0.0]
+    );
+    assert_eq!(seconds(&mixed.started), 30.0, "all 7 pods Ready together");
+    assert_eq!(seconds(&mixed.finished), 630.0);
+    // Quota and goodput count both shapes: 2 + 6 × 4 CPUs of 96, 6 GPUs of 12; the driver's
+    // 2 CPUs and the workers' 24 for 10 minutes.
+    let quota = &report.summary.max_quota_usage["training"];
+    assert_eq!(quota["cpu"], serde_json::json!(0.271));
+    assert_eq!(quota["nvidia.com/gpu"], serde_json::json!(0.5));
+    assert_eq!(report.summary.goodput["cpu"], serde_json::json!(4.333));
+    assert_eq!(
+        report.summary.goodput["nvidia.com/gpu"],
+        serde_json::json!(1)
+    );
+    let (_, last) = jobset_writes(&report, "mixed").pop().expect("statuses");
+    assert_eq!(
+        replicated(&last),
+        [
+            ("driver".into(), 0, 1, 0, 0),
+            ("workers".into(), 0, 3, 0, 0)
+        ]
+    );
+}
+
+#[test]
+fn quota_counts_every_pod_of_a_jobset() {
+    // Two JobSets of 4 pods of 1 GPU: `large` (8 GPUs) holds both at once, but not 6 GPUs of
+    // quota.
+    let scenario = |quota: &str| {
+        jobsets(&format!(
+            "queues:\n  - name: training\n    clusters: [large]\n{quota}jobs:\n{}{}",
+            jobset("first", "0s", 1, ""),
+            jobset("second", "0s", 1, "")
+        ))
+    };
+    let report = run(
+        &scenario("    quota: {cpu: \"96\", memory: 768Gi, nvidia.com/gpu: \"6\"}\n"),
+        Strategy::Switchyard,
+    );
+    let (first, second) = (job(&report, "first"), job(&report, "second"));
+    assert_eq!(
+        (first.result.as_str(), second.result.as_str()),
+        ("Succeeded", "Succeeded")
+    );
+    assert_eq!(seconds(&first.admitted), 0.0);
+    assert_eq!(seconds(&first.finished), 630.0);
+    assert_eq!(
+        seconds(&second.admitted),
+        630.0,
+        "admitted once the first gave its quota back"
+    );
+    assert_eq!(
+        report.summary.max_quota_usage["training"]["nvidia.com/gpu"],
+        serde_json::json!(0.667)
+    );
+    // Without that quota, both run at once.
+    let free = run(&scenario(""), Strategy::Switchyard);
+    for name in ["first", "second"] {
+        assert_eq!(seconds(&job(&free, name).admitted), 0.0, "{name}");
+    }
+}
+
+#[test]
+fn a_jobset_s_pods_are_placed_and_admitted_by_kubelets_one_by_one_as_a_job_s() {
+    // The gang of `NUMA`'s `train` as a JobSet: a leader and a worker Job of one pod of 2
+    // GPUs each.
+    let (head, _) = NUMA.split_once("jobs:").unwrap();
+    let pod = r#"{containers: [{name: trainer, resources: {requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}, limits: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}}}]}"#;
+    let yaml = format!(
+        r#"{head}jobs:
+  - name: train
+    kind: JobSet
+    queue: training
+    submitAt: 0s
+    duration: 10m
+    podStartDelay: 30s
+    replicatedJobs:
+      - {{name: leader, template: {pod}}}
+      - {{name: worker, template: {pod}}}
+"#
+    );
+    let exact = run(&yaml, Strategy::Switchyard);
+    let train = job(&exact, "train");
+    assert_eq!(train.cluster.as_deref(), Some("east"));
+    assert_eq!(train.result, "Succeeded");
+    assert_eq!(seconds(&train.finished), 630.0);
+    assert_eq!(exact.summary.topology_affinity_errors, 0);
+    // Sent where the sum of free resources looks big enough, each of its pods is rejected
+    // by west's kubelet until one of its Jobs gives up, and with it the JobSet.
+    let naive = run(&yaml, Strategy::SumAggregate);
+    let train = job(&naive, "train");
+    assert_eq!(train.cluster.as_deref(), Some("west"));
+    assert_eq!(train.result, "Failed");
+    assert!(naive.summary.topology_affinity_errors > u64::from(BACKOFF_LIMIT));
+    assert_eq!(
+        naive.summary.topology_affinity_errors_by_cluster["west"],
+        naive.summary.topology_affinity_errors
+    );
+    let why = train.reason.as_deref().unwrap();
+    assert!(why.contains("TopologyAffinityError"), "{why}");
+}

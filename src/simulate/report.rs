@@ -2,6 +2,7 @@
 //! JSON object (`--output json`), or a table and a summary for people (`--output text`).
 
 use super::{secs, Simulation};
+use crate::dispatcher::kind::Status;
 use crate::dispatcher::JobResult;
 use serde::Serialize;
 use serde_json::{Number, Value};
@@ -70,6 +71,10 @@ pub struct JobReport {
     pub result: String,
     pub requeues: u32,
     pub reason: Option<String>,
+    /// `JobSet` for a JobSet, after the format's fields; absent for a batch/v1 Job, whose
+    /// entry stays exactly the format's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,11 +217,12 @@ fn hours(goodput: &BTreeMap<String, f64>) -> BTreeMap<String, Value> {
 /// `cpu-only`.
 pub(crate) fn kinds(job: &crate::simulate::ScenarioJob) -> Vec<&str> {
     let extended: Vec<&str> = job
-        .pod
-        .node_request
-        .keys()
+        .shapes()
+        .flat_map(|pod| pod.node_request.keys())
         .map(String::as_str)
         .filter(|r| is_extended(r))
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
         .collect();
     if extended.is_empty() {
         vec!["cpu-only"]
@@ -287,21 +293,31 @@ pub(super) fn build(sim: &Simulation) -> Report {
     let mut requested: BTreeSet<String> = BTreeSet::new();
     for (i, sj) in sim.scenario_jobs().iter().enumerate() {
         let rec = &sim.records[i];
-        let key = crate::dispatcher::JobKey::new(&sj.namespace, &sj.name);
-        let job = world.state.jobs.get(&key);
-        requested.extend(sj.pod.node_request.keys().cloned());
+        let job = world.state.jobs.get(&sj.key());
+        requested.extend(sj.shapes().flat_map(|pod| pod.node_request.keys().cloned()));
         let submitted = super::epoch() + sj.submit_at;
         let (result, reason) = match job {
             None => ("Pending".to_string(), Some("never submitted".to_string())),
             Some(j) => match (j.result, &j.deactivated) {
                 (Some(JobResult::Succeeded), _) => ("Succeeded".into(), None),
                 (Some(JobResult::Failed), _) => {
-                    let mut why = format!(
-                        "its pods failed {} times in worker {} (backoffLimit {})",
-                        j.status.as_job().and_then(|s| s.failed).unwrap_or(0),
-                        rec.cluster.as_deref().unwrap_or("?"),
-                        super::worker::BACKOFF_LIMIT
-                    );
+                    let worker = rec.cluster.as_deref().unwrap_or("?");
+                    let limit = super::worker::BACKOFF_LIMIT;
+                    let mut why = match &j.status {
+                        Status::Job(s) => format!(
+                            "its pods failed {} times in worker {worker} (backoffLimit {limit})",
+                            s.failed.unwrap_or(0),
+                        ),
+                        Status::JobSet(s) => format!(
+                            "{} of its Jobs failed in worker {worker} (each after its pods \
+                             failed past backoffLimit {limit}; the JobSet's failurePolicy \
+                             restarts none)",
+                            s.replicated_jobs_status
+                                .iter()
+                                .map(|r| r.failed.max(0))
+                                .sum::<i32>(),
+                        ),
+                    };
                     if rec.topology_errors > 0 {
                         let _ = write!(
                             why,
@@ -348,20 +364,25 @@ pub(super) fn build(sim: &Simulation) -> Report {
         if let (true, Some(t)) = (succeeded, rec.finished) {
             completion_times.push(secs(t) - secs(submitted));
         }
-        // Work counts once its Job has succeeded: that of the copy that completed.
-        let ran = match (succeeded, rec.ran) {
-            (true, Some(d)) => d.as_secs_f64(),
-            _ => 0.0,
-        };
+        // Work counts once its Job has succeeded: that of the copy that completed, each pod
+        // shape's (a JobSet may have several) for as long as its pods ran.
+        let mut goodput: BTreeMap<String, f64> = sj
+            .shapes()
+            .flat_map(|pod| pod.node_request.keys())
+            .map(|r| (r.clone(), 0.0))
+            .collect();
+        if let (true, Some(ran)) = (succeeded, &rec.ran) {
+            for (pod, d) in ran {
+                for (r, milli) in &pod.node_request {
+                    *goodput.entry(r.clone()).or_default() +=
+                        resource_hours(r, *milli, d.as_secs_f64());
+                }
+            }
+        }
         let outcome = Outcome {
             result: &result,
             start_wait,
-            goodput: sj
-                .pod
-                .node_request
-                .iter()
-                .map(|(r, milli)| (r.clone(), resource_hours(r, *milli, ran)))
-                .collect(),
+            goodput: goodput.into_iter().collect(),
         };
         all.add(&outcome);
         by_queue.entry(sj.queue.clone()).or_default().add(&outcome);
@@ -380,6 +401,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
             result,
             requeues: job.map_or(0, |j| j.requeues),
             reason,
+            kind: sj.is_jobset().then(|| sj.kind.name().to_string()),
         });
     }
     let n = jobs.len();
@@ -418,7 +440,8 @@ pub(super) fn build(sim: &Simulation) -> Report {
             .scenario_jobs()
             .iter()
             .filter(|j| &j.queue == queue)
-            .flat_map(|j| j.pod.node_request.keys())
+            .flat_map(|j| j.shapes())
+            .flat_map(|pod| pod.node_request.keys())
             .collect();
         let explicit = world
             .state
@@ -522,7 +545,9 @@ impl Report {
 
     /// The strategy, the jobs as a table and why those that did not succeed did not.
     fn jobs_text(&self) -> String {
-        let header = [
+        // A KIND column only when there is a JobSet to tell apart.
+        let kinds = self.jobs.iter().any(|j| j.kind.is_some());
+        let mut header = vec![
             "NAME",
             "NAMESPACE",
             "QUEUE",
@@ -534,11 +559,14 @@ impl Report {
             "RESULT",
             "REQUEUES",
         ];
+        if kinds {
+            header.insert(1, "KIND");
+        }
         let rows: Vec<Vec<String>> = self
             .jobs
             .iter()
             .map(|j| {
-                vec![
+                let mut row = vec![
                     j.name.clone(),
                     j.namespace.clone(),
                     j.queue.clone(),
@@ -549,7 +577,11 @@ impl Report {
                     show(&j.finished),
                     j.result.clone(),
                     j.requeues.to_string(),
-                ]
+                ];
+                if kinds {
+                    row.insert(1, j.kind.clone().unwrap_or_else(|| "Job".into()));
+                }
+                row
             })
             .collect();
         let mut out = format!("strategy: {}\n\n", self.strategy);
@@ -560,9 +592,8 @@ impl Report {
             for j in reasons {
                 let _ = writeln!(
                     out,
-                    "  {}/{}: {}",
-                    j.namespace,
-                    j.name,
+                    "  {}: {}",
+                    j.title(),
                     j.reason.as_deref().unwrap_or("")
                 );
             }
@@ -644,6 +675,17 @@ impl Report {
                     goodput_text(&b.goodput)
                 );
             }
+        }
+    }
+}
+
+impl JobReport {
+    /// `namespace/name` for a Job, `JobSet namespace/name` for a JobSet, as the dispatcher's
+    /// messages name them.
+    pub fn title(&self) -> String {
+        match &self.kind {
+            None => format!("{}/{}", self.namespace, self.name),
+            Some(kind) => format!("{kind} {}/{}", self.namespace, self.name),
         }
     }
 }

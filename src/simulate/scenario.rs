@@ -1,8 +1,11 @@
 //! The scenario file of `switchyard simulate --scenario FILE` (format in
 //! `tests/data/formats/scenario.example.yaml`): clusters in the inventory format, queues in the
-//! DispatchQueue spec's shape, and Jobs with their simulated behaviour.
+//! DispatchQueue spec's shape, and Jobs (batch/v1 Jobs, or JobSets with `kind: JobSet` and
+//! `replicatedJobs`) with their simulated behaviour.
 
 use crate::api::{KubeDuration, NamedQueueSpec, QueueSettings};
+use crate::dispatcher::kind::{jobset, Extra, Kind, Part};
+use crate::dispatcher::JobKey;
 use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
 use crate::placement::{PodShape, PodSpecView, PodView};
@@ -56,34 +59,109 @@ struct ClusterFile {
 struct JobFile {
     name: String,
     namespace: Option<String>,
+    /// `Job` (the default) or `JobSet`.
+    kind: Option<KindFile>,
     queue: String,
     submit_at: KubeDuration,
-    parallelism: u32,
+    parallelism: Option<u32>,
     completions: Option<u32>,
     priority: Option<i32>,
     duration: KubeDuration,
     pod_start_delay: Option<KubeDuration>,
     fails: Option<bool>,
+    template: Option<PodSpecView>,
+    /// A JobSet's replicated Jobs (instead of `parallelism`, `completions` and `template`).
+    replicated_jobs: Option<Vec<ReplicatedJobFile>>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+enum KindFile {
+    Job,
+    JobSet,
+}
+
+/// One replicated Job of a JobSet: `replicas` Jobs with the same spec.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReplicatedJobFile {
+    name: String,
+    replicas: Option<u32>,
+    parallelism: Option<u32>,
+    completions: Option<u32>,
     #[serde(default)]
     template: PodSpecView,
 }
 
-/// One Job of the scenario, parsed.
+/// One Job (or JobSet) of the scenario, parsed.
 #[derive(Debug, Clone)]
 pub struct ScenarioJob {
     pub name: String,
     pub(crate) namespace: String,
     pub(crate) queue: String,
     pub submit_at: Duration,
+    /// A Job's; for a JobSet, all its pods (it runs them at once).
     pub parallelism: u32,
+    /// A Job's; for a JobSet, the completions of all its Jobs.
     pub completions: u32,
     pub(crate) priority: i32,
     pub(crate) duration: Duration,
     pub pod_start_delay: Duration,
     pub(crate) fails: bool,
+    /// The pod template (a JobSet's: the one most of its pods ask for, the dispatcher's main
+    /// shape).
     pub pod: Arc<PodShape>,
-    /// Jobs with equal keys have identical templates.
+    /// Jobs with equal keys have identical templates (JobSets: identical templates in order).
     pub(crate) shape_key: u64,
+    pub(crate) kind: Kind,
+    /// A JobSet's replicated Jobs, in order (none for a Job).
+    pub replicated_jobs: Vec<ReplicatedJob>,
+    /// The parts of its gang, as the dispatcher counts them.
+    pub(crate) parts: Vec<Part>,
+    /// A JobSet's pods of other shapes than `pod` (replicated Jobs that ask for other pods
+    /// than the most of its pods), as the dispatcher places them beside the main ones.
+    pub(crate) extra: Arc<[Extra]>,
+}
+
+/// One replicated Job of a scenario's JobSet.
+#[derive(Debug, Clone)]
+pub struct ReplicatedJob {
+    pub name: String,
+    pub replicas: u32,
+    pub parallelism: u32,
+    pub completions: u32,
+    pub pod: Arc<PodShape>,
+}
+
+impl ReplicatedJob {
+    /// The pods each of its Jobs runs at once.
+    pub fn pods_per_job(&self) -> u32 {
+        self.parallelism.min(self.completions)
+    }
+}
+
+impl ScenarioJob {
+    /// Its key in the dispatcher (and in the worker: the copy's).
+    pub(crate) fn key(&self) -> JobKey {
+        JobKey::of(self.kind, &self.namespace, &self.name)
+    }
+
+    pub fn is_jobset(&self) -> bool {
+        self.kind == Kind::JobSet
+    }
+
+    /// Its gang: the pods that run at once (a JobSet's: every pod of every replicated Job).
+    pub fn pods(&self) -> u32 {
+        self.parts
+            .iter()
+            .fold(0u32, |sum, p| sum.saturating_add(p.pods()))
+    }
+
+    /// The pod templates it runs (a JobSet's: one per replicated Job).
+    pub(crate) fn shapes(&self) -> impl Iterator<Item = &Arc<PodShape>> {
+        let own = (!self.is_jobset()).then_some(&self.pod);
+        own.into_iter()
+            .chain(self.replicated_jobs.iter().map(|r| &r.pod))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -182,7 +260,7 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         }
         if !seen.insert((namespace.clone(), j.name.clone())) {
             return Err(ScenarioError::Invalid(format!(
-                "{}: a Job {namespace}/{} appears twice",
+                "{}: {namespace}/{} appears twice (a scenario's Jobs and JobSets have names of their own, as its report names them)",
                 at("name"),
                 j.name
             )));
@@ -194,19 +272,10 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
                 j.queue
             )));
         }
-        if j.parallelism == 0 {
-            return Err(ScenarioError::Invalid(format!(
-                "{}: must be at least 1",
-                at("parallelism")
-            )));
-        }
-        let completions = j.completions.unwrap_or(j.parallelism);
-        if completions == 0 {
-            return Err(ScenarioError::Invalid(format!(
-                "{}: must be at least 1",
-                at("completions")
-            )));
-        }
+        let kind = match j.kind {
+            None | Some(KindFile::Job) => Kind::Job,
+            Some(KindFile::JobSet) => Kind::JobSet,
+        };
         let dur = |field: &str, d: &KubeDuration| {
             d.get()
                 .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
@@ -217,27 +286,137 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
             Some(d) => dur("podStartDelay", d)?,
             None => Duration::ZERO,
         };
-        // Identical templates share one analysed shape (and one admission class).
-        let fingerprint = format!("{:?}", j.template);
-        let next = shapes.len() as u64;
-        let (shape_key, pod) = match shapes.get(&fingerprint) {
-            Some(s) => s.clone(),
-            None => {
-                let view = PodView {
-                    spec: j.template.clone(),
-                    ..Default::default()
-                };
-                let shape = PodShape::from_view(&view)
-                    .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at("template"))))?;
-                if shape.containers.is_empty() {
+        let mut shape_of = |template: &PodSpecView, field: &str| {
+            analysed(&mut shapes, template)
+                .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
+        };
+        let pods = match kind {
+            Kind::Job => {
+                if j.replicated_jobs.is_some() {
                     return Err(ScenarioError::Invalid(format!(
-                        "{}: needs at least one container",
-                        at("template")
+                        "{}: only a JobSet has replicated Jobs (add `kind: JobSet`, or give \
+                         parallelism and template)",
+                        at("replicatedJobs")
                     )));
                 }
-                let entry = (next, Arc::new(shape));
-                shapes.insert(fingerprint, entry.clone());
-                entry
+                let Some(parallelism) = j.parallelism else {
+                    return Err(ScenarioError::Invalid(format!(
+                        "{}: required for a Job",
+                        at("parallelism")
+                    )));
+                };
+                let completions = counts(parallelism, j.completions, &at)?;
+                let (shape_key, pod) = shape_of(&j.template.unwrap_or_default(), "template")?;
+                Pods {
+                    parallelism,
+                    completions,
+                    pod,
+                    shape_key,
+                    replicated_jobs: Vec::new(),
+                    parts: vec![Part {
+                        name: String::new(),
+                        jobs: 1,
+                        pods_per_job: parallelism.min(completions),
+                    }],
+                    extra: Arc::new([]),
+                }
+            }
+            Kind::JobSet => {
+                for (given, field) in [
+                    (j.parallelism.is_some(), "parallelism"),
+                    (j.completions.is_some(), "completions"),
+                    (j.template.is_some(), "template"),
+                ] {
+                    if given {
+                        return Err(ScenarioError::Invalid(format!(
+                            "{}: a JobSet has none of its own: give it in each of its replicatedJobs",
+                            at(field)
+                        )));
+                    }
+                }
+                let list = match j.replicated_jobs {
+                    Some(list) if !list.is_empty() => list,
+                    _ => {
+                        return Err(ScenarioError::Invalid(format!(
+                            "{}: a JobSet needs at least one replicated Job ({{name, replicas, \
+                             parallelism, completions, template}})",
+                            at("replicatedJobs")
+                        )))
+                    }
+                };
+                let mut replicated = Vec::with_capacity(list.len());
+                let mut keys = Vec::with_capacity(list.len());
+                let mut names = BTreeSet::new();
+                for (r, rj) in list.into_iter().enumerate() {
+                    let field = |f: &str| format!("replicatedJobs[{r}] ({}).{f}", rj.name);
+                    let at_rj = |f: &str| at(&field(f));
+                    if !crate::api::is_dns1123_label(&rj.name) {
+                        return Err(ScenarioError::Invalid(format!(
+                            "{}: {:?} is not a DNS-1123 label (a replicated Job's name)",
+                            at_rj("name"),
+                            rj.name
+                        )));
+                    }
+                    if !names.insert(rj.name.clone()) {
+                        return Err(ScenarioError::Invalid(format!(
+                            "{}: two replicated Jobs are named {:?}",
+                            at_rj("name"),
+                            rj.name
+                        )));
+                    }
+                    let replicas = rj.replicas.unwrap_or(1);
+                    if replicas == 0 {
+                        return Err(ScenarioError::Invalid(format!(
+                            "{}: must be at least 1",
+                            at_rj("replicas")
+                        )));
+                    }
+                    let parallelism = rj.parallelism.unwrap_or(1);
+                    let completions = counts(parallelism, rj.completions, &at_rj)?;
+                    let (key, pod) = shape_of(&rj.template, &field("template"))?;
+                    keys.push(key);
+                    replicated.push(ReplicatedJob {
+                        name: rj.name,
+                        replicas,
+                        parallelism,
+                        completions,
+                        pod,
+                    });
+                }
+                let parts: Vec<Part> = replicated
+                    .iter()
+                    .map(|r| Part {
+                        name: r.name.clone(),
+                        jobs: r.replicas,
+                        pods_per_job: r.pods_per_job(),
+                    })
+                    .collect();
+                // The dispatcher's own gang of a JobSet: the main shape (the most pods) and
+                // the pods of other shapes beside it.
+                let gang = jobset::gang_of(
+                    parts.clone(),
+                    replicated
+                        .iter()
+                        .zip(&keys)
+                        .map(|(r, key)| (r.replicas * r.pods_per_job(), Ok(r.pod.clone()), *key)),
+                );
+                let pod = gang.shape.map_err(|e| {
+                    ScenarioError::Invalid(format!("{}: {e}", at("replicatedJobs")))
+                })?;
+                let total = |f: fn(&ReplicatedJob) -> u32| {
+                    replicated.iter().fold(0u32, |sum, r| {
+                        sum.saturating_add(r.replicas.saturating_mul(f(r)))
+                    })
+                };
+                Pods {
+                    parallelism: total(ReplicatedJob::pods_per_job),
+                    completions: total(|r| r.completions),
+                    pod,
+                    shape_key: gang.shape_key,
+                    parts,
+                    replicated_jobs: replicated,
+                    extra: gang.extra.into(),
+                }
             }
         };
         jobs.push(ScenarioJob {
@@ -245,14 +424,18 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
             namespace,
             queue: j.queue,
             submit_at,
-            parallelism: j.parallelism,
-            completions,
             priority: j.priority.unwrap_or(0),
             duration,
             pod_start_delay,
             fails: j.fails.unwrap_or(false),
-            pod,
-            shape_key,
+            parallelism: pods.parallelism,
+            completions: pods.completions,
+            pod: pods.pod,
+            shape_key: pods.shape_key,
+            kind,
+            replicated_jobs: pods.replicated_jobs,
+            parts: pods.parts,
+            extra: pods.extra,
         });
     }
     Ok(Scenario {
@@ -262,3 +445,62 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         scheduler_names,
     })
 }
+
+/// What a Job or JobSet of the scenario runs.
+struct Pods {
+    parallelism: u32,
+    completions: u32,
+    pod: Arc<PodShape>,
+    shape_key: u64,
+    replicated_jobs: Vec<ReplicatedJob>,
+    parts: Vec<Part>,
+    extra: Arc<[Extra]>,
+}
+
+/// `completions` (default: `parallelism`) after checking both are at least 1.
+fn counts(
+    parallelism: u32,
+    completions: Option<u32>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<u32, ScenarioError> {
+    if parallelism == 0 {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: must be at least 1",
+            at("parallelism")
+        )));
+    }
+    let completions = completions.unwrap_or(parallelism);
+    if completions == 0 {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: must be at least 1",
+            at("completions")
+        )));
+    }
+    Ok(completions)
+}
+
+/// A pod template's analysed shape and its key: identical templates share one (and one
+/// admission class).
+fn analysed(
+    shapes: &mut BTreeMap<String, (u64, Arc<PodShape>)>,
+    template: &PodSpecView,
+) -> Result<(u64, Arc<PodShape>), String> {
+    let fingerprint = format!("{template:?}");
+    if let Some(s) = shapes.get(&fingerprint) {
+        return Ok(s.clone());
+    }
+    let view = PodView {
+        spec: template.clone(),
+        ..Default::default()
+    };
+    let shape = PodShape::from_view(&view).map_err(|e| e.to_string())?;
+    if shape.containers.is_empty() {
+        return Err("needs at least one container".into());
+    }
+    let entry = (shapes.len() as u64, Arc::new(shape));
+    shapes.insert(fingerprint, entry.clone());
+    Ok(entry)
+}
+
+#[cfg(test)]
+mod tests;

@@ -4,11 +4,16 @@
 //! `schedulerName`, as its NUMA-aware scheduler with Switchyard's extender would, kubelets whose
 //! Topology Manager rejects a pod it cannot align (TopologyAffinityError, counted), and a Job
 //! controller (replacement pods with back-off, backoffLimit 6, Complete and Failed as
-//! Kubernetes 1.31+ writes them).
+//! Kubernetes 1.31+ writes them), and a JobSet controller: a JobSet copy's child Jobs (each
+//! replicated Job's `replicas`) run as Jobs do, all their pods created at once; the JobSet is
+//! `Completed` when every child Job is, `Failed` as soon as one fails (the default
+//! failurePolicy: no restarts), its Jobs still running then deleted.
 //!
 //! Node usage changes here without the cluster's summary being recomputed each time: the
 //! simulation does it once before the dispatcher plans (see `Simulation::dispatch`).
 
+use crate::dispatcher::kind::jobset::{JobSetStatus, ReplicatedJobStatus};
+use crate::dispatcher::kind::Status;
 use crate::dispatcher::{JobKey, WorkerCopy};
 use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
@@ -38,6 +43,14 @@ pub(crate) struct Behaviour {
     pub(crate) fails: bool,
 }
 
+/// What the Jobs of one replicated Job of a JobSet do.
+#[derive(Debug, Clone)]
+pub(crate) struct ReplicatedBehaviour {
+    pub(crate) name: String,
+    pub(crate) replicas: u32,
+    pub(crate) behaviour: Behaviour,
+}
+
 #[derive(Debug, Clone)]
 struct Pod {
     node: usize,
@@ -63,6 +76,35 @@ pub(crate) struct SimJob {
     ran: Duration,
     start_time: SystemTime,
     finished: Option<(bool, SystemTime)>,
+    /// The JobSet copy it is a child Job of.
+    owner: Option<String>,
+}
+
+/// A copy of a manager JobSet in this worker: its child Jobs are [`SimJob`]s of their own,
+/// uids `<copy uid>/<replicated Job>-<index>` (see [`copy_uid`]).
+#[derive(Debug)]
+pub(crate) struct SimSet {
+    key: JobKey,
+    uid: String,
+    origin_uid: String,
+    parts: Vec<SetPart>,
+    /// How it ended, when, and (failed) the name of the Job that failed it.
+    finished: Option<(bool, SystemTime, Option<String>)>,
+}
+
+/// One replicated Job of a JobSet copy.
+#[derive(Debug)]
+struct SetPart {
+    name: String,
+    /// The pods each of its Jobs runs at once: a Job is Ready when that many are Ready or done.
+    pods_per_job: u32,
+    /// Its Jobs' uids, in index order.
+    jobs: Vec<String>,
+}
+
+/// The uid of the copy a Job of this worker belongs to: its own, or its JobSet's.
+pub(crate) fn copy_uid(uid: &str) -> &str {
+    uid.split_once('/').map_or(uid, |(set, _)| set)
 }
 
 /// Something that happens to a pod later.
@@ -82,6 +124,9 @@ pub(crate) enum PodEvent {
     },
 }
 
+/// How long the pods of a copy that succeeded ran, summed, by pod shape.
+pub(crate) type Ran = Vec<(Arc<PodShape>, Duration)>;
+
 /// What changed, for the driver: events to schedule and copies whose status changed.
 #[derive(Debug, Default)]
 pub(crate) struct Effects {
@@ -95,8 +140,8 @@ pub(crate) struct Effects {
     /// Nodes (by index) that a bound pod took room on.
     pub(crate) taken: Vec<usize>,
     /// Copies that completed: their origin's uid and how long their pods that succeeded ran,
-    /// summed.
-    pub(crate) completed: Vec<(String, Duration)>,
+    /// summed, per pod shape (a Job's one, a JobSet's per Job).
+    pub(crate) completed: Vec<(String, Ran)>,
 }
 
 pub(crate) struct SimWorker {
@@ -107,6 +152,8 @@ pub(crate) struct SimWorker {
     /// by its default scheduler.
     numa_aware: bool,
     pub(crate) jobs: BTreeMap<String, SimJob>,
+    /// JobSet copies (their child Jobs are in `jobs`).
+    sets: BTreeMap<String, SimSet>,
     /// Pods that found no node, in creation order: (job uid), tried again when room frees.
     waiting: VecDeque<String>,
     /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
@@ -164,6 +211,7 @@ impl SimWorker {
             index,
             numa_aware,
             jobs: BTreeMap::new(),
+            sets: BTreeMap::new(),
             waiting: VecDeque::new(),
             rows: Rows::default(),
         }
@@ -182,6 +230,74 @@ impl SimWorker {
         now: SystemTime,
         fx: &mut Effects,
     ) {
+        self.add_job(table, key, uid.clone(), origin_uid, behaviour, None, now);
+        fx.changed.push(uid);
+        self.schedule(cluster, table, now, fx);
+    }
+
+    /// A new JobSet copy: the JobSet controller creates every child Job, whose controller
+    /// creates their first pods: the whole gang, scheduled together.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_set(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        key: JobKey,
+        uid: String,
+        origin_uid: String,
+        replicated: Vec<ReplicatedBehaviour>,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let mut parts = Vec::with_capacity(replicated.len());
+        for r in replicated {
+            let pods_per_job = r.behaviour.parallelism.min(r.behaviour.completions);
+            let mut jobs = Vec::with_capacity(r.replicas as usize);
+            for index in 0..r.replicas {
+                let child = format!("{uid}/{}-{index}", r.name);
+                self.add_job(
+                    table,
+                    key.clone(),
+                    child.clone(),
+                    origin_uid.clone(),
+                    r.behaviour.clone(),
+                    Some(uid.clone()),
+                    now,
+                );
+                jobs.push(child);
+            }
+            parts.push(SetPart {
+                name: r.name,
+                pods_per_job,
+                jobs,
+            });
+        }
+        self.sets.insert(
+            uid.clone(),
+            SimSet {
+                key,
+                uid: uid.clone(),
+                origin_uid,
+                parts,
+                finished: None,
+            },
+        );
+        fx.changed.push(uid);
+        self.schedule(cluster, table, now, fx);
+    }
+
+    /// A Job and its first pods, waiting for nodes.
+    #[allow(clippy::too_many_arguments)]
+    fn add_job(
+        &mut self,
+        table: &ResourceTable,
+        key: JobKey,
+        uid: String,
+        origin_uid: String,
+        behaviour: Behaviour,
+        owner: Option<String>,
+        now: SystemTime,
+    ) {
         let bound = behaviour.shape.bind(table);
         let first = behaviour.parallelism.min(behaviour.completions);
         let job = SimJob {
@@ -198,16 +314,16 @@ impl SimWorker {
             ran: Duration::ZERO,
             start_time: now,
             finished: None,
+            owner,
         };
         self.jobs.insert(uid.clone(), job);
         for _ in 0..first {
             self.waiting.push_back(uid.clone());
         }
-        fx.changed.push(uid);
-        self.schedule(cluster, table, now, fx);
     }
 
-    /// Deletes a copy and its pods (background propagation: the pods go at once here).
+    /// Deletes a copy (a Job, or a JobSet and its Jobs) and its pods (background
+    /// propagation: the pods go at once here).
     pub(crate) fn delete(
         &mut self,
         cluster: &mut Cluster,
@@ -216,16 +332,99 @@ impl SimWorker {
         now: SystemTime,
         fx: &mut Effects,
     ) {
+        let jobs = match self.sets.remove(uid) {
+            Some(set) => set.parts.into_iter().flat_map(|p| p.jobs).collect(),
+            None => vec![uid.to_string()],
+        };
+        if self.remove_jobs(cluster, table, &jobs, fx) {
+            self.schedule(cluster, table, now, fx);
+        }
+    }
+
+    /// Removes Jobs and their pods; whether any pod gave room back.
+    fn remove_jobs(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        uids: &[String],
+        fx: &mut Effects,
+    ) -> bool {
+        let mut freed = false;
+        for uid in uids {
+            freed |= self.remove_job(cluster, table, uid, fx);
+        }
+        freed
+    }
+
+    /// Removes a Job and its pods; whether any pod gave room back.
+    fn remove_job(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        uid: &str,
+        fx: &mut Effects,
+    ) -> bool {
         let Some(job) = self.jobs.remove(uid) else {
-            return;
+            return false;
         };
         self.waiting.retain(|u| u != uid);
         self.rows.fit(cluster, table.len());
         for pod in job.pods.values() {
             release(cluster, &mut self.rows, table, pod, fx);
         }
-        if !job.pods.is_empty() {
-            self.schedule(cluster, table, now, fx);
+        !job.pods.is_empty()
+    }
+
+    /// The JobSet controller after one of the set's Jobs finished: the set fails with it
+    /// (and its Jobs still running are deleted), or completes with the last of them.
+    fn settle(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        uid: &str,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) -> bool {
+        let Some(set) = self.sets.get_mut(uid) else {
+            return false;
+        };
+        if set.finished.is_some() {
+            return false;
+        }
+        let outcome = |job: &String| self.jobs.get(job).and_then(|j| j.finished).map(|f| f.0);
+        let children: Vec<(&String, Option<bool>)> = set
+            .parts
+            .iter()
+            .flat_map(|p| &p.jobs)
+            .map(|job| (job, outcome(job)))
+            .collect();
+        if let Some((first, _)) = children.iter().find(|(_, o)| *o == Some(false)) {
+            // Its Jobs are named `<jobset>-<replicated Job>-<index>`.
+            let name = format!(
+                "{}-{}",
+                set.key.name,
+                first.split_once('/').map_or("", |p| p.1)
+            );
+            set.finished = Some((false, now, Some(name)));
+            let running: Vec<String> = children
+                .iter()
+                .filter(|(_, o)| o.is_none())
+                .map(|(job, _)| (*job).clone())
+                .collect();
+            fx.changed.push(uid.to_string());
+            self.remove_jobs(cluster, table, &running, fx)
+        } else if children.iter().all(|(_, o)| *o == Some(true)) {
+            set.finished = Some((true, now, None));
+            let ran = children
+                .iter()
+                .filter_map(|(job, _)| self.jobs.get(*job))
+                .map(|j| (j.behaviour.shape.clone(), j.ran))
+                .collect();
+            fx.completed.push((set.origin_uid.clone(), ran));
+            fx.changed.push(uid.to_string());
+            false
+        } else {
+            false
         }
     }
 
@@ -285,7 +484,10 @@ impl SimWorker {
                     let remaining = job.behaviour.completions.saturating_sub(job.succeeded);
                     if remaining == 0 {
                         job.finished = Some((true, now));
-                        fx.completed.push((job.origin_uid.clone(), job.ran));
+                        if job.owner.is_none() {
+                            let ran = vec![(job.behaviour.shape.clone(), job.ran)];
+                            fx.completed.push((job.origin_uid.clone(), ran));
+                        }
                     } else if (job.pods.len() as u32 + job.unscheduled)
                         < remaining.min(job.behaviour.parallelism)
                     {
@@ -294,6 +496,9 @@ impl SimWorker {
                     }
                 }
                 terminate_if_finished(job, cluster, &mut self.rows, table, fx);
+                if let Some(set) = job.owner.clone().filter(|_| job.finished.is_some()) {
+                    self.settle(cluster, table, &set, now, fx);
+                }
                 self.schedule(cluster, table, now, fx);
             }
             PodEvent::Replace { job_uid } => {
@@ -325,6 +530,7 @@ impl SimWorker {
         // so a later pod of the same shape is not looked for either, until some pod's end
         // frees room.
         let mut unplaceable: Vec<(*const PodShape, *const Arc<str>)> = Vec::new();
+        let mut settle: Vec<String> = Vec::new();
         self.rows.fit(cluster, table.len());
         while let Some(uid) = self.waiting.pop_front() {
             let Some(job) = self.jobs.get_mut(&uid) else {
@@ -405,17 +611,38 @@ impl SimWorker {
                     changed_nodes = true;
                     unplaceable.clear();
                 }
+                if let Some(set) = job.owner.clone().filter(|_| job.finished.is_some()) {
+                    settle.push(set);
+                }
             }
             if changed_nodes {
                 changed_nodes = false;
             }
         }
         self.waiting = still;
+        // A JobSet whose Job just failed: its other Jobs go, and their room is used.
+        let mut freed = false;
+        for set in settle {
+            freed |= self.settle(cluster, table, &set, now, fx);
+        }
+        if freed {
+            self.schedule(cluster, table, now, fx);
+        }
     }
 
     /// The copy's status as its worker's Job controller would write it, as the dispatcher's
     /// watch sees it.
     pub(crate) fn copy(&self, uid: &str) -> Option<WorkerCopy> {
+        if let Some(set) = self.sets.get(uid) {
+            return Some(WorkerCopy {
+                cluster: self.name.clone(),
+                key: set.key.clone(),
+                uid: set.uid.clone(),
+                origin_uid: set.origin_uid.clone(),
+                status: Status::JobSet(self.set_status(set)),
+                deleting: false,
+            });
+        }
         let job = self.jobs.get(uid)?;
         let active = if job.finished.is_some() {
             0
@@ -465,6 +692,70 @@ impl SimWorker {
             status: status.into(),
             deleting: false,
         })
+    }
+}
+
+impl SimWorker {
+    /// A JobSet copy's status as the JobSet controller writes it: its Jobs counted per
+    /// replicated Job (a running Job is Ready when all the pods it runs at once are Ready or
+    /// done), and once finished its terminal condition and state. Jobs deleted when the set
+    /// failed count nowhere.
+    fn set_status(&self, set: &SimSet) -> JobSetStatus {
+        // `restarts` from the first status on, as the controller writes it.
+        let mut status = JobSetStatus {
+            restarts: Some(0),
+            ..Default::default()
+        };
+        for part in &set.parts {
+            let mut counts = ReplicatedJobStatus {
+                name: part.name.clone(),
+                ..Default::default()
+            };
+            for job in part.jobs.iter().filter_map(|j| self.jobs.get(j)) {
+                match job.finished {
+                    Some((true, _)) => counts.succeeded += 1,
+                    Some((false, _)) => counts.failed += 1,
+                    None => {
+                        counts.active += 1;
+                        let ready = job.pods.values().filter(|p| p.ready_at.is_some()).count();
+                        if ready as u32 + job.succeeded >= part.pods_per_job {
+                            counts.ready += 1;
+                        }
+                    }
+                }
+            }
+            status.replicated_jobs_status.push(counts);
+        }
+        if let Some((ok, at, first_failed)) = &set.finished {
+            let (type_, reason, message, state) = if *ok {
+                (
+                    "Completed",
+                    "AllJobsCompleted",
+                    "jobset completed successfully".to_string(),
+                    "Completed",
+                )
+            } else {
+                (
+                    "Failed",
+                    "FailedJobs",
+                    format!(
+                        "jobset failed due to one or more job failures (first failed job: {})",
+                        first_failed.as_deref().unwrap_or_default()
+                    ),
+                    "Failed",
+                )
+            };
+            status.conditions.push(JobCondition {
+                type_: type_.into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: Some(message),
+                last_probe_time: None,
+                last_transition_time: Some(Time(crate::dispatcher::mirror::to_timestamp(*at))),
+            });
+            status.terminal_state = Some(state.into());
+        }
+        status
     }
 }
 

@@ -116,23 +116,41 @@ pub(crate) fn gang(obj: &Value) -> Gang {
     let namespace = meta["namespace"].as_str().unwrap_or_default();
     let replicated = replicated(&obj["spec"]);
     let parts: Vec<Part> = replicated.iter().map(|r| r.part.clone()).collect();
-    // (shape, pods, key of the first template of the shape, keys of every template).
+    // Each template is analysed only when its Job has pods, and not past a bad one.
+    let shapes = replicated
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.part.pods() > 0)
+        .map(|(i, r)| {
+            let field = format!("spec.replicatedJobs[{i}].template.spec.template");
+            let (shape, key) = template_shape(r.template, name, namespace, &field);
+            (r.part.pods(), shape, key)
+        });
+    gang_of(parts, shapes)
+}
+
+/// The gang of a JobSet's replicated Jobs (`parts`) given the pods of each that has any, in
+/// the spec's order: how many, their shape (or why there is none) and their template's key.
+/// [`gang`] from the object; `simulate` from a scenario's JobSet.
+pub(crate) fn gang_of(
+    parts: Vec<Part>,
+    shapes: impl IntoIterator<Item = (u32, Result<Arc<PodShape>, String>, u64)>,
+) -> Gang {
+    // (shape, pods, key of the first template of the shape).
     let mut groups: Vec<(Arc<PodShape>, u32, u64)> = Vec::new();
     let mut keys = Vec::new();
-    for (i, r) in replicated.iter().enumerate() {
-        if r.part.pods() == 0 {
+    for (pods, shape, key) in shapes {
+        if pods == 0 {
             continue;
         }
-        let field = format!("spec.replicatedJobs[{i}].template.spec.template");
-        let (shape, key) = template_shape(r.template, name, namespace, &field);
         let shape = match shape {
             Ok(s) => s,
             Err(e) => return unplaceable(e, parts),
         };
         keys.push(key);
         match groups.iter_mut().find(|g| same_for_placement(&g.0, &shape)) {
-            Some(g) => g.1 = g.1.saturating_add(r.part.pods()),
-            None => groups.push((shape, r.part.pods(), key)),
+            Some(g) => g.1 = g.1.saturating_add(pods),
+            None => groups.push((shape, pods, key)),
         }
     }
     // The most pods first; of as many, the first in the spec.
@@ -160,10 +178,15 @@ pub(crate) fn gang(obj: &Value) -> Gang {
     }
 }
 
+/// A JobSet that cannot be placed, keyed by why: the admission pass tries the first Job of a
+/// class and tells the rest of the class its reason, so such JobSets share a class only when
+/// they share the reason (one key for all would tell each the first one's).
 fn unplaceable(why: String, parts: Vec<Part>) -> Gang {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    why.hash(&mut h);
     Gang {
         shape: Err(why),
-        shape_key: 0,
+        shape_key: h.finish(),
         parts,
         extra: Vec::new(),
     }
@@ -450,6 +473,7 @@ mod tests {
     use super::*;
     use crate::dispatcher::kind::Status;
     use crate::dispatcher::mirror::Readiness;
+    use serde_json::json;
 
     /// A response body captured from kube-apiserver with the real JobSet controller.
     fn captured(name: &str) -> Value {
@@ -584,5 +608,46 @@ mod tests {
             v["replicatedJobsStatus"][0],
             serde_json::json!({"name": "workers", "ready": 0, "succeeded": 2, "failed": 0, "active": 0, "suspended": 0})
         );
+    }
+
+    /// A JobSet of one-pod replicated Jobs (name, pod template).
+    fn jobset(name: &str, replicated: &[(&str, Value)]) -> Value {
+        let list: Vec<Value> = replicated
+            .iter()
+            .map(|(n, template)| json!({"name": n, "template": {"spec": {"template": template}}}))
+            .collect();
+        json!({"metadata": {"name": name, "namespace": "ml"}, "spec": {"replicatedJobs": list}})
+    }
+
+    #[test]
+    fn jobsets_that_cannot_be_placed_share_an_admission_class_only_with_their_reason() {
+        let pod = |cpu: &str| json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}});
+        let a = gang(&jobset(
+            "a",
+            &[("driver", pod("lots")), ("workers", pod("1"))],
+        ));
+        let b = gang(&jobset(
+            "b",
+            &[("driver", pod("1")), ("workers", pod("lots"))],
+        ));
+        let (why_a, why_b) = (a.shape.unwrap_err(), b.shape.unwrap_err());
+        assert!(
+            why_a.starts_with("spec.replicatedJobs[0].template.spec.template: "),
+            "{why_a}"
+        );
+        assert!(
+            why_b.starts_with("spec.replicatedJobs[1].template.spec.template: "),
+            "{why_b}"
+        );
+        // Gangs of 2 in one queue and namespace: one class but for the key, and the admission
+        // pass tells the rest of a class its first Job's reason.
+        assert_ne!(a.shape_key, b.shape_key);
+        let empty = || json!({"metadata": {"name": "e", "namespace": "ml"}, "spec": {}});
+        assert_eq!(
+            gang(&empty()).shape_key,
+            gang(&empty()).shape_key,
+            "the same reason"
+        );
+        assert_ne!(gang(&empty()).shape_key, a.shape_key);
     }
 }

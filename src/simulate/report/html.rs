@@ -480,7 +480,7 @@ fn start_waits(out: &mut String, scenario: &Scenario, reports: &[Report]) {
 /// The largest gangs (pods that must run together), most pods first, then the earliest.
 fn largest_gangs(scenario: &Scenario) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scenario.jobs.len()).collect();
-    let pods = |j: &ScenarioJob| j.parallelism.min(j.completions);
+    let pods = ScenarioJob::pods;
     order.sort_by(|&a, &b| {
         let (ja, jb) = (&scenario.jobs[a], &scenario.jobs[b]);
         pods(jb)
@@ -515,12 +515,12 @@ fn gangs(out: &mut String, scenario: &Scenario, reports: &[Report], ends: &[f64]
     for (g, &i) in chosen.iter().enumerate() {
         let j = &scenario.jobs[i];
         let y0 = top + g as f64 * rows_per_gang * row;
-        let pods = j.parallelism.min(j.completions);
+        let pods = j.pods();
         let _ = write!(
             labels,
             "<text x=\"4\" y=\"{:.1}\">{} ({pods} pods)</text>",
             y0 + row * reports.len() as f64 / 2.0 + 3.5,
-            esc(&format!("{}/{}", j.namespace, j.name)),
+            esc(&j.key().to_string()),
         );
         let mut said = Vec::new();
         for (s, r) in reports.iter().enumerate() {
@@ -673,9 +673,8 @@ fn not_succeeded(out: &mut String, reports: &[Report]) {
         for j in listed.iter().take(LISTED_JOBS) {
             let _ = write!(
                 out,
-                "<tr><th scope=\"row\">{}/{}</th><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                esc(&j.namespace),
-                esc(&j.name),
+                "<tr><th scope=\"row\">{}</th><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                esc(&j.title()),
                 esc(&j.queue),
                 esc(&j.result),
                 j.requeues,

@@ -1,0 +1,192 @@
+use super::*;
+
+const HEAD: &str = r#"
+clusters:
+  - name: gpu
+    nodes:
+      - {name: gpu-1, allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}
+queues:
+  - name: training
+    clusters: [gpu]
+jobs:
+"#;
+
+const GPU_POD: &str = r#"{containers: [{name: c, resources: {requests: {cpu: "2", memory: 8Gi, nvidia.com/gpu: "1"}}}]}"#;
+const CPU_POD: &str =
+    r#"{containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}"#;
+
+fn with_jobs(jobs: &str) -> String {
+    format!("{HEAD}{jobs}")
+}
+
+fn error(jobs: &str) -> String {
+    match parse(&with_jobs(jobs)) {
+        Ok(_) => panic!("refused: {jobs}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_jobset_is_one_gang_of_every_pod_of_every_replicated_job() {
+    let s = parse(&with_jobs(&format!(
+        r#"
+  - name: train
+    kind: JobSet
+    queue: training
+    submitAt: 0s
+    duration: 10m
+    replicatedJobs:
+      - {{name: leader, parallelism: 2, template: {GPU_POD}}}
+      - {{name: workers, replicas: 3, parallelism: 4, completions: 2, template: {GPU_POD}}}
+      - {{name: single, template: {GPU_POD}}}
+  - {{name: plain, queue: training, submitAt: 0s, parallelism: 2, duration: 1m, template: {GPU_POD}}}
+"#
+    )))
+    .unwrap();
+    let train = &s.jobs[0];
+    assert!(train.is_jobset());
+    assert_eq!(train.key().to_string(), "JobSet default/train");
+    let parts: Vec<(&str, u32, u32)> = train
+        .parts
+        .iter()
+        .map(|p| (p.name.as_str(), p.jobs, p.pods_per_job))
+        .collect();
+    // Completions below parallelism: a workers Job runs 2 pods at once.
+    assert_eq!(
+        parts,
+        [("leader", 1, 2), ("workers", 3, 2), ("single", 1, 1)]
+    );
+    assert_eq!(train.pods(), 2 + 6 + 1);
+    assert_eq!((train.parallelism, train.completions), (9, 9));
+    let workers = &train.replicated_jobs[1];
+    assert_eq!(
+        (workers.replicas, workers.parallelism, workers.completions),
+        (3, 4, 2)
+    );
+    assert!(train.extra.is_empty());
+    // One shape, no pods beside it; keyed as the dispatcher keys it, by all its templates.
+    assert!(
+        Arc::ptr_eq(&train.pod, &s.jobs[1].pod),
+        "one template, analysed once"
+    );
+    assert_ne!(train.shape_key, s.jobs[1].shape_key);
+    assert_eq!(s.jobs[1].key().to_string(), "default/plain");
+    assert_eq!(s.jobs[1].kind, Kind::Job);
+    assert_eq!(s.jobs[1].pods(), 2);
+}
+
+#[test]
+fn a_jobset_of_pods_of_different_shapes_is_the_dispatchers_gang_of_them() {
+    let s = parse(&with_jobs(&format!(
+        r#"
+  - name: mixed
+    kind: JobSet
+    queue: training
+    submitAt: 0s
+    duration: 10m
+    replicatedJobs:
+      - {{name: driver, template: {CPU_POD}}}
+      - {{name: workers, replicas: 2, template: {GPU_POD}}}
+  - {{name: cpu, queue: training, submitAt: 0s, parallelism: 3, duration: 1m, template: {CPU_POD}}}
+"#
+    )))
+    .unwrap();
+    let mixed = &s.jobs[0];
+    assert_eq!(mixed.pods(), 3);
+    // The main shape is the one most pods ask for; the driver's pod is placed beside them.
+    assert!(mixed.pod.node_request.contains_key("nvidia.com/gpu"));
+    assert_eq!(mixed.extra.len(), 1);
+    assert_eq!(mixed.extra[0].pods, 1);
+    assert!(!mixed.extra[0]
+        .shape
+        .node_request
+        .contains_key("nvidia.com/gpu"));
+    assert_eq!(mixed.shapes().count(), 2);
+    // Not one admission class with a Job of the driver's pods, as many of them.
+    assert_eq!(mixed.pods(), s.jobs[1].pods());
+    assert_ne!(mixed.shape_key, s.jobs[1].shape_key);
+}
+
+#[test]
+fn bad_jobsets_are_named_with_what_to_do() {
+    let cases = [
+        (
+            "  - {name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m}".to_string(),
+            "jobs[0] (a): replicatedJobs: a JobSet needs at least one replicated Job",
+        ),
+        (
+            "  - {name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: []}"
+                .to_string(),
+            "jobs[0] (a): replicatedJobs: a JobSet needs at least one replicated Job",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, parallelism: 2, replicatedJobs: [{{name: w, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): parallelism: a JobSet has none of its own: give it in each of its replicatedJobs",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, template: {GPU_POD}, replicatedJobs: [{{name: w, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): template: a JobSet has none of its own",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, template: {GPU_POD}}}, {{name: w, replicas: 2, template: {GPU_POD}}}]}}"),
+            r#"jobs[0] (a): replicatedJobs[1] (w).name: two replicated Jobs are named "w""#,
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: W_1, template: {GPU_POD}}}]}}"),
+            r#"jobs[0] (a): replicatedJobs[0] (W_1).name: "W_1" is not a DNS-1123 label"#,
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, replicas: 0, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): replicatedJobs[0] (w).replicas: must be at least 1",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, parallelism: 2, completions: 0, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): replicatedJobs[0] (w).completions: must be at least 1",
+        ),
+        (
+            "  - {name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{name: w}]}"
+                .to_string(),
+            "jobs[0] (a): replicatedJobs[0] (w).template: needs at least one container",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, replica: 2, template: {GPU_POD}}}]}}"),
+            "unknown field `replica`, expected one of `name`, `replicas`, `parallelism`, `completions`, `template`",
+        ),
+        (
+            format!("  - {{name: a, kind: Deployment, queue: training, submitAt: 0s, duration: 1m, parallelism: 1, template: {GPU_POD}}}"),
+            "unknown variant `Deployment`, expected `Job` or `JobSet`",
+        ),
+        (
+            format!("  - {{name: a, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): replicatedJobs: only a JobSet has replicated Jobs (add `kind: JobSet`",
+        ),
+        (
+            format!("  - {{name: a, kind: Job, queue: training, submitAt: 0s, duration: 1m, template: {GPU_POD}}}"),
+            "jobs[0] (a): parallelism: required for a Job",
+        ),
+        (
+            format!("  - {{name: a, queue: training, submitAt: 0s, duration: 1m, parallelism: 1, template: {GPU_POD}}}\n  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, template: {GPU_POD}}}]}}"),
+            "jobs[1] (a): name: default/a appears twice",
+        ),
+    ];
+    for (jobs, want) in cases {
+        let got = error(&jobs);
+        assert!(got.contains(want), "{jobs}\n  said: {got}\n  want: {want}");
+    }
+}
+
+#[test]
+fn the_jobset_of_the_docs_parses_as_they_say() {
+    let doc = include_str!("../../../docs/simulate.md");
+    let section = &doc[doc.find("## JobSets").expect("a JobSets section")..];
+    let start = section.find("```yaml\n").expect("a YAML example") + "```yaml\n".len();
+    let end = start + section[start..].find("```").expect("its end");
+    let jobs = section[start..end]
+        .strip_prefix("jobs:\n")
+        .expect("a list of jobs");
+    let s = parse(&with_jobs(jobs)).expect("the documented JobSet parses");
+    let pretrain = &s.jobs[0];
+    assert!(pretrain.is_jobset());
+    assert_eq!(pretrain.pods(), 8, "as the docs count it");
+    assert!(pretrain.extra.is_empty());
+}
