@@ -273,7 +273,6 @@ impl Status {
     }
 
     /// The batch/v1 Job status, if this is one.
-    #[cfg(test)]
     pub(crate) fn as_job(&self) -> Option<&JobStatus> {
         match self {
             Status::Job(s) => Some(s),

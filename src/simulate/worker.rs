@@ -641,6 +641,8 @@ impl SimWorker {
                 origin_uid: set.origin_uid.clone(),
                 status: Status::JobSet(self.set_status(set)),
                 deleting: false,
+                suspended: false,
+                kueue: false,
             });
         }
         let job = self.jobs.get(uid)?;
