@@ -149,23 +149,29 @@ async fn placement_reads_the_workers_quota_and_sees_it_change() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_the_worker_never_admits_is_taken_back_uncounted_and_runs_elsewhere() {
+/// `train` (2 pods of 4 CPUs) sent to the Kueue worker, whose queue has room; `plain` beside.
+async fn sent_to_kueue(admission_timeout: &str) -> (Fleet, common::dispatch::Running) {
     let fleet = fleet(
         16,
         queue(
             "research",
             &["kueue", "plain"],
-            json!({"workerAdmissionTimeout": "1s"}),
+            json!({"workerAdmissionTimeout": admission_timeout}),
         ),
     )
     .await;
-    let _d = fleet.dispatcher(true);
+    let d = fleet.dispatcher(true);
     fleet.submit(job("train", "research", 2, 4));
     eventually(10, "a copy in the Kueue worker", || {
         copy_in(&fleet, "kueue", "train").is_some()
     })
     .await;
+    (fleet, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_the_worker_never_admits_is_taken_back_uncounted_and_runs_elsewhere() {
+    let (fleet, _d) = sent_to_kueue("1s").await;
     eventually(10, "taken back and running in plain", || {
         let j = fleet.job("train");
         condition(&j, "Requeued").is_some_and(|c| c["reason"] == "WorkerAdmissionTimeout")
@@ -184,21 +190,7 @@ async fn a_copy_the_worker_never_admits_is_taken_back_uncounted_and_runs_elsewhe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_the_workers_kueue_evicts_says_why_then_goes_elsewhere() {
-    let fleet = fleet(
-        16,
-        queue(
-            "research",
-            &["kueue", "plain"],
-            json!({"workerAdmissionTimeout": "2s"}),
-        ),
-    )
-    .await;
-    let _d = fleet.dispatcher(true);
-    fleet.submit(job("train", "research", 2, 4));
-    eventually(10, "a copy in the Kueue worker", || {
-        copy_in(&fleet, "kueue", "train").is_some()
-    })
-    .await;
+    let (fleet, _d) = sent_to_kueue("2s").await;
     kueue_admits(&fleet, "train");
     eventually(10, "WorkerAdmitted", || {
         condition(&fleet.job("train"), "WorkerAdmitted").is_some_and(|c| c["status"] == "True")

@@ -695,36 +695,31 @@ fn jobsets_are_suspended_made_ours_and_gated_like_jobs() {
 
 #[test]
 fn a_review_of_the_other_kind_is_refused_with_a_hint_at_the_configuration() {
-    let jobset = fixture("jobset/validate-create-queued");
+    for (hook_kind, fixture, says) in [
+        (
+            Kind::Job,
+            "jobset/validate-create-queued",
+            "this webhook reviews batch/v1 Jobs, not jobset.x-k8s.io/v1alpha2 JobSet;",
+        ),
+        (
+            Kind::JobSet,
+            "validate-create-mutated",
+            "this webhook reviews jobset.x-k8s.io/v1alpha2 JobSets, not batch/v1 Job;",
+        ),
+    ] {
+        let (reply, allowed) = reply_of(hook_kind, Hook::Validate, &fixture_json(fixture));
+        assert!(!allowed, "{fixture}");
+        let message = reply["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.starts_with(says), "{message}");
+    }
+}
+
+/// A review (as JSON) through `kind`'s `hook`: the reply, and whether it allows.
+fn reply_of(kind: Kind, hook: Hook, review: &Value) -> (Value, bool) {
+    let body = serde_json::to_vec(review).unwrap();
     let (reply, decision) =
-        review_body(Hook::Validate, &jobset, &AdmissionPolicy::default(), None).unwrap();
-    assert!(!decision.allowed());
-    let reply: Value = serde_json::from_slice(&reply).unwrap();
-    let message = reply["response"]["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with(
-            "this webhook reviews batch/v1 Jobs, not jobset.x-k8s.io/v1alpha2 JobSet;"
-        ),
-        "{message}"
-    );
-    let job = fixture("validate-create-mutated");
-    let (reply, decision) = review_body_of(
-        Kind::JobSet,
-        Hook::Validate,
-        &job,
-        &AdmissionPolicy::default(),
-        None,
-    )
-    .unwrap();
-    assert!(!decision.allowed());
-    let reply: Value = serde_json::from_slice(&reply).unwrap();
-    let message = reply["response"]["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with(
-            "this webhook reviews jobset.x-k8s.io/v1alpha2 JobSets, not batch/v1 Job;"
-        ),
-        "{message}"
-    );
+        review_body_of(kind, hook, &body, &AdmissionPolicy::default(), None).unwrap();
+    (serde_json::from_slice(&reply).unwrap(), decision.allowed())
 }
 
 #[test]
@@ -733,46 +728,21 @@ fn a_jobset_managed_by_its_own_controller_is_taken_over_and_another_controllers_
     let with = |managed_by: &str| {
         let mut r = review.clone();
         r["request"]["object"]["spec"]["managedBy"] = json!(managed_by);
-        serde_json::to_vec(&r).unwrap()
+        r
     };
     // The reserved value means "the JobSet controller": the mutating hook takes it over.
     let own = with("jobset.sigs.k8s.io/jobset-controller");
-    let (reply, _) = review_body_of(
-        Kind::JobSet,
-        Hook::Mutate,
-        &own,
-        &AdmissionPolicy::default(),
-        None,
-    )
-    .unwrap();
-    let reply: Value = serde_json::from_slice(&reply).unwrap();
-    let object = patched_object(&serde_json::from_slice(&own).unwrap(), &reply);
+    let (reply, _) = reply_of(Kind::JobSet, Hook::Mutate, &own);
+    let object = patched_object(&own, &reply);
     assert_eq!(object["spec"]["managedBy"], "switchyard.dev/dispatcher");
     // Someone else's: left as it is, and the validating hook says what to do.
-    let other = with("kueue.x-k8s.io/multikueue");
-    let (reply, _) = review_body_of(
-        Kind::JobSet,
-        Hook::Mutate,
-        &other,
-        &AdmissionPolicy::default(),
-        None,
-    )
-    .unwrap();
-    let reply: Value = serde_json::from_slice(&reply).unwrap();
-    let object = patched_object(&serde_json::from_slice(&other).unwrap(), &reply);
+    let mut other = with("kueue.x-k8s.io/multikueue");
+    let (reply, _) = reply_of(Kind::JobSet, Hook::Mutate, &other);
+    let object = patched_object(&other, &reply);
     assert_eq!(object["spec"]["managedBy"], "kueue.x-k8s.io/multikueue");
-    let mut validate: Value = serde_json::from_slice(&other).unwrap();
-    validate["request"]["object"] = object;
-    let (reply, decision) = review_body_of(
-        Kind::JobSet,
-        Hook::Validate,
-        &serde_json::to_vec(&validate).unwrap(),
-        &AdmissionPolicy::default(),
-        None,
-    )
-    .unwrap();
-    assert!(!decision.allowed());
-    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    other["request"]["object"] = object;
+    let (reply, allowed) = reply_of(Kind::JobSet, Hook::Validate, &other);
+    assert!(!allowed);
     let message = reply["response"]["status"]["message"].as_str().unwrap();
     assert!(
         message.contains("a JobSet labelled switchyard.dev/queue-name must be managed by")
