@@ -5,6 +5,9 @@
 #   - its status appears on the manager as it progresses;
 #   - a Job that fits no worker NUMA-aligned stays pending, with the reason visible;
 #   - deleting the manager's Job removes the worker's copy;
+#   - a JobSet (the JobSet controller installed in every cluster, the chart with
+#     jobset.enabled=true) runs in one worker and ends Completed on the manager, whose own
+#     JobSet controller leaves it alone;
 #   - a worker taken down makes its Jobs requeue after the queue's workerLostTimeout.
 #
 #   e2e/run.sh                 needs docker (a running engine), kind, kubectl and helm
@@ -14,6 +17,7 @@
 #                              1.32+ (Job spec.managedBy), which older kind releases do not
 #                              create by default
 #   CERT_MANAGER_VERSION=v1.16.2 (default)
+#   JOBSET_VERSION=v0.11.0 (default; the version tests/realk8s runs)
 #
 # Without those tools it says so in one line and exits 0 (CI machines without Docker).
 set -euo pipefail
@@ -41,6 +45,8 @@ WORKERS=(switchyard-worker-1 switchyard-worker-2)
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.16.2}"
 KIND_NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.33.1}"
 CERT_MANAGER_URL="https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
+JOBSET_VERSION="${JOBSET_VERSION:-v0.11.0}"
+JOBSET_URL="https://github.com/kubernetes-sigs/jobset/releases/download/${JOBSET_VERSION}/manifests.yaml"
 # How long a worker may be unreachable before its Jobs are taken back (the queue's setting).
 WORKER_LOST_TIMEOUT_SECONDS=60
 work="$(mktemp -d)"
@@ -68,6 +74,7 @@ on_exit() {
     log "FAILED; logs of the manager's leader:"
     kubectl --context "kind-$MANAGER" -n "$NAMESPACE" logs "$(leader_pod)" --tail=80 2>/dev/null || true
     kubectl --context "kind-$MANAGER" get workerclusters,dispatchqueues 2>/dev/null || true
+    kubectl --context "kind-$MANAGER" get jobsets -A 2>/dev/null || true
   fi
   if [[ "${KEEP:-}" == 1 ]]; then
     log "KEEP=1: clusters left running: $MANAGER ${WORKERS[*]} (kind delete cluster --name NAME)"
@@ -140,6 +147,36 @@ spec: {selfSigned: {}}
 EOF
 }
 
+# The JobSet controller in every cluster, before the chart: its release manifest, applied
+# server-side (its CRD is too big for the annotation of a client-side apply).
+install_jobset() {
+  for cluster in "$MANAGER" "${WORKERS[@]}"; do
+    log "installing the JobSet controller ${JOBSET_VERSION} in $cluster"
+    w "$cluster" apply --server-side -f "$JOBSET_URL" >/dev/null
+    w "$cluster" wait --for=condition=Established crd/jobsets.jobset.x-k8s.io --timeout=60s >/dev/null
+    w "$cluster" -n jobset-system wait --for=condition=Available deployment --all --timeout=300s >/dev/null
+    # Available comes before its webhooks answer (it makes their certificate itself).
+    wait_for "the JobSet webhooks in $cluster" 180 jobset_answers "$cluster"
+  done
+}
+
+jobset_answers() {
+  w "$1" apply --dry-run=server -f - <<EOF
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: e2e-probe, namespace: default}
+spec:
+  replicatedJobs:
+    - name: probe
+      template:
+        spec:
+          template:
+            spec:
+              restartPolicy: Never
+              containers: [{name: main, image: busybox:1.36}]
+EOF
+}
+
 # One fake NUMA zone N of a NodeResourceTopology: 2 CPUs and 4Gi, nearer to itself.
 nrt_zone() {
   cat <<EOF
@@ -177,7 +214,8 @@ EOF
 
 install_chart() {
   local common=(--namespace "$NAMESPACE" --create-namespace --wait --timeout 5m
-    --set image.repository="$IMAGE_REPOSITORY" --set image.tag="$IMAGE_TAG")
+    --set image.repository="$IMAGE_REPOSITORY" --set image.tag="$IMAGE_TAG"
+    --set jobset.enabled=true)
   log "installing the chart as manager in $MANAGER"
   helm --kube-context "kind-$MANAGER" install switchyard charts/switchyard "${common[@]}" >/dev/null
   for cluster in "${WORKERS[@]}"; do
@@ -302,6 +340,71 @@ workers_with_copy() {
   done
 }
 
+# submit_jobset NAME SECONDS: a JobSet in the queue, replicated Jobs leader ×1 and workers ×2
+# of one Guaranteed pod each, the same pod in both (Switchyard places a JobSet whose
+# replicated Jobs ask for the same pods), sleeping SECONDS.
+submit_jobset() {
+  local template
+  template=$(
+    cat <<EOF
+        spec:
+          backoffLimit: 0
+          template:
+            spec:
+              restartPolicy: Never
+              containers:
+                - name: main
+                  image: busybox:1.36
+                  command: [sleep, "$2"]
+                  resources:
+                    requests: {cpu: 500m, memory: 64Mi}
+                    limits: {cpu: 500m, memory: 64Mi}
+EOF
+  )
+  m -n "$JOBS_NAMESPACE" apply -f - >/dev/null <<EOF
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: $1
+  labels: {switchyard.dev/queue-name: e2e}
+spec:
+  replicatedJobs:
+    - name: leader
+      replicas: 1
+      template:
+$template
+    - name: workers
+      replicas: 2
+      template:
+$template
+EOF
+}
+
+# jobset_field CLUSTER JOBSET JSONPATH: one field of a JobSet in the jobs namespace.
+jobset_field() {
+  w "$1" -n "$JOBS_NAMESPACE" get jobset "$2" -o jsonpath="$3" 2>/dev/null
+}
+
+jobset_field_is() { [[ $(jobset_field "$1" "$2" "$3") == "$4" ]]; }
+
+# The worker cluster the manager's JobSet went to, or "".
+jobset_dispatched_to() {
+  jobset_field "$MANAGER" "$1" '{.metadata.annotations.switchyard\.dev/cluster}'
+}
+
+jobset_is_dispatched() { [[ -n $(jobset_dispatched_to "$1") ]]; }
+
+# The kind clusters holding a copy of JobSet NAME.
+workers_with_jobset_copy() {
+  for cluster in "${WORKERS[@]}"; do
+    if [[ $(jobset_field "$cluster" "$1" '{.metadata.labels.switchyard\.dev/origin}') == switchyard ]]; then
+      echo "$cluster"
+    fi
+  done
+}
+
+has_no_jobset() { ! w "$1" -n "$JOBS_NAMESPACE" get jobset "$2" >/dev/null 2>&1; }
+
 # Words in a string (wc pads its count with spaces on macOS).
 count() {
   local words
@@ -362,6 +465,32 @@ check_deleting_the_managers_job_deletes_the_worker_copy() {
   wait_for "copy of short-lived removed from $copy" 120 has_no_job "$copy" short-lived
 }
 
+check_jobset_runs_across_the_clusters() {
+  log "check: a JobSet runs in one worker and ends Completed on the manager"
+  submit_jobset trainer 20
+  jobset_field_is "$MANAGER" trainer '{.spec.managedBy}' switchyard.dev/dispatcher ||
+    fail "JobSet trainer is not managed by Switchyard: spec.managedBy=$(jobset_field "$MANAGER" trainer '{.spec.managedBy}')"
+  wait_for "JobSet trainer dispatched" 120 jobset_is_dispatched trainer
+  local target copies status
+  target=$(jobset_dispatched_to trainer)
+  copies=$(workers_with_jobset_copy trainer)
+  [[ $(count "$copies") == 1 ]] || fail "JobSet trainer has copies in [$copies], want exactly one"
+  [[ $(worker_name "$copies") == "$target" ]] || fail "JobSet trainer is annotated $target but its copy is in $copies"
+  wait_for "manager's trainer Completed" 300 \
+    jobset_field_is "$MANAGER" trainer '{.status.terminalState}' Completed
+  status=$(jobset_field "$MANAGER" trainer '{.status}')
+  jobset_field_is "$MANAGER" trainer '{.status.conditions[?(@.type=="Completed")].status}' True ||
+    fail "manager's trainer has terminalState Completed without Completed=True: $status"
+  jobset_field_is "$MANAGER" trainer '{.status.replicatedJobsStatus[?(@.name=="leader")].succeeded}' 1 ||
+    fail "manager's trainer does not count 1 leader Job succeeded: $status"
+  jobset_field_is "$MANAGER" trainer '{.status.replicatedJobsStatus[?(@.name=="workers")].succeeded}' 2 ||
+    fail "manager's trainer does not count 2 workers Jobs succeeded: $status"
+  [[ -z $(m -n "$JOBS_NAMESPACE" get jobs,pods,services -l jobset.sigs.k8s.io/jobset-name=trainer -o name) &&
+    -z $(m -n "$JOBS_NAMESPACE" get service trainer -o name --ignore-not-found) ]] ||
+    fail "the manager's JobSet controller ran JobSet trainer itself"
+  wait_for "copy of trainer removed from $copies" 120 has_no_jobset "$copies" trainer
+}
+
 check_lost_worker_requeues_its_jobs() {
   log "check: a worker taken down makes its Jobs requeue after ${WORKER_LOST_TIMEOUT_SECONDS}s"
   submit_job survivor 1 900
@@ -390,11 +519,13 @@ check_lost_worker_requeues_its_jobs() {
 build_image
 create_clusters
 install_cert_manager
+install_jobset
 install_chart
 register_workers
 check_job_runs_in_exactly_one_worker
 check_status_is_mirrored_on_the_manager
 check_unfit_job_stays_pending_with_reason
 check_deleting_the_managers_job_deletes_the_worker_copy
+check_jobset_runs_across_the_clusters
 check_lost_worker_requeues_its_jobs
 log "all checks passed"

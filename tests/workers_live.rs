@@ -1,6 +1,7 @@
 //! Live inventories from worker clusters through the real `kube::Client` and kube-runtime
 //! watchers, against fake API servers on loopback: list then watch, watches that end and
-//! resume, 410 Gone, 500s, a worker that never answers, NodeResourceTopology arriving late.
+//! resume, 410 Gone, 500s, a worker that never answers, a quiet one whose watches carry no
+//! bookmark, NodeResourceTopology arriving late.
 
 mod common;
 
@@ -27,6 +28,21 @@ fn start_counting(
     stale_after: Duration,
     restarts: Option<Counter>,
 ) -> Live {
+    start_timed(
+        workers,
+        stale_after,
+        restarts,
+        common::fleet::fast_watches(),
+    )
+}
+
+/// As [`start_counting`], with these watch timings.
+fn start_timed(
+    workers: &[(&str, &FakeApi)],
+    stale_after: Duration,
+    restarts: Option<Counter>,
+    timings: watch::WatchTimings,
+) -> Live {
     let store = Arc::new(InventoryStore::default());
     let mut h = Hub::new(store.clone(), stale_after);
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
@@ -35,7 +51,7 @@ fn start_counting(
         let options = WatchOptions {
             probe_every: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(500),
-            timings: common::fleet::fast_watches(),
+            timings: timings.clone(),
             restarts: restarts.clone(),
         };
         tokio::spawn(watch::run(
@@ -218,6 +234,46 @@ async fn a_worker_that_never_answers_goes_stale_without_delaying_the_others() {
         inv.node("h-1").is_some() && inv.cluster("hung").is_some_and(|c| c.unavailable.is_none())
     })
     .await;
+}
+
+/// kube-apiserver sends no bookmark on a collection where nothing changes: a quiet worker's
+/// watches end at their timeout without a line. Each such clean end proves the worker
+/// current, so it never goes stale, however long it stays quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_worker_whose_watches_end_without_bookmarks_stays_fresh() {
+    let api = FakeApi::start().await;
+    api.upsert(NODES, fake_api::node("q-1", 8, 0));
+    api.upsert(NRTS, fake_api::nrt("q-1", (2, 4)));
+    api.withhold_bookmarks(true);
+    // The fake ends every watch after 2 s; stale after 3 s without proof.
+    let timings = watch::WatchTimings {
+        idle_timeout: Duration::from_secs(4),
+        ..common::fleet::fast_watches()
+    };
+    let live = start_timed(&[("quiet", &api)], Duration::from_secs(3), None, timings);
+    wait_for("the quiet worker listed", &live.store, |inv| {
+        zones(inv, "q-1") == 2
+            && inv
+                .cluster("quiet")
+                .is_some_and(|c| c.unavailable.is_none())
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        let inv = live.store.snapshot();
+        let why = inv.cluster("quiet").and_then(|c| c.unavailable.clone());
+        assert_eq!(why, None, "a quiet worker went unavailable");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let watches = api.watches(NODES);
+    assert!(
+        watches.len() >= 3,
+        "the node watch ended and resumed: {watches:?}"
+    );
+    assert!(
+        watches.iter().all(|w| w.last_sent.is_none()),
+        "no watch sent a line: {watches:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

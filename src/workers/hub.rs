@@ -23,7 +23,8 @@ pub enum Update {
     Node(String, Box<Event<Node>>),
     Pod(String, Box<Event<Pod>>),
     Topology(String, Box<Event<DynamicObject>>),
-    /// A watch proved its kind current without changing anything (a bookmark).
+    /// A watch proved its kind current without changing anything (a bookmark, or a clean end
+    /// at its timeout).
     Fresh(String, Kind),
     /// A list or watch failed, and why: shown once the worker goes stale.
     Failed(String, Kind, String),

@@ -2,11 +2,14 @@
 //! NodeResourceTopology objects where that CRD exists, forwarded to the [`hub`](super::hub).
 //!
 //! Each kind is listed (in pages) and then watched from the list's resourceVersion with
-//! bookmarks requested. The watches are what keep the inventory fresh: an event, a bookmark
-//! (the API server sends one about every minute and just before it ends a watch) or a
+//! bookmarks requested. The watches are what keep the inventory fresh: an event, a bookmark,
+//! a watch the API server held open for its `timeoutSeconds` and then ended cleanly, or a
 //! completed relist proves the kind current, and the hub makes the worker stale when a kind
-//! has had none of these for `staleAfter`. A watch that is accepted and then says nothing is
-//! dropped after `idle_timeout` and started again from its resourceVersion.
+//! has had none of these for `staleAfter`. The clean end counts because bookmarks cannot be
+//! relied on: kube-apiserver (1.36) sends none on a collection where nothing changes, so
+//! the node watch of a quiet worker ends every `timeoutSeconds` without a single line. A
+//! watch that is accepted and then says nothing is dropped after `idle_timeout` and started
+//! again from its resourceVersion.
 //!
 //! This is a small list-then-watch loop rather than kube-runtime's watcher because the watcher
 //! keeps bookmarks to itself, and without them a quiet worker cannot be told from a stuck one.
@@ -68,9 +71,9 @@ impl Kind {
 /// Timings of every list and watch.
 #[derive(Debug, Clone)]
 pub struct WatchTimings {
-    /// `timeoutSeconds` of each watch: the API server ends it then, with a bookmark just
-    /// before, so even a server that sends no periodic bookmarks refreshes a quiet worker this
-    /// often. Keep it well under `staleAfter`.
+    /// `timeoutSeconds` of each watch: the API server ends it then, and that clean end
+    /// refreshes a quiet worker this often, bookmarks or not. Keep it well under
+    /// `staleAfter`.
     pub watch_timeout: Duration,
     /// A watch that delivers nothing (no event, no bookmark, no end) for this long is dropped
     /// and started again from its resourceVersion.
@@ -99,8 +102,8 @@ impl Default for WatchTimings {
 }
 
 impl WatchTimings {
-    /// Watches short enough that the bookmark ending each one arrives well within
-    /// `stale_after`, even on a quiet worker.
+    /// Watches short enough that the end of each one comes well within `stale_after`, even
+    /// on a quiet worker.
     pub(crate) fn for_stale_after(stale_after: Duration) -> Self {
         let watch_timeout =
             (stale_after / 2).clamp(Duration::from_secs(1), Duration::from_secs(290));
@@ -286,7 +289,9 @@ where
     }
 
     /// Watches from `rv` until the server ends the watch, keeping `rv` current. `Ok` when it
-    /// ended cleanly (watch again from `rv`); `Err(None)` when the hub is gone.
+    /// ended cleanly (watch again from `rv`); `Err(None)` when the hub is gone. A clean end
+    /// after at least half the watch's `timeoutSeconds` proves the kind current (the server
+    /// would have sent any change until then); an earlier one proves nothing.
     async fn watch_from(&self, rv: &mut String, recovered: &mut bool) -> Result<(), Option<Ended>> {
         let params = WatchParams {
             field_selector: self.fields.clone(),
@@ -314,6 +319,7 @@ where
             Ok(Err(e)) => return Err(Some(Ended::Failed(format!("watch: {e}")))),
             Ok(Ok(s)) => s,
         };
+        let opened = std::time::Instant::now();
         let mut stream = std::pin::pin!(stream);
         loop {
             let item = match tokio::time::timeout(self.timings.idle_timeout, stream.next()).await {
@@ -323,7 +329,16 @@ where
                         self.timings.idle_timeout.as_secs()
                     ))))
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    if opened.elapsed() >= self.timings.watch_timeout / 2
+                        && !self
+                            .send(Update::Fresh(self.cluster.clone(), self.kind))
+                            .await
+                    {
+                        return Err(None);
+                    }
+                    return Ok(());
+                }
                 Ok(Some(item)) => item,
             };
             let sent = match item {

@@ -265,6 +265,9 @@ struct State {
     bookmark_every: Duration,
     /// Watches of these collections are accepted (200) and then sent nothing, ever.
     hang_watches: std::collections::HashSet<String>,
+    /// No bookmark ever, asked for or not: kube-apiserver 1.36 on a collection where nothing
+    /// changes (its watches end at timeoutSeconds without a line).
+    withhold_bookmarks: bool,
     /// Every watch served, in order.
     watches: Vec<WatchRecord>,
     requests: Vec<Recorded>,
@@ -356,6 +359,7 @@ impl FakeApi {
             max_watch: Duration::from_secs(2),
             bookmark_every: Duration::from_millis(500),
             hang_watches: Default::default(),
+            withhold_bookmarks: false,
             watches: Vec::new(),
             requests: Vec::new(),
             require_namespaces: false,
@@ -560,6 +564,10 @@ impl FakeApi {
         } else {
             s.hang_watches.remove(&c);
         }
+    }
+    /// Sends no bookmark on any watch, as kube-apiserver does where nothing changes.
+    pub fn withhold_bookmarks(&self, withhold: bool) {
+        self.state.lock().unwrap().withhold_bookmarks = withhold;
     }
     pub fn set_hang_collections(&self, hang: bool) {
         self.state.lock().unwrap().hang_collections = hang;
@@ -1066,9 +1074,10 @@ impl FakeApi {
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
+        let asked = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
         let filter = Self::filter(t, query);
         let mut s = self.state.lock().unwrap();
+        let bookmarks = asked && !s.withhold_bookmarks;
         let silent = s.hang_watches.contains(&t.collection);
         let pending = s.expire_watches.get(&t.collection).copied().unwrap_or(0);
         let expired = pending > 0 && !silent;

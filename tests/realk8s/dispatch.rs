@@ -522,9 +522,11 @@ pub async fn a_partition_shorter_than_worker_lost_timeout_requeues_nothing(suite
     let _shared = env.exclusive.read().await;
     let _w2 = env.w2_steady.write().await;
     let ns = "blip";
-    let lost_after = Duration::from_secs(20);
+    // Seeing w2 disconnected takes up to a probe interval and a probe timeout (10 s each):
+    // the timeout must be longer, or the partition cannot be shorter than it.
+    let lost_after = Duration::from_secs(25);
     env.namespace(ns, &["w2"]).await;
-    env.queue(ns, &["w2"], json!({"workerLostTimeout": "20s"}))
+    env.queue(ns, &["w2"], json!({"workerLostTimeout": "25s"}))
         .await;
     let manager = jobs(&env.manager.admin, ns);
     manager

@@ -11,9 +11,14 @@
 //! - Workers `w1` (four nodes of 8 GPUs in two NUMA zones) and `w2` (one node of 4 GPUs in two
 //!   zones), each with the chart's worker RBAC, registered from a Secret holding a kubeconfig
 //!   with the token of the worker role's ServiceAccount.
+//! - JobSets: the JobSet CRD in every cluster before Switchyard starts, the chart rendered with
+//!   `jobset.enabled=true` (its JobSet RBAC and webhooks) and Switchyard run with
+//!   `jobsets: true`; the real JobSet controller in every cluster once a JobSet scenario asks
+//!   ([`Env::start_jobset_controllers`]).
 
 use crate::helm;
 use crate::k8s::control_plane::{client_from, ControlPlane, Options};
+use crate::k8s::jobset;
 use crate::k8s::kubelet::{FakeKubelet, NodeSpec};
 use crate::k8s::objects::{self, apply};
 use crate::k8s::process::Process;
@@ -81,12 +86,14 @@ fn gpu_node(name: &str, cpus: i64, memory_gi: i64, gpus: i64) -> NodeSpec {
     spec
 }
 
-/// The chart's values for this fleet: no cert-manager here, the CA of `switchyard certs`.
+/// The chart's values for this fleet: no cert-manager here, the CA of `switchyard certs`;
+/// JobSets on (their RBAC and webhooks), as every cluster has the JobSet CRD.
 fn chart_values(role: &str, ca_bundle: &str) -> Value {
     json!({
         "role": role,
         "certManager": {"enabled": false},
         "tls": {"secretName": "switchyard-tls", "caBundle": ca_bundle},
+        "jobset": {"enabled": true},
     })
 }
 
@@ -200,6 +207,13 @@ impl Env {
             ControlPlane::start(assets, &d2, options("w2")),
         )?;
         let (manager_chart, worker_chart) = rendered.await.map_err(|e| e.to_string())??;
+        // The JobSet API in every cluster before Switchyard starts; the JobSet controllers
+        // only when a JobSet scenario asks (`start_jobset_controllers`).
+        tokio::try_join!(
+            jobset::install_crd(&manager.admin),
+            jobset::install_crd(&w1.admin),
+            jobset::install_crd(&w2.admin),
+        )?;
 
         // The extender under the manager's kube-scheduler, reached through the relay.
         for (label, profile, cache) in [
@@ -304,6 +318,20 @@ impl Env {
         Ok(env)
     }
 
+    /// Runs the real JobSet controller in the manager and in every worker (once; later calls
+    /// return at once).
+    pub async fn start_jobset_controllers(&self) {
+        let started = futures::future::try_join_all(
+            std::iter::once(&self.manager)
+                .chain(self.workers.iter().map(|w| &w.plane))
+                .map(|p| p.start_jobset_controller()),
+        )
+        .await;
+        if let Err(e) = started {
+            panic!("the JobSet controllers did not start: {e}");
+        }
+    }
+
     /// Starts `switchyard serve --role manager` as `name` (its POD_NAME, hence its leader
     /// identity), on free loopback ports.
     pub fn start_replica(&self, name: &str) -> Result<Replica, String> {
@@ -322,6 +350,8 @@ impl Env {
             // Short, so a killed leader is replaced within seconds.
             "leaderElection": {"leaseDuration": "6s", "renewDeadline": "4s", "retryPeriod": "1s"},
             "shutdownTimeout": "2s",
+            // As the chart's ConfigMap says with jobset.enabled=true.
+            "jobsets": true,
         });
         std::fs::write(&config, text.to_string()).map_err(|e| e.to_string())?;
         let mut command = switchyard();

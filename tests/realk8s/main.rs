@@ -6,8 +6,8 @@
 //! fills it, for the scenarios that need only kube-apiserver and etcd). Without them this test
 //! says so in one line and passes; with `SWITCHYARD_REQUIRE_K8S=1` it fails instead. The
 //! scenarios that install the chart's RBAC need Helm as tests/chart.rs finds it. The JobSet
-//! scenarios need `jobset-controller` beside them (or `SWITCHYARD_JOBSET_CONTROLLER`), and are
-//! skipped with one line without it.
+//! scenarios (in a control plane of their own, and through the fleet) need `jobset-controller`
+//! beside them (or `SWITCHYARD_JOBSET_CONTROLLER`), and are skipped with one line without it.
 //!
 //! One fleet (see `env`) is shared by every scenario, each in namespaces and queues of its own;
 //! the scenarios run concurrently, except that one killing a replica has the fleet to itself and
@@ -24,6 +24,7 @@ mod env;
 mod extender;
 mod helm;
 mod jobset;
+mod jobset_dispatch;
 
 use env::Env;
 use futures::FutureExt;
@@ -44,6 +45,8 @@ enum Needs {
     /// A control plane of its own with a controller manager, a scheduler, fake-kubelet nodes
     /// and the JobSet controller.
     JobSet,
+    /// The whole fleet and the JobSet controller in each of its clusters.
+    FleetJobSet,
 }
 
 pub struct Suite {
@@ -178,6 +181,9 @@ fn scenarios() -> Vec<(&'static str, Needs, Scenario)> {
         scenario!(Needs::Fleet, extender::gang_selecting_virtual_nodes_lands_on_the_only_cluster_that_holds_it_node_cache),
         scenario!(Needs::Fleet, extender::gang_selecting_virtual_nodes_lands_on_the_only_cluster_that_holds_it_no_node_cache),
         scenario!(Needs::JobSet, jobset::a_jobset_completes_and_one_managed_by_switchyard_is_left_alone),
+        scenario!(Needs::FleetJobSet, jobset_dispatch::a_jobset_runs_in_a_worker_and_completes_in_the_manager),
+        scenario!(Needs::FleetJobSet, jobset_dispatch::a_failing_jobset_is_failed_in_the_manager),
+        scenario!(Needs::FleetJobSet, jobset_dispatch::a_lost_workers_jobset_is_requeued_and_completes_in_the_other_worker),
     ]
 }
 
@@ -198,9 +204,10 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(why) => return skip_or_fail(&why),
     };
-    // Scenarios mostly wait on the control planes: they run together, not two at a time.
+    // Scenarios mostly wait on the control planes: they all start together, not two at a
+    // time (those that must wait for one another do so on the fleet's locks).
     if args.test_threads.is_none() {
-        args.test_threads = Some(16);
+        args.test_threads = Some(scenarios().len());
     }
     let mut missing: Vec<String> = assets
         .missing_for_full()
@@ -227,13 +234,19 @@ fn main() -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
-        let skipped = all.iter().filter(|(_, n, _)| *n == Needs::JobSet).count();
+        let skipped = all
+            .iter()
+            .filter(|(_, n, _)| matches!(n, Needs::JobSet | Needs::FleetJobSet))
+            .count();
         println!(
             "realk8s: {skipped} JobSet scenario(s) skipped: {}",
             jobset_missing.join("; ")
         );
     }
-    let skipped = all.iter().filter(|(_, n, _)| *n == Needs::Fleet).count();
+    let skipped = all
+        .iter()
+        .filter(|(_, n, _)| matches!(n, Needs::Fleet | Needs::FleetJobSet))
+        .count();
     if !fleet_possible {
         if Assets::required() {
             eprintln!("realk8s: {}, and {REQUIRE_ENV}=1", missing.join("; "));
@@ -276,6 +289,7 @@ fn main() -> ExitCode {
             Needs::Api => true,
             Needs::Fleet => fleet_possible,
             Needs::JobSet => jobset_possible,
+            Needs::FleetJobSet => fleet_possible && jobset_possible,
         })
         .map(|(path, _, run)| {
             let name = path.rsplit("::").next().unwrap_or(path).trim().to_string();

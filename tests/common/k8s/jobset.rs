@@ -117,7 +117,7 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
     // certDir must hold these two names.
     write(&dir.join("tls.crt"), &serving.cert_pem)?;
     write(&dir.join("tls.key"), &serving.key_pem)?;
-    let (webhook, metrics, health) = (free_port(), free_port(), free_port());
+    let (webhook, health) = (free_port(), free_port());
     let config = json!({
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
         "kind": "Configuration",
@@ -126,7 +126,9 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
         // certificates without 127.0.0.1.
         "internalCertManagement": {"enable": false},
         "webhook": {"host": "127.0.0.1", "port": webhook, "certDir": dir},
-        "metrics": {"bindAddress": format!("127.0.0.1:{metrics}"), "certDir": dir},
+        // No metrics server: nothing scrapes it, and its certificate watcher would take one
+        // more of the inotify instances every process of the user shares (128 by default).
+        "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": format!("127.0.0.1:{health}")},
     });
     let config_path = dir.join("config.yaml");
