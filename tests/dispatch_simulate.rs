@@ -1458,3 +1458,36 @@ fn the_kueue_example_runs_as_its_comments_say() {
         [920.0]
     );
 }
+
+#[test]
+fn jobs_offered_at_once_to_a_kueue_worker_count_against_its_quota_together() {
+    // `own` has 2 CPUs of quota free, and no workload of its own waits: of two 2-CPU Jobs
+    // judged in one pass, only the first may also be offered there; the second would only
+    // wait in its queue.
+    let yaml = r#"
+clusters:
+  - name: own
+    kueue:
+      quota: {cpu: "8", memory: 64Gi}
+      localWorkloads: [{submitAt: 0s, duration: 1h, request: {cpu: "6"}}]
+    nodes: [{name: own-1, allocatable: {cpu: "32", memory: 128Gi, pods: "110"}}]
+  - name: plain
+    nodes: [{name: plain-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}]
+queues:
+  - {name: batch, clusters: [own, plain]}
+jobs:
+"#
+    .to_string()
+        + &[cpu_job("a", "1m", 1, 2), cpu_job("b", "1m", 1, 2)].join("\n");
+    let report = run(&yaml, Strategy::AllAtOnce);
+    assert_eq!(times(&report, "a", "offered to workers own, plain"), [60.0]);
+    assert_eq!(
+        times(&report, "b", "dispatched to worker plain"),
+        [60.0],
+        "{:#?}",
+        report.events
+    );
+    for name in ["a", "b"] {
+        assert_eq!(job(&report, name).result, "Succeeded");
+    }
+}
