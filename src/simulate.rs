@@ -16,6 +16,7 @@
 //! - `all-at-once`: a copy goes to every worker of the queue; the first whose pods are all
 //!   Ready keeps the Job and the others are removed (MultiKueue's way, for workers without Kueue).
 
+pub mod kueue;
 pub mod report;
 pub mod scenario;
 pub mod synthetic;
@@ -89,6 +90,8 @@ fn epoch() -> SystemTime {
 enum Event {
     Submit(usize),
     Pod(usize, PodEventOrd),
+    /// A workload of a worker's own users enters its Kueue, or ends.
+    Kueue(usize, worker::KueueEvent),
     /// The dispatcher plans: at a deadline it asked for, or on the tick after a change.
     Wake,
 }
@@ -173,6 +176,8 @@ pub struct Simulation {
     by_name: HashMap<String, usize>,
     jobs: Vec<ScenarioJob>,
     by_key: HashMap<JobKey, usize>,
+    /// The namespaces of the scenario's Jobs: each has a LocalQueue in a Kueue worker.
+    namespaces: Vec<String>,
     events: BinaryHeap<Reverse<(SystemTime, u64, Event)>>,
     seq: u64,
     wake_at: Option<SystemTime>,
@@ -187,6 +192,9 @@ pub struct Simulation {
     pub(crate) records: Vec<Record>,
     /// Why each class of pending Jobs waited last.
     pub(crate) waiting: BTreeMap<dispatcher::ClassKey, String>,
+    /// Why a pending Job kept from some worker for a reason of its own (a Kueue worker's
+    /// quota) waited last: it is judged apart from its class.
+    pub(crate) job_waiting: BTreeMap<JobKey, String>,
     pub(crate) remote_writes: u64,
     pub(crate) topology_errors: u64,
     /// Per worker (by index), its kubelets' TopologyAffinityErrors.
@@ -224,10 +232,19 @@ impl Simulation {
         let mut workers = Vec::new();
         let mut by_name = HashMap::new();
         let mut usage = Vec::new();
+        let namespaces = scenario.namespaces();
+        let mut local_workloads = Vec::new();
         for (i, c) in scenario.inventory.clusters.iter().enumerate() {
-            world.upsert_worker(Worker::named(&c.name));
             let numa_aware = scenario.scheduler_names.get(i).is_some_and(Option::is_some);
-            workers.push(SimWorker::new(&c.name, i, numa_aware));
+            let kueue = scenario.kueue.get(i).cloned().flatten();
+            let worker = SimWorker::new(&c.name, i, numa_aware, kueue);
+            world.upsert_worker(dispatcher_view(&worker, &namespaces));
+            if let Some(k) = &worker.kueue {
+                for (n, w) in k.spec.local_workloads.iter().enumerate() {
+                    local_workloads.push((workers.len(), n, w.submit_at));
+                }
+            }
+            workers.push(worker);
             by_name.insert(c.name.clone(), i);
             usage.push(Usage {
                 used: vec![0; scenario.inventory.resources.len()],
@@ -248,6 +265,7 @@ impl Simulation {
             by_name,
             jobs: scenario.jobs.clone(),
             by_key: HashMap::new(),
+            namespaces,
             events: BinaryHeap::new(),
             seq: 0,
             wake_at: None,
@@ -257,6 +275,7 @@ impl Simulation {
             next_copy: 0,
             records: vec![Record::default(); scenario.jobs.len()],
             waiting: BTreeMap::new(),
+            job_waiting: BTreeMap::new(),
             remote_writes: 0,
             topology_errors: 0,
             topology_errors_by_worker: vec![0; scenario.inventory.clusters.len()],
@@ -271,6 +290,9 @@ impl Simulation {
         for (i, j) in scenario.jobs.iter().enumerate() {
             sim.by_key.insert(j.key(), i);
             sim.push(epoch() + j.submit_at, Event::Submit(i));
+        }
+        for (w, n, at) in local_workloads {
+            sim.push(epoch() + at, Event::Kueue(w, worker::KueueEvent::Submit(n)));
         }
         sim
     }
@@ -324,6 +346,9 @@ impl Simulation {
         let last = plan(&mut self.world, self.now);
         for (class, why) in last.waiting {
             self.waiting.insert(class, why.message);
+        }
+        for (key, why) in last.job_waiting {
+            self.job_waiting.insert(key, why.message);
         }
         report::build(&self)
     }
@@ -384,6 +409,13 @@ impl Simulation {
                 }
                 self.effects(w, fx);
             }
+            Event::Kueue(w, ev) => {
+                let mut fx = worker::Effects::default();
+                self.with_cluster(w, |worker, cluster, table| {
+                    worker.on_kueue_event(cluster, table, &ev, now, &mut fx)
+                });
+                self.effects(w, fx);
+            }
             Event::Wake => {}
         }
     }
@@ -409,6 +441,21 @@ impl Simulation {
     fn effects(&mut self, w: usize, fx: worker::Effects) {
         for (at, ev) in fx.events {
             self.push(at, Event::Pod(w, PodEventOrd(ev)));
+        }
+        for (at, ev) in fx.kueue_events {
+            self.push(at, Event::Kueue(w, ev));
+        }
+        if fx.kueue_changed {
+            // The dispatcher reads what the worker's Kueue reserves, as the live one reads
+            // its ClusterQueue's status.
+            let mut view = dispatcher_view(&self.workers[w], &self.namespaces);
+            if let Some(old) = self.world.state.workers.get(&view.name) {
+                view = Worker {
+                    queues: view.queues,
+                    ..old.clone()
+                };
+            }
+            self.world.upsert_worker(view);
         }
         self.topology_errors += fx.topology_errors;
         if let Some(n) = self.topology_errors_by_worker.get_mut(w) {
@@ -458,7 +505,7 @@ impl Simulation {
             if let Some(copy) = copy {
                 let origin = copy.origin_uid.clone();
                 if let Some(i) = self.index_of_uid(&origin) {
-                    if copy.status.conditions().is_empty() {
+                    if copy.status.terminal().is_none() {
                         let j = &self.jobs[i];
                         if copy.status.ready_pods(&j.parts) >= j.pods()
                             && self.records[i].started.is_none()
@@ -702,6 +749,13 @@ impl Simulation {
         let now = self.now;
         let mut fx = worker::Effects::default();
         let before = self.topology_errors;
+        let queued = match (&self.workers[w].kueue, self.world.state.jobs.get(key)) {
+            (Some(_), Some(job)) => worker::Queued {
+                request: job.total_request(),
+                priority: j.priority,
+            },
+            _ => worker::Queued::default(),
+        };
         if j.is_jobset() {
             let parts: Vec<worker::ReplicatedBehaviour> = j
                 .replicated_jobs
@@ -713,12 +767,32 @@ impl Simulation {
                 })
                 .collect();
             self.with_cluster(w, |worker, c, table| {
-                worker.create_set(c, table, key.clone(), uid, origin, parts, now, &mut fx)
+                worker.create_set(
+                    c,
+                    table,
+                    key.clone(),
+                    uid,
+                    origin,
+                    parts,
+                    queued,
+                    now,
+                    &mut fx,
+                )
             });
         } else {
             let behaviour = behaviour(&j.pod, j.parallelism, j.completions);
             self.with_cluster(w, |worker, c, table| {
-                worker.create(c, table, key.clone(), uid, origin, behaviour, now, &mut fx)
+                worker.create(
+                    c,
+                    table,
+                    key.clone(),
+                    uid,
+                    origin,
+                    behaviour,
+                    queued,
+                    now,
+                    &mut fx,
+                )
             });
         }
         self.effects(w, fx);
@@ -776,6 +850,17 @@ impl Simulation {
             .zip(&self.usage)
             .map(|(w, u)| (w.name.as_str(), u.integral.as_slice()))
     }
+}
+
+/// What the dispatcher sees of a simulated worker: always reachable, its copies known, and,
+/// in a Kueue worker, its LocalQueues and ClusterQueue as they are now.
+fn dispatcher_view(worker: &SimWorker, namespaces: &[String]) -> Worker {
+    let mut view = Worker::named(&worker.name);
+    if let Some(k) = &worker.kueue {
+        view.kueue = Some(k.spec.local_queue.clone());
+        view.queues = Arc::new(k.view(namespaces));
+    }
+    view
 }
 
 /// Seconds of virtual time since the scenario start.

@@ -1115,3 +1115,52 @@ fn simulate_the_jobset_example_ends_as_its_comments_say() {
         }
     }
 }
+
+#[test]
+fn simulate_the_kueue_example_runs_and_keeps_the_output_format() {
+    let run = |args: &[&str]| {
+        let out = switchyard()
+            .args(["simulate", "--scenario"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kueue-scenario.yaml"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&[]);
+    let row = |name: &str| -> Vec<&str> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .split_whitespace()
+            .collect()
+    };
+    // name, namespace, queue, cluster, submitted, admitted, started, finished, result.
+    assert_eq!(row("etl-1")[3], "team-a", "{text}");
+    // etl-3 waited in team-a's queue, was taken back, and ran in shared, uncounted.
+    let etl3 = row("etl-3");
+    assert_eq!(
+        (etl3[3], etl3[4], etl3[5], etl3[8], etl3[9]),
+        ("shared", "180", "360", "Succeeded", "0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("jobs 6: 6 succeeded, 0 failed, 0 pending"),
+        "{text}"
+    );
+
+    // The JSON has exactly the format's keys: nothing is added for Kueue workers.
+    let format = simulate_output_example();
+    let job_keys = format.get("jobs").items()[0].keys();
+    let got: Ordered = serde_json::from_str(&run(&["--output", "json"])).unwrap();
+    for j in got.get("jobs").items() {
+        assert_eq!(j.keys(), job_keys);
+    }
+    let all = run(&["--strategy", "all"]);
+    assert!(all.starts_with("FIGURE"), "{all}");
+}

@@ -1218,3 +1218,276 @@ fn a_jobset_s_pods_are_placed_and_admitted_by_kubelets_one_by_one_as_a_job_s() {
     let why = train.reason.as_deref().unwrap();
     assert!(why.contains("TopologyAffinityError"), "{why}");
 }
+
+/// `own` runs its own Kueue: 8 CPUs of quota on 32 CPUs of nodes, and its users' workloads
+/// take 6 CPUs of it for 10 minutes from the start, then 4 CPUs (submitted at 30 s, so at
+/// the head of its StrictFIFO queue until the first ends). `clusters` of the queue, its
+/// settings and the jobs are the test's.
+fn kueue_scenario(clusters: &str, settings: &str, jobs: &str) -> String {
+    format!(
+        r#"
+clusters:
+  - name: own
+    kueue:
+      quota: {{cpu: "8", memory: 64Gi}}
+      localWorkloads:
+        - {{submitAt: 0s, duration: 10m, request: {{cpu: "6"}}}}
+        - {{submitAt: 30s, duration: 5m, request: {{cpu: "4"}}}}
+    nodes:
+      - {{name: own-1, allocatable: {{cpu: "32", memory: 128Gi, pods: "110"}}}}
+  - name: plain
+    nodes:
+      - {{name: plain-1, allocatable: {{cpu: "8", memory: 32Gi, pods: "110"}}}}
+queues:
+  - name: batch
+    clusters: {clusters}
+{settings}
+jobs:
+{jobs}
+"#
+    )
+}
+
+/// A Job of `pods` pods of `cpus` CPUs each, running 5 minutes, Ready 10 s after they start.
+fn cpu_job(name: &str, submit: &str, pods: u32, cpus: u32) -> String {
+    format!(
+        r#"  - {{name: {name}, queue: batch, submitAt: {submit}, parallelism: {pods}, duration: 5m, podStartDelay: 10s, template: {{containers: [{{name: c, resources: {{requests: {{cpu: "{cpus}", memory: 1Gi}}}}}}]}}}}"#
+    )
+}
+
+#[test]
+fn a_copy_waits_suspended_in_its_worker_s_kueue_until_the_quota_has_room_then_runs() {
+    // 2 of the 8 CPUs are free when `small` comes: the dispatcher sends it, but the worker's
+    // Kueue admits strictly in order, and the 4-CPU workload ahead of it does not fit until
+    // the 6-CPU one ends at 10 minutes. PodsReady (2 minutes) counts from that admission.
+    let yaml = kueue_scenario(
+        "[own]",
+        "    workerAdmissionTimeout: 20m\n    waitForPodsReady: {enabled: true, timeout: 2m}",
+        &cpu_job("small", "1m", 1, 1),
+    );
+    let report = run_with_writes(&yaml);
+    let small = job(&report, "small");
+    assert_eq!(times(&report, "small", "dispatched to worker own"), [60.0]);
+    assert_eq!(small.cluster.as_deref(), Some("own"));
+    assert_eq!(seconds(&small.admitted), 60.0);
+    assert_eq!(
+        seconds(&small.started),
+        610.0,
+        "admitted by Kueue at 600, Ready 10 s on"
+    );
+    assert_eq!(seconds(&small.finished), 910.0);
+    assert_eq!((small.result.as_str(), small.requeues), ("Succeeded", 0));
+    assert!(
+        times(&report, "small", "requeued").is_empty(),
+        "PodsReady counts from the worker's admission"
+    );
+    assert_eq!(
+        report.summary.start_wait.max,
+        serde_json::json!(550),
+        "the start wait includes the Kueue wait"
+    );
+    // The manager's Job says where its copy waits, then that the worker admitted it.
+    let worker_admitted: Vec<(f64, String, String)> = report
+        .status_writes
+        .iter()
+        .filter(|w| w.job == "default/small")
+        .filter_map(|w| {
+            let c = condition(&w.status, "WorkerAdmitted")?;
+            Some((
+                w.at,
+                c["status"].as_str()?.into(),
+                c["reason"].as_str()?.into(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        worker_admitted.first(),
+        Some(&(60.0, "False".into(), "Pending".into()))
+    );
+    assert_eq!(
+        worker_admitted.iter().find(|w| w.1 == "True"),
+        Some(&(600.0, "True".into(), "Admitted".into()))
+    );
+    let last = &report
+        .status_writes
+        .iter()
+        .rfind(|w| w.job == "default/small")
+        .unwrap()
+        .status;
+    assert!(is_true(
+        &serde_json::from_value(last.clone()).unwrap(),
+        "Complete"
+    ));
+    // Mirrored from the copy: resumed when admitted.
+    assert_eq!(last["startTime"], "2026-01-01T00:10:00Z");
+}
+
+#[test]
+fn no_job_goes_where_the_worker_s_kueue_quota_cannot_cover_it_now() {
+    // 2 CPUs of `own`'s quota are free: a 3-CPU Job goes to `plain`, though `own`'s nodes
+    // are idle; a 12-CPU one fits neither and waits, the reason naming `own`'s quota.
+    let jobs = [cpu_job("three", "1m", 1, 3), cpu_job("twelve", "1m", 3, 4)].join("\n");
+    let report = run(
+        &kueue_scenario("[own, plain]", "", &jobs),
+        Strategy::Switchyard,
+    );
+    let three = job(&report, "three");
+    assert_eq!(three.cluster.as_deref(), Some("plain"));
+    assert_eq!(seconds(&three.started), 70.0);
+    assert!(times(&report, "three", "dispatched to worker own").is_empty());
+    // Even once the worker's own workloads have ended, its whole quota is 8 CPUs, not 12:
+    // the run ends with `twelve` waiting.
+    let twelve = job(&report, "twelve");
+    assert_eq!(twelve.result, "Pending");
+    assert!(times(&report, "twelve", "dispatched").is_empty());
+    let why = twelve.reason.as_deref().unwrap_or_default();
+    assert!(
+        why.contains(
+            "own: its Kueue ClusterQueue \"cluster-queue\" has 8 cpu of quota free, the gang needs 12"
+        ),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_copy_its_worker_s_kueue_does_not_admit_in_time_is_taken_back_uncounted_and_runs_elsewhere() {
+    // As above, `small` waits behind the worker's own 4-CPU workload; the queue waits 5
+    // minutes (the default workerAdmissionTimeout) for the worker's Kueue, then takes the
+    // copy back and sends the Job to `plain`.
+    let yaml = kueue_scenario("[own, plain]", "", &cpu_job("small", "1m", 1, 1));
+    let s = scenario::parse(&yaml).unwrap();
+    let report = Simulation::new(&s, Strategy::Switchyard)
+        .with_events()
+        .with_usage_history()
+        .run();
+    assert_eq!(times(&report, "small", "dispatched to worker own"), [60.0]);
+    let requeued = times(
+        &report,
+        "small",
+        "requeued: worker own's Kueue did not admit the Job within workerAdmissionTimeout (300s)",
+    );
+    assert_eq!(requeued, [360.0], "{:#?}", report.events);
+    assert_eq!(
+        times(&report, "small", "removing its copy from worker own"),
+        [360.0]
+    );
+    assert_eq!(
+        times(&report, "small", "dispatched to worker plain"),
+        [360.0]
+    );
+    let small = job(&report, "small");
+    assert_eq!(small.cluster.as_deref(), Some("plain"));
+    assert_eq!((small.result.as_str(), small.requeues), ("Succeeded", 0));
+    assert_eq!(seconds(&small.started), 370.0);
+    // The copy deleted in `own` left its Kueue: none of its pods ever ran there, not even
+    // once the quota had room (at 600 s).
+    let own = report
+        .capacity
+        .iter()
+        .find(|c| c.cluster == "own" && c.resource == "cpu")
+        .expect("own's CPUs are charted");
+    assert!(own.steps.iter().all(|(_, used)| *used == 0.0), "{own:?}");
+}
+
+#[test]
+fn a_jobset_waits_for_quota_for_all_its_pods_in_a_kueue_worker() {
+    // 3 pods of 1 CPU in two replicated Jobs: 3 CPUs of `own`'s quota, 2 free until the
+    // first workload ends; then the 4-CPU one goes first (it came first) and 4 are left.
+    let yaml = kueue_scenario(
+        "[own]",
+        "",
+        r#"  - name: set
+    kind: JobSet
+    queue: batch
+    submitAt: 1m
+    duration: 5m
+    replicatedJobs:
+      - {name: leader, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+      - {name: workers, replicas: 2, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}"#,
+    );
+    let report = run_with_writes(&yaml);
+    assert_eq!(
+        jobset_times(&report, "set", "dispatched to worker own"),
+        [600.0]
+    );
+    let set = report.jobs.iter().find(|j| j.name == "set").unwrap();
+    assert_eq!(set.result, "Succeeded");
+    assert_eq!(seconds(&set.started), 600.0);
+    let writes = jobset_writes(&report, "set");
+    let last = &writes.last().unwrap().1;
+    assert_eq!(last["terminalState"], "Completed");
+    let resumed = condition(last, "Suspended").expect("mirrored from the copy");
+    assert_eq!(
+        (resumed["status"].as_str(), resumed["reason"].as_str()),
+        (Some("False"), Some("ResumeJobs"))
+    );
+}
+
+#[test]
+fn the_kueue_example_runs_as_its_comments_say() {
+    let s = scenario::load(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kueue-scenario.yaml"
+    )))
+    .expect("the example parses");
+    assert!(s.kueue("team-a").is_some() && s.kueue("shared").is_none());
+    let report = Simulation::new(&s, Strategy::Switchyard)
+        .with_events()
+        .run();
+    for j in &report.jobs {
+        assert_eq!(
+            (j.name.as_str(), j.result.as_str()),
+            (j.name.as_str(), "Succeeded")
+        );
+    }
+    assert_eq!(
+        times(&report, "etl-1", "dispatched to worker team-a"),
+        [0.0]
+    );
+    assert_eq!(
+        times(&report, "etl-3", "dispatched to worker team-a"),
+        [180.0]
+    );
+    assert_eq!(
+        times(&report, "etl-3", "dispatched to worker shared"),
+        [360.0]
+    );
+    assert_eq!(job(&report, "etl-3").requeues, 0);
+    assert_eq!(
+        times(&report, "etl-6", "dispatched to worker shared"),
+        [920.0]
+    );
+}
+
+#[test]
+fn jobs_offered_at_once_to_a_kueue_worker_count_against_its_quota_together() {
+    // `own` has 2 CPUs of quota free, and no workload of its own waits: of two 2-CPU Jobs
+    // judged in one pass, only the first may also be offered there; the second would only
+    // wait in its queue.
+    let yaml = r#"
+clusters:
+  - name: own
+    kueue:
+      quota: {cpu: "8", memory: 64Gi}
+      localWorkloads: [{submitAt: 0s, duration: 1h, request: {cpu: "6"}}]
+    nodes: [{name: own-1, allocatable: {cpu: "32", memory: 128Gi, pods: "110"}}]
+  - name: plain
+    nodes: [{name: plain-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}]
+queues:
+  - {name: batch, clusters: [own, plain]}
+jobs:
+"#
+    .to_string()
+        + &[cpu_job("a", "1m", 1, 2), cpu_job("b", "1m", 1, 2)].join("\n");
+    let report = run(&yaml, Strategy::AllAtOnce);
+    assert_eq!(times(&report, "a", "offered to workers own, plain"), [60.0]);
+    assert_eq!(
+        times(&report, "b", "dispatched to worker plain"),
+        [60.0],
+        "{:#?}",
+        report.events
+    );
+    for name in ["a", "b"] {
+        assert_eq!(job(&report, name).result, "Succeeded");
+    }
+}

@@ -817,6 +817,17 @@ impl<'w> Pass<'w> {
                 true
             }
             Attempt::Offer { clusters } => {
+                // A copy offered to a Kueue worker waits in its queue like a dispatched one.
+                for c in &clusters {
+                    if let Some((name, w)) = self.state.workers.get_key_value(c) {
+                        if w.kueue.is_some() {
+                            self.kueue_sent
+                                .entry(name.as_str())
+                                .or_default()
+                                .push(job.total_request());
+                        }
+                    }
+                }
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
                 if blocks {

@@ -337,8 +337,9 @@ pub(super) fn build(sim: &Simulation) -> Report {
                             j.offers.join(", ")
                         )
                     } else {
-                        sim.waiting
-                            .get(&j.class())
+                        sim.job_waiting
+                            .get(&j.key)
+                            .or_else(|| sim.waiting.get(&j.class()))
                             .cloned()
                             .unwrap_or_else(|| "never admitted".into())
                     };

@@ -9,6 +9,7 @@ use crate::dispatcher::JobKey;
 use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
 use crate::placement::{PodShape, PodSpecView, PodView};
+use crate::quantity::QuantityText;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -52,6 +53,36 @@ struct ClusterFile {
     /// As `WorkerCluster.spec.schedulerName`: the worker places the copies' pods with its
     /// NUMA-aware scheduler.
     scheduler_name: Option<String>,
+    /// The worker runs Kueue with this quota (as `WorkerCluster.spec.kueue`, plus the
+    /// ClusterQueue the simulated Kueue has).
+    kueue: Option<KueueFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KueueFile {
+    quota: BTreeMap<String, QuantityText>,
+    local_queue_name: Option<String>,
+    queueing_strategy: Option<QueueingFile>,
+    #[serde(default)]
+    local_workloads: Vec<LocalWorkloadFile>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+enum QueueingFile {
+    StrictFIFO,
+    BestEffortFIFO,
+}
+
+/// A workload of the worker's own users in the same ClusterQueue (its quota only: its pods
+/// are not simulated).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LocalWorkloadFile {
+    submit_at: KubeDuration,
+    duration: KubeDuration,
+    request: BTreeMap<String, QuantityText>,
+    priority: Option<i32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,7 +202,34 @@ pub struct Scenario {
     pub jobs: Vec<ScenarioJob>,
     /// Per inventory cluster (same order), its `schedulerName`.
     pub(crate) scheduler_names: Vec<Option<String>>,
+    /// Per inventory cluster (same order), its Kueue.
+    pub(crate) kueue: Vec<Option<Arc<KueueSpec>>>,
 }
+
+/// A scenario cluster's own Kueue (see `simulate::kueue`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KueueSpec {
+    /// The LocalQueue copies enter (`WorkerCluster.spec.kueue.localQueueName`).
+    pub local_queue: String,
+    /// The ClusterQueue's nominal quota: resource name → milli-units.
+    pub quota: BTreeMap<String, i64>,
+    /// `StrictFIFO` (the default here) rather than `BestEffortFIFO`.
+    pub strict: bool,
+    pub local_workloads: Vec<LocalWorkload>,
+}
+
+/// A workload of the worker's own users: it takes `request` of the quota for `duration`
+/// once admitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalWorkload {
+    pub submit_at: Duration,
+    pub duration: Duration,
+    pub request: BTreeMap<String, i64>,
+    pub priority: i32,
+}
+
+/// The LocalQueue a scenario cluster's Kueue has when its `localQueueName` is not given.
+pub const DEFAULT_LOCAL_QUEUE: &str = "default";
 
 impl Scenario {
     /// The `schedulerName` of cluster `name`: its pods are placed NUMA-aware. `None`: the
@@ -183,6 +241,27 @@ impl Scenario {
             .iter()
             .position(|c| c.name == cluster)?;
         self.scheduler_names.get(i)?.as_deref()
+    }
+
+    /// The Kueue of cluster `name`, when it runs one.
+    pub fn kueue(&self, cluster: &str) -> Option<&KueueSpec> {
+        let i = self
+            .inventory
+            .clusters
+            .iter()
+            .position(|c| c.name == cluster)?;
+        self.kueue.get(i)?.as_deref()
+    }
+
+    /// Whether some cluster runs Kueue.
+    pub fn has_kueue(&self) -> bool {
+        self.kueue.iter().any(Option::is_some)
+    }
+
+    /// The namespaces of its Jobs, each once, in order.
+    pub(crate) fn namespaces(&self) -> Vec<String> {
+        let set: BTreeSet<&str> = self.jobs.iter().map(|j| j.namespace.as_str()).collect();
+        set.into_iter().map(str::to_string).collect()
     }
 }
 
@@ -200,6 +279,7 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
     let file: File = serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
     let mut scheduler_names = Vec::with_capacity(file.clusters.len());
+    let mut kueue = Vec::with_capacity(file.clusters.len());
     let mut specs = Vec::with_capacity(file.clusters.len());
     for (i, c) in file.clusters.into_iter().enumerate() {
         if let Some(name) = &c.scheduler_name {
@@ -211,6 +291,11 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
             }
         }
         scheduler_names.push(c.scheduler_name);
+        let at = |field: &str| format!("clusters[{i}] ({}): kueue.{field}", c.name);
+        kueue.push(match c.kueue {
+            Some(k) => Some(Arc::new(kueue_spec(k, &at)?)),
+            None => None,
+        });
         specs.push(ClusterSpec {
             name: c.name,
             labels: c.labels,
@@ -443,6 +528,69 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         queues,
         jobs,
         scheduler_names,
+        kueue,
+    })
+}
+
+/// A cluster's `kueue:`, checked. `at`: a field's path, for messages.
+fn kueue_spec(k: KueueFile, at: &dyn Fn(&str) -> String) -> Result<KueueSpec, ScenarioError> {
+    let invalid =
+        |field: &str, why: String| ScenarioError::Invalid(format!("{}: {why}", at(field)));
+    if k.quota.is_empty() {
+        return Err(invalid(
+            "quota",
+            "give the ClusterQueue's nominal quota of at least one resource (e.g. {cpu: \"64\", memory: 256Gi}); a resource not listed is not covered, and a Job that asks for it is never admitted there".into(),
+        ));
+    }
+    let amounts = |field: &str, map: BTreeMap<String, QuantityText>| {
+        map.into_iter()
+            .map(|(r, q)| match q.parse() {
+                Ok(v) => Ok((r, v)),
+                Err(e) => Err(invalid(&format!("{field}.{r}"), e.to_string())),
+            })
+            .collect::<Result<BTreeMap<String, i64>, ScenarioError>>()
+    };
+    let quota = amounts("quota", k.quota)?;
+    let local_queue = k
+        .local_queue_name
+        .unwrap_or_else(|| DEFAULT_LOCAL_QUEUE.into());
+    if !crate::api::is_dns1123_subdomain(&local_queue) {
+        return Err(invalid(
+            "localQueueName",
+            format!("{local_queue:?} is not a DNS-1123 subdomain (a LocalQueue's name)"),
+        ));
+    }
+    let mut local_workloads = Vec::with_capacity(k.local_workloads.len());
+    for (w, lw) in k.local_workloads.into_iter().enumerate() {
+        let field = |f: &str| format!("localWorkloads[{w}].{f}");
+        let dur = |f: &str, d: &KubeDuration| d.get().map_err(|e| invalid(&field(f), e));
+        let submit_at = dur("submitAt", &lw.submit_at)?;
+        let duration = dur("duration", &lw.duration)?;
+        let request = amounts(&field("request"), lw.request)?;
+        if request.values().all(|v| *v == 0) {
+            return Err(invalid(
+                &field("request"),
+                "give what it takes of the quota (e.g. {cpu: \"16\"})".into(),
+            ));
+        }
+        if let Some(r) = request.keys().find(|r| !quota.contains_key(*r)) {
+            return Err(invalid(
+                &field("request"),
+                format!("{r} is not in the quota: Kueue would never admit it"),
+            ));
+        }
+        local_workloads.push(LocalWorkload {
+            submit_at,
+            duration,
+            request,
+            priority: lw.priority.unwrap_or(0),
+        });
+    }
+    Ok(KueueSpec {
+        local_queue,
+        quota,
+        strict: !matches!(k.queueing_strategy, Some(QueueingFile::BestEffortFIFO)),
+        local_workloads,
     })
 }
 

@@ -9,9 +9,16 @@
 //! `Completed` when every child Job is, `Failed` as soon as one fails (the default
 //! failurePolicy: no restarts), its Jobs still running then deleted.
 //!
+//! A worker whose scenario cluster has `kueue:` runs its own Kueue (`super::kueue`): a copy
+//! arrives suspended, in its LocalQueue, and is resumed (its Job's pods created, `startTime`
+//! set, its `Suspended` condition turned False) when that Kueue admits it; the quota it took
+//! is given back when it finishes or is deleted.
+//!
 //! Node usage changes here without the cluster's summary being recomputed each time: the
 //! simulation does it once before the dispatcher plans (see `Simulation::dispatch`).
 
+use super::kueue::{Admittee, Amounts, SimKueue};
+use super::scenario::KueueSpec;
 use crate::dispatcher::kind::jobset::{JobSetStatus, ReplicatedJobStatus};
 use crate::dispatcher::kind::Status;
 use crate::dispatcher::{JobKey, WorkerCopy};
@@ -74,7 +81,11 @@ pub(crate) struct SimJob {
     failed: u32,
     /// How long its pods that succeeded ran (Ready to end), summed.
     ran: Duration,
-    start_time: SystemTime,
+    created: SystemTime,
+    /// When it was (last) resumed: at its creation, or when the worker's Kueue admitted it.
+    start_time: Option<SystemTime>,
+    /// Waiting for the worker's Kueue: its pods are not created yet.
+    suspended: bool,
     finished: Option<(bool, SystemTime)>,
     /// The JobSet copy it is a child Job of.
     owner: Option<String>,
@@ -88,6 +99,10 @@ pub(crate) struct SimSet {
     uid: String,
     origin_uid: String,
     parts: Vec<SetPart>,
+    created: SystemTime,
+    /// Waiting for the worker's Kueue; when it admitted it, once it did.
+    suspended: bool,
+    resumed: Option<SystemTime>,
     /// How it ended, when, and (failed) the name of the Job that failed it.
     finished: Option<(bool, SystemTime, Option<String>)>,
 }
@@ -124,6 +139,21 @@ pub(crate) enum PodEvent {
     },
 }
 
+/// Something that happens to a workload of the worker's own users (`localWorkloads`, by
+/// index) in its Kueue.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum KueueEvent {
+    Submit(usize),
+    Finish(usize),
+}
+
+/// What a copy asks of a Kueue worker's quota: its whole gang's request, and its priority.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queued {
+    pub(crate) request: Amounts,
+    pub(crate) priority: i32,
+}
+
 /// How long the pods of a copy that succeeded ran, summed, by pod shape.
 pub(crate) type Ran = Vec<(Arc<PodShape>, Duration)>;
 
@@ -142,6 +172,10 @@ pub(crate) struct Effects {
     /// Copies that completed: their origin's uid and how long their pods that succeeded ran,
     /// summed, per pod shape (a Job's one, a JobSet's per Job).
     pub(crate) completed: Vec<(String, Ran)>,
+    /// Events of the worker's own Kueue workloads to schedule.
+    pub(crate) kueue_events: Vec<(SystemTime, KueueEvent)>,
+    /// What the worker's Kueue has reserved changed.
+    pub(crate) kueue_changed: bool,
 }
 
 pub(crate) struct SimWorker {
@@ -158,6 +192,8 @@ pub(crate) struct SimWorker {
     waiting: VecDeque<String>,
     /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
     rows: Rows,
+    /// Its own Kueue, when it runs one.
+    pub(crate) kueue: Option<SimKueue>,
 }
 
 /// Every node's allocatable and requested amounts in one table, row after row: finding a node
@@ -205,7 +241,12 @@ impl Rows {
 }
 
 impl SimWorker {
-    pub(crate) fn new(name: &str, index: usize, numa_aware: bool) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        index: usize,
+        numa_aware: bool,
+        kueue: Option<Arc<KueueSpec>>,
+    ) -> Self {
         Self {
             name: name.to_string(),
             index,
@@ -214,10 +255,12 @@ impl SimWorker {
             sets: BTreeMap::new(),
             waiting: VecDeque::new(),
             rows: Rows::default(),
+            kueue: kueue.map(SimKueue::new),
         }
     }
 
-    /// A new copy: the Job controller creates its first pods, which are scheduled.
+    /// A new copy: the Job controller creates its first pods, which are scheduled; in a Kueue
+    /// worker, it waits suspended in the worker's queue for its turn first (`queued`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
         &mut self,
@@ -227,16 +270,46 @@ impl SimWorker {
         uid: String,
         origin_uid: String,
         behaviour: Behaviour,
+        queued: Queued,
         now: SystemTime,
         fx: &mut Effects,
     ) {
-        self.add_job(table, key, uid.clone(), origin_uid, behaviour, None, now);
-        fx.changed.push(uid);
+        let suspended = self.kueue.is_some();
+        self.add_job(
+            table,
+            key,
+            uid.clone(),
+            origin_uid,
+            behaviour,
+            None,
+            suspended,
+            now,
+        );
+        fx.changed.push(uid.clone());
+        self.enter_queue(cluster, table, uid, queued, now, fx);
         self.schedule(cluster, table, now, fx);
     }
 
+    /// In a Kueue worker, a new copy's Workload enters the queue, and is admitted if its
+    /// turn and the quota let it.
+    fn enter_queue(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        uid: String,
+        queued: Queued,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        if let Some(k) = &mut self.kueue {
+            k.enqueue(Admittee::Copy(uid), queued.request, queued.priority);
+            self.kueue_settle(cluster, table, now, fx);
+        }
+    }
+
     /// A new JobSet copy: the JobSet controller creates every child Job, whose controller
-    /// creates their first pods: the whole gang, scheduled together.
+    /// creates their first pods: the whole gang, scheduled together (in a Kueue worker, once
+    /// its Kueue admits the JobSet).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_set(
         &mut self,
@@ -246,9 +319,11 @@ impl SimWorker {
         uid: String,
         origin_uid: String,
         replicated: Vec<ReplicatedBehaviour>,
+        queued: Queued,
         now: SystemTime,
         fx: &mut Effects,
     ) {
+        let suspended = self.kueue.is_some();
         let mut parts = Vec::with_capacity(replicated.len());
         for r in replicated {
             let pods_per_job = r.behaviour.parallelism.min(r.behaviour.completions);
@@ -262,6 +337,7 @@ impl SimWorker {
                     origin_uid.clone(),
                     r.behaviour.clone(),
                     Some(uid.clone()),
+                    suspended,
                     now,
                 );
                 jobs.push(child);
@@ -279,14 +355,18 @@ impl SimWorker {
                 uid: uid.clone(),
                 origin_uid,
                 parts,
+                created: now,
+                suspended,
+                resumed: None,
                 finished: None,
             },
         );
-        fx.changed.push(uid);
+        fx.changed.push(uid.clone());
+        self.enter_queue(cluster, table, uid, queued, now, fx);
         self.schedule(cluster, table, now, fx);
     }
 
-    /// A Job and its first pods, waiting for nodes.
+    /// A Job and its first pods, waiting for nodes (or, `suspended`, for the worker's Kueue).
     #[allow(clippy::too_many_arguments)]
     fn add_job(
         &mut self,
@@ -296,6 +376,7 @@ impl SimWorker {
         origin_uid: String,
         behaviour: Behaviour,
         owner: Option<String>,
+        suspended: bool,
         now: SystemTime,
     ) {
         let bound = behaviour.shape.bind(table);
@@ -312,14 +393,127 @@ impl SimWorker {
             succeeded: 0,
             failed: 0,
             ran: Duration::ZERO,
-            start_time: now,
+            created: now,
+            start_time: (!suspended).then_some(now),
+            suspended,
             finished: None,
             owner,
         };
         self.jobs.insert(uid.clone(), job);
-        for _ in 0..first {
-            self.waiting.push_back(uid.clone());
+        if !suspended {
+            for _ in 0..first {
+                self.waiting.push_back(uid.clone());
+            }
         }
+    }
+
+    /// The worker's Kueue admitted the copy: its Jobs are resumed, their pods created.
+    fn resume(&mut self, uid: &str, now: SystemTime, fx: &mut Effects) {
+        let jobs = match self.sets.get_mut(uid) {
+            Some(set) => {
+                set.suspended = false;
+                set.resumed = Some(now);
+                set.parts.iter().flat_map(|p| p.jobs.clone()).collect()
+            }
+            None => vec![uid.to_string()],
+        };
+        for j in jobs {
+            let Some(job) = self.jobs.get_mut(&j) else {
+                continue;
+            };
+            job.suspended = false;
+            job.start_time = Some(now);
+            for _ in 0..job.unscheduled {
+                self.waiting.push_back(j.clone());
+            }
+        }
+        fx.changed.push(uid.to_string());
+    }
+
+    /// The worker's Kueue after something changed: the quota of the copies that finished or
+    /// went is given back, and what waits is admitted in order while the quota lets it.
+    fn kueue_settle(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        loop {
+            let Some(k) = &self.kueue else {
+                return;
+            };
+            let done: Vec<Admittee> = k
+                .admitted()
+                .filter(|a| match a {
+                    Admittee::Copy(uid) => self.copy_done(uid),
+                    Admittee::Local(_) => false,
+                })
+                .cloned()
+                .collect();
+            let Some(k) = &mut self.kueue else {
+                return;
+            };
+            for a in &done {
+                k.remove(a);
+            }
+            let admitted = k.admit();
+            fx.kueue_changed |= !(done.is_empty() && admitted.is_empty());
+            if admitted.is_empty() {
+                return;
+            }
+            for a in admitted {
+                match a {
+                    Admittee::Copy(uid) => self.resume(&uid, now, fx),
+                    Admittee::Local(i) => {
+                        let duration = self
+                            .kueue
+                            .as_ref()
+                            .and_then(|k| k.spec.local_workloads.get(i))
+                            .map_or(Duration::ZERO, |w| w.duration);
+                        fx.kueue_events
+                            .push((now + duration, KueueEvent::Finish(i)));
+                    }
+                }
+            }
+            // Pods that fail at once may finish a copy: looked at again.
+            self.schedule(cluster, table, now, fx);
+        }
+    }
+
+    /// Whether the copy finished, or is gone: its Workload no longer holds quota.
+    fn copy_done(&self, uid: &str) -> bool {
+        match self.sets.get(uid) {
+            Some(set) => set.finished.is_some(),
+            None => self.jobs.get(uid).is_none_or(|j| j.finished.is_some()),
+        }
+    }
+
+    /// A workload of the worker's own users enters its Kueue, or finishes.
+    pub(crate) fn on_kueue_event(
+        &mut self,
+        cluster: &mut Cluster,
+        table: &ResourceTable,
+        ev: &KueueEvent,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let Some(k) = &mut self.kueue else {
+            return;
+        };
+        match *ev {
+            KueueEvent::Submit(i) => {
+                let Some(w) = k.spec.local_workloads.get(i) else {
+                    return;
+                };
+                let (request, priority) = (w.request.clone(), w.priority);
+                k.enqueue(Admittee::Local(i), request, priority);
+            }
+            KueueEvent::Finish(i) => {
+                fx.kueue_changed |= k.remove(&Admittee::Local(i));
+            }
+        }
+        self.kueue_settle(cluster, table, now, fx);
     }
 
     /// Deletes a copy (a Job, or a JobSet and its Jobs) and its pods (background
@@ -336,9 +530,13 @@ impl SimWorker {
             Some(set) => set.parts.into_iter().flat_map(|p| p.jobs).collect(),
             None => vec![uid.to_string()],
         };
+        if let Some(k) = &mut self.kueue {
+            fx.kueue_changed |= k.remove(&Admittee::Copy(uid.to_string()));
+        }
         if self.remove_jobs(cluster, table, &jobs, fx) {
             self.schedule(cluster, table, now, fx);
         }
+        self.kueue_settle(cluster, table, now, fx);
     }
 
     /// Removes Jobs and their pods; whether any pod gave room back.
@@ -513,6 +711,8 @@ impl SimWorker {
                 self.schedule(cluster, table, now, fx);
             }
         }
+        // A copy that finished gives its quota back.
+        self.kueue_settle(cluster, table, now, fx);
     }
 
     /// Places waiting pods, oldest first, as the worker's scheduler would; each bound pod is
@@ -641,12 +841,12 @@ impl SimWorker {
                 origin_uid: set.origin_uid.clone(),
                 status: Status::JobSet(self.set_status(set)),
                 deleting: false,
-                suspended: false,
-                kueue: false,
+                suspended: set.suspended,
+                kueue: self.kueue.is_some(),
             });
         }
         let job = self.jobs.get(uid)?;
-        let active = if job.finished.is_some() {
+        let active = if job.finished.is_some() || job.suspended {
             0
         } else {
             job.pods.len() as i32 + job.unscheduled as i32
@@ -659,9 +859,26 @@ impl SimWorker {
             succeeded: Some(job.succeeded as i32),
             failed: Some(job.failed as i32),
             terminating: Some(0),
-            start_time: Some(t(job.start_time)),
+            start_time: job.start_time.map(t),
             ..Default::default()
         };
+        let mut conditions = Vec::new();
+        if self.kueue.is_some() {
+            // As the Job controller writes it when the Job is created suspended, and when
+            // it is resumed.
+            let (status, reason, message, at) = match job.start_time {
+                None => ("True", "JobSuspended", "Job suspended", job.created),
+                Some(at) => ("False", "JobResumed", "Job resumed", at),
+            };
+            conditions.push(JobCondition {
+                type_: "Suspended".into(),
+                status: status.into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_probe_time: Some(t(at)),
+                last_transition_time: Some(t(at)),
+            });
+        }
         if let Some((ok, at)) = job.finished {
             let cond = |type_: &str, reason: &str| JobCondition {
                 type_: type_.into(),
@@ -671,22 +888,21 @@ impl SimWorker {
                 last_probe_time: Some(t(at)),
                 last_transition_time: Some(t(at)),
             };
-            status.conditions = Some(if ok {
+            if ok {
                 status.completion_time = Some(t(at));
-                vec![
-                    cond("SuccessCriteriaMet", "CompletionsReached"),
-                    cond("Complete", "CompletionsReached"),
-                ]
+                conditions.push(cond("SuccessCriteriaMet", "CompletionsReached"));
+                conditions.push(cond("Complete", "CompletionsReached"));
             } else {
-                vec![
-                    cond("FailureTarget", "BackoffLimitExceeded"),
-                    cond("Failed", "BackoffLimitExceeded"),
-                ]
-            });
+                conditions.push(cond("FailureTarget", "BackoffLimitExceeded"));
+                conditions.push(cond("Failed", "BackoffLimitExceeded"));
+            }
+        }
+        if !conditions.is_empty() {
+            status.conditions = Some(conditions);
         }
         Some(WorkerCopy {
-            suspended: false,
-            kueue: false,
+            suspended: job.suspended,
+            kueue: self.kueue.is_some(),
             cluster: self.name.clone(),
             key: job.key.clone(),
             uid: job.uid.clone(),
@@ -717,6 +933,7 @@ impl SimWorker {
                 match job.finished {
                     Some((true, _)) => counts.succeeded += 1,
                     Some((false, _)) => counts.failed += 1,
+                    None if job.suspended => counts.suspended += 1,
                     None => {
                         counts.active += 1;
                         let ready = job.pods.values().filter(|p| p.ready_at.is_some()).count();
@@ -727,6 +944,22 @@ impl SimWorker {
                 }
             }
             status.replicated_jobs_status.push(counts);
+        }
+        if self.kueue.is_some() {
+            // As the JobSet controller writes it when the JobSet is created suspended, and
+            // when it is resumed.
+            let (status_, reason, message, at) = match set.resumed {
+                None => ("True", "SuspendedJobs", "jobset is suspended", set.created),
+                Some(at) => ("False", "ResumeJobs", "jobset is resumed", at),
+            };
+            status.conditions.push(JobCondition {
+                type_: "Suspended".into(),
+                status: status_.into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_probe_time: None,
+                last_transition_time: Some(Time(crate::dispatcher::mirror::to_timestamp(at))),
+            });
         }
         if let Some((ok, at, first_failed)) = &set.finished {
             let (type_, reason, message, state) = if *ok {

@@ -190,3 +190,88 @@ fn the_jobset_of_the_docs_parses_as_they_say() {
     assert_eq!(pretrain.pods(), 8, "as the docs count it");
     assert!(pretrain.extra.is_empty());
 }
+
+/// A scenario whose one cluster has `kueue:` as given (YAML, indented for a cluster field).
+fn with_kueue(kueue: &str) -> Result<Scenario, ScenarioError> {
+    parse(&format!(
+        r#"
+clusters:
+  - name: gpu
+    nodes:
+      - {{name: gpu-1, allocatable: {{cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}}}}
+    kueue: {kueue}
+  - name: plain
+    nodes:
+      - {{name: plain-1, allocatable: {{cpu: "8", memory: 32Gi, pods: "110"}}}}
+queues:
+  - name: training
+    clusters: [gpu, plain]
+jobs:
+  - {{name: a, namespace: research, queue: training, submitAt: 0s, parallelism: 1, duration: 1m, template: {CPU_POD}}}
+  - {{name: b, queue: training, submitAt: 0s, parallelism: 1, duration: 1m, template: {CPU_POD}}}
+"#
+    ))
+}
+
+#[test]
+fn a_cluster_s_kueue_is_its_quota_queue_name_and_local_workloads() {
+    let s = with_kueue(
+        r#"{quota: {cpu: "32", memory: 128Gi, nvidia.com/gpu: 4}, localWorkloads: [{submitAt: 1m, duration: 10m, request: {cpu: 500m}, priority: 3}]}"#,
+    )
+    .unwrap();
+    let k = s.kueue("gpu").expect("gpu runs Kueue");
+    assert_eq!(k.local_queue, DEFAULT_LOCAL_QUEUE);
+    assert_eq!(
+        k.quota,
+        BTreeMap::from([
+            ("cpu".to_string(), 32_000),
+            ("memory".to_string(), 128_000 << 30),
+            ("nvidia.com/gpu".to_string(), 4_000),
+        ])
+    );
+    assert!(k.strict, "StrictFIFO unless told otherwise");
+    assert_eq!(
+        k.local_workloads,
+        [LocalWorkload {
+            submit_at: Duration::from_secs(60),
+            duration: Duration::from_secs(600),
+            request: BTreeMap::from([("cpu".to_string(), 500)]),
+            priority: 3,
+        }]
+    );
+    assert!(s.kueue("plain").is_none());
+    assert!(s.has_kueue());
+    assert_eq!(s.namespaces(), ["default", "research"]);
+
+    let s = with_kueue(
+        r#"{quota: {cpu: "8"}, localQueueName: user-queue, queueingStrategy: BestEffortFIFO}"#,
+    )
+    .unwrap();
+    let k = s.kueue("gpu").unwrap();
+    assert_eq!((k.local_queue.as_str(), k.strict), ("user-queue", false));
+    assert!(!with_kueue("null").unwrap().has_kueue());
+}
+
+#[test]
+fn a_bad_kueue_is_named_with_what_to_do() {
+    let cases = [
+        ("{quota: {}}", "clusters[0] (gpu): kueue.quota: give the ClusterQueue's nominal quota of at least one resource"),
+        ("{}", "missing field `quota`"),
+        (r#"{quota: {cpu: lots}}"#, r#"clusters[0] (gpu): kueue.quota.cpu: "lots" is not a Kubernetes quantity"#),
+        (r#"{quota: {cpu: "-1"}}"#, r#"kueue.quota.cpu: "-1" is not a Kubernetes quantity"#),
+        (r#"{quota: {cpu: "8"}, localQueueName: User_Queue}"#, r#"kueue.localQueueName: "User_Queue" is not a DNS-1123 subdomain"#),
+        (r#"{quota: {cpu: "8"}, queueingStrategy: Fair}"#, "unknown variant `Fair`, expected `StrictFIFO` or `BestEffortFIFO`"),
+        (r#"{quota: {cpu: "8"}, cohort: all}"#, "unknown field `cohort`"),
+        (r#"{quota: {cpu: "8"}, localWorkloads: [{submitAt: 0s, duration: 1m, request: {}}]}"#, "kueue.localWorkloads[0].request: give what it takes of the quota"),
+        (r#"{quota: {cpu: "8"}, localWorkloads: [{submitAt: 0s, duration: 1m, request: {memory: 1Gi}}]}"#, "kueue.localWorkloads[0].request: memory is not in the quota: Kueue would never admit it"),
+        (r#"{quota: {cpu: "8"}, localWorkloads: [{submitAt: soon, duration: 1m, request: {cpu: 1}}]}"#, "kueue.localWorkloads[0].submitAt: "),
+        (r#"{quota: {cpu: "8"}, localWorkloads: [{submitAt: 0s, duration: 1m, request: {cpu: x}}]}"#, r#"kueue.localWorkloads[0].request.cpu: "x" is not a Kubernetes quantity"#),
+    ];
+    for (kueue, want) in cases {
+        let got = match with_kueue(kueue) {
+            Ok(_) => panic!("accepted: {kueue}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(got.contains(want), "{kueue}\n  said: {got}\n  want: {want}");
+    }
+}
