@@ -17,12 +17,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const CLUSTER: &str = "switchyard.dev/cluster";
-const ORIGIN: &str = "switchyard.dev/origin";
+pub(crate) const CLUSTER: &str = "switchyard.dev/cluster";
+pub(crate) const ORIGIN: &str = "switchyard.dev/origin";
 
 /// A Job of queue `queue` (named like its namespace): `pods` pods at once, each Guaranteed
 /// with `cpu` CPUs, 1Gi and `gpus` GPUs, running `seconds` (None: until deleted).
-fn job(name: &str, queue: &str, pods: i32, cpu: &str, gpus: u32, seconds: Option<u32>) -> Job {
+pub(crate) fn job(
+    name: &str,
+    queue: &str,
+    pods: i32,
+    cpu: &str,
+    gpus: u32,
+    seconds: Option<u32>,
+) -> Job {
     let mut r = json!({"cpu": cpu, "memory": "1Gi"});
     if gpus > 0 {
         r["nvidia.com/gpu"] = json!(gpus.to_string());
@@ -47,15 +54,15 @@ fn job(name: &str, queue: &str, pods: i32, cpu: &str, gpus: u32, seconds: Option
     .unwrap()
 }
 
-fn jobs(client: &Client, ns: &str) -> Api<Job> {
+pub(crate) fn jobs(client: &Client, ns: &str) -> Api<Job> {
     Api::namespaced(client.clone(), ns)
 }
 
-fn annotation(job: &Job, key: &str) -> Option<String> {
+pub(crate) fn annotation(job: &Job, key: &str) -> Option<String> {
     job.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
-fn job_condition(job: &Job, type_: &str) -> Option<(String, String, String)> {
+pub(crate) fn job_condition(job: &Job, type_: &str) -> Option<(String, String, String)> {
     job.status
         .as_ref()?
         .conditions
@@ -71,12 +78,12 @@ fn job_condition(job: &Job, type_: &str) -> Option<(String, String, String)> {
         })
 }
 
-fn is_complete(job: &Job) -> bool {
+pub(crate) fn is_complete(job: &Job) -> bool {
     job_condition(job, "Complete").is_some_and(|c| c.0 == "True")
 }
 
 /// A short view of a Job for failure messages.
-fn summary(job: &Job) -> String {
+pub(crate) fn summary(job: &Job) -> String {
     let conditions: Vec<String> = job
         .status
         .as_ref()
@@ -102,7 +109,11 @@ fn summary(job: &Job) -> String {
 }
 
 /// The copy of Job `ns/name` in a worker, if any.
-async fn copy(plane: &ControlPlane, ns: &str, name: &str) -> Result<Option<Job>, String> {
+pub(crate) async fn copy(
+    plane: &ControlPlane,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Job>, String> {
     let api = jobs(&plane.admin, ns);
     let fetched = tokio::time::timeout(Duration::from_secs(5), api.get_opt(name))
         .await
@@ -110,12 +121,12 @@ async fn copy(plane: &ControlPlane, ns: &str, name: &str) -> Result<Option<Job>,
     fetched.map_err(|e| e.to_string())
 }
 
-fn uid(job: &Job) -> String {
+pub(crate) fn uid(job: &Job) -> String {
     job.metadata.uid.clone().unwrap_or_default()
 }
 
 /// Pods of `ns` in `plane` that are Running.
-async fn running_pods(plane: &ControlPlane, ns: &str) -> Result<Vec<Pod>, String> {
+pub(crate) async fn running_pods(plane: &ControlPlane, ns: &str) -> Result<Vec<Pod>, String> {
     let api: Api<Pod> = Api::namespaced(plane.admin.clone(), ns);
     let list = api
         .list(&ListParams::default())
@@ -129,7 +140,7 @@ async fn running_pods(plane: &ControlPlane, ns: &str) -> Result<Vec<Pod>, String
 }
 
 /// No StatusRefused Event in `ns` (or anywhere, with `None`).
-async fn status_refusals(client: &Client, ns: Option<&str>) -> Vec<String> {
+pub(crate) async fn status_refusals(client: &Client, ns: Option<&str>) -> Vec<String> {
     let api: Api<Event> = match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -152,7 +163,7 @@ async fn status_refusals(client: &Client, ns: Option<&str>) -> Vec<String> {
 }
 
 /// Waits for the Job's copy to run in `worker` with a Running pod; returns the copy.
-async fn wait_running_copy(env: &Env, worker: &str, ns: &str, name: &str) -> Job {
+pub(crate) async fn wait_running_copy(env: &Env, worker: &str, ns: &str, name: &str) -> Job {
     let plane = &env.worker(worker).plane;
     let manager = jobs(&env.manager.admin, ns);
     eventually(

@@ -15,6 +15,10 @@
 //!   `jobset.enabled=true` (its JobSet RBAC and webhooks) and Switchyard run with
 //!   `jobsets: true`; the real JobSet controller in every cluster once a JobSet scenario asks
 //!   ([`Env::start_jobset_controllers`]).
+//! - Kueue: worker `w3` (one node of 16 CPUs, no GPU) runs the real Kueue controller manager
+//!   and is registered with `spec.kueue.localQueueName: switchyard`, its worker install
+//!   rendered with `kueue.enabled=true`; started, registered and waited for when a Kueue
+//!   scenario first asks ([`Env::kueue_worker`]), so the other scenarios never wait for it.
 
 use crate::helm;
 use crate::k8s::control_plane::{client_from, ControlPlane, Options};
@@ -25,18 +29,23 @@ use crate::k8s::process::Process;
 use crate::k8s::service::Service;
 use crate::k8s::{eventually, free_port, Assets};
 use base64::Engine;
+use futures::FutureExt;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 pub const NS: &str = "switchyard-system";
 pub const WORKERS: [&str; 2] = ["w1", "w2"];
+/// The worker that runs Kueue, and the LocalQueue its copies enter in every namespace.
+pub const KUEUE_WORKER: &str = "w3";
+pub const KUEUE_LOCAL_QUEUE: &str = "switchyard";
 /// The kube-scheduler profiles of the manager whose extender is Switchyard.
 pub const SCHEDULER_CACHE: &str = "switchyard-cache";
 pub const SCHEDULER_NO_CACHE: &str = "switchyard-nocache";
@@ -70,6 +79,9 @@ pub struct Env {
     /// Held for writing while w2 is partitioned; for reading by scenarios that need w2 as it
     /// normally is.
     pub w2_steady: tokio::sync::RwLock<()>,
+    /// `w3`, with Kueue, once a scenario asked for it (or why it did not start).
+    kueue_worker: tokio::sync::OnceCell<Result<Worker, String>>,
+    assets: Assets,
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -87,13 +99,15 @@ fn gpu_node(name: &str, cpus: i64, memory_gi: i64, gpus: i64) -> NodeSpec {
 }
 
 /// The chart's values for this fleet: no cert-manager here, the CA of `switchyard certs`;
-/// JobSets on (their RBAC and webhooks), as every cluster has the JobSet CRD.
-fn chart_values(role: &str, ca_bundle: &str) -> Value {
+/// JobSets on (their RBAC and webhooks), as every cluster has the JobSet CRD; with `kueue`,
+/// read access to the worker's Kueue objects.
+fn chart_values(role: &str, ca_bundle: &str, kueue: bool) -> Value {
     json!({
         "role": role,
         "certManager": {"enabled": false},
         "tls": {"secretName": "switchyard-tls", "caBundle": ca_bundle},
         "jobset": {"enabled": true},
+        "kueue": {"enabled": kueue},
     })
 }
 
@@ -190,8 +204,8 @@ impl Env {
             let ca_bundle = ca_bundle.clone();
             move || {
                 Ok::<_, String>((
-                    helm::render(&chart_values("manager", &ca_bundle))?,
-                    helm::render(&chart_values("worker", &ca_bundle))?,
+                    helm::render(&chart_values("manager", &ca_bundle, false))?,
+                    helm::render(&chart_values("worker", &ca_bundle, false))?,
                 ))
             }
         });
@@ -272,7 +286,7 @@ impl Env {
             } else {
                 vec![gpu_node("w2-gpu-0", 16, 64, 4)]
             };
-            let worker = register_worker(&admin, name, plane, nodes, &worker_chart).await?;
+            let worker = register_worker(&admin, name, plane, nodes, &worker_chart, None).await?;
             workers.push(worker);
         }
 
@@ -286,6 +300,8 @@ impl Env {
             certs,
             exclusive: Default::default(),
             w2_steady: Default::default(),
+            kueue_worker: Default::default(),
+            assets: assets.clone(),
         };
         for name in ["switchyard-a", "switchyard-b"] {
             let replica = env.start_replica(name)?;
@@ -330,6 +346,58 @@ impl Env {
         if let Err(e) = started {
             panic!("the JobSet controllers did not start: {e}");
         }
+    }
+
+    /// Worker `w3`, running the real Kueue controller manager, registered as a Kueue worker
+    /// whose copies enter LocalQueue `switchyard`: started the first time a scenario asks.
+    /// Its nodes (16 CPUs, no GPU) hold no gang the GPU scenarios look for, and no queue but
+    /// those of the Kueue scenarios lists it.
+    pub async fn kueue_worker(&self) -> &Worker {
+        let started = self
+            .kueue_worker
+            .get_or_init(|| async {
+                AssertUnwindSafe(self.start_kueue_worker())
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|p| Err(crate::panic_text(p)))
+            })
+            .await;
+        match started {
+            Ok(w) => w,
+            Err(e) => panic!("the Kueue worker {KUEUE_WORKER} did not start: {e}"),
+        }
+    }
+
+    async fn start_kueue_worker(&self) -> Result<Worker, String> {
+        let ca_pem = std::fs::read(self.certs.join("ca.crt")).map_err(|e| e.to_string())?;
+        let rendered = tokio::task::spawn_blocking(move || {
+            helm::render(&chart_values("worker", &b64(&ca_pem), true))
+        });
+        let options = Options {
+            name: KUEUE_WORKER.into(),
+            controller_manager: true,
+            scheduler: true,
+        };
+        let plane =
+            ControlPlane::start(&self.assets, &self.dir.join(KUEUE_WORKER), options).await?;
+        let chart = rendered.await.map_err(|e| e.to_string())??;
+        // The JobSet API as in the other workers (the replicas watch JobSets everywhere); so
+        // Kueue manages JobSets too there.
+        jobset::install_crd(&plane.admin).await?;
+        plane.start_kueue_controller().await?;
+        let nodes = vec![NodeSpec::new("w3-cpu-0", 16, 64, 0, 2)];
+        let worker = register_worker(
+            &self.manager.admin,
+            KUEUE_WORKER,
+            plane,
+            nodes,
+            &chart,
+            Some(KUEUE_LOCAL_QUEUE),
+        )
+        .await?;
+        self.wait_worker_active(KUEUE_WORKER, Duration::from_secs(90))
+            .await;
+        Ok(worker)
     }
 
     /// Starts `switchyard serve --role manager` as `name` (its POD_NAME, hence its leader
@@ -444,6 +512,7 @@ impl Env {
     pub fn worker(&self, name: &str) -> &Worker {
         self.workers
             .iter()
+            .chain(self.kueue_worker.get().and_then(|w| w.as_ref().ok()))
             .find(|w| w.name == name)
             .unwrap_or_else(|| panic!("no worker {name}"))
     }
@@ -482,7 +551,7 @@ impl Env {
         .await;
     }
 
-    /// Namespace `name` in the manager and in `workers`.
+    /// Namespace `name` in the manager and in `workers` (`w3` once started).
     pub async fn namespace(&self, name: &str, workers: &[&str]) {
         apply(&self.manager.admin, &namespace(name), false)
             .await
@@ -598,13 +667,15 @@ async fn service_account_token(client: &Client, name: &str) -> Result<String, St
 
 /// A worker as the README registers one: the chart's worker role (its dispatcher
 /// ServiceAccount, the long-lived token Secret and their RBAC), the token turned into a
-/// kubeconfig in a Secret of the manager, and a WorkerCluster pointing to it.
+/// kubeconfig in a Secret of the manager, and a WorkerCluster pointing to it (with
+/// `spec.kueue.localQueueName` when it runs Kueue).
 async fn register_worker(
     manager: &Client,
     name: &'static str,
     plane: ControlPlane,
     nodes: Vec<NodeSpec>,
     chart: &[(String, Value)],
+    kueue_local_queue: Option<&str>,
 ) -> Result<Worker, String> {
     let admin = plane.admin.clone();
     let nrt_crd = include_str!("../../e2e/nrt-crd.yaml");
@@ -652,8 +723,12 @@ async fn register_worker(
         "stringData": {"kubeconfig": kubeconfig},
     });
     apply(manager, &secret, false).await?;
-    let tier = if name == "w1" { "gold" } else { "silver" };
-    let worker_cluster = json!({
+    let tier = match name {
+        "w1" => "gold",
+        "w2" => "silver",
+        _ => "bronze",
+    };
+    let mut worker_cluster = json!({
         "apiVersion": "switchyard.dev/v1alpha1",
         "kind": "WorkerCluster",
         "metadata": {"name": name},
@@ -662,6 +737,9 @@ async fn register_worker(
             "labels": {"tier": tier},
         },
     });
+    if let Some(q) = kueue_local_queue {
+        worker_cluster["spec"]["kueue"] = json!({"localQueueName": q});
+    }
     apply(manager, &worker_cluster, false).await?;
     Ok(Worker {
         name,

@@ -8,6 +8,8 @@
 //! scenarios that install the chart's RBAC need Helm as tests/chart.rs finds it. The JobSet
 //! scenarios (in a control plane of their own, and through the fleet) need `jobset-controller`
 //! beside them (or `SWITCHYARD_JOBSET_CONTROLLER`), and are skipped with one line without it.
+//! The Kueue scenarios (a third worker running the Kueue controller manager) need
+//! `kueue-controller` (or `SWITCHYARD_KUEUE_CONTROLLER`) and openssl, likewise.
 //!
 //! One fleet (see `env`) is shared by every scenario, each in namespaces and queues of its own;
 //! the scenarios run concurrently, except that one killing a replica has the fleet to itself and
@@ -25,6 +27,7 @@ mod extender;
 mod helm;
 mod jobset;
 mod jobset_dispatch;
+mod kueue_dispatch;
 
 use env::Env;
 use futures::FutureExt;
@@ -47,6 +50,8 @@ enum Needs {
     JobSet,
     /// The whole fleet and the JobSet controller in each of its clusters.
     FleetJobSet,
+    /// The whole fleet and a third worker running the Kueue controller manager.
+    FleetKueue,
 }
 
 pub struct Suite {
@@ -61,7 +66,7 @@ pub struct Suite {
     failed: std::sync::atomic::AtomicBool,
 }
 
-fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<String>()
         .cloned()
@@ -184,6 +189,9 @@ fn scenarios() -> Vec<(&'static str, Needs, Scenario)> {
         scenario!(Needs::FleetJobSet, jobset_dispatch::a_jobset_runs_in_a_worker_and_completes_in_the_manager),
         scenario!(Needs::FleetJobSet, jobset_dispatch::a_failing_jobset_is_failed_in_the_manager),
         scenario!(Needs::FleetJobSet, jobset_dispatch::a_lost_workers_jobset_is_requeued_and_completes_in_the_other_worker),
+        scenario!(Needs::FleetKueue, kueue_dispatch::a_job_waits_in_the_workers_kueue_until_its_quota_has_room_then_completes),
+        scenario!(Needs::FleetKueue, kueue_dispatch::a_copy_the_workers_kueue_never_admits_is_taken_back_and_runs_in_another_worker),
+        scenario!(Needs::FleetKueue, kueue_dispatch::a_quota_raised_in_the_worker_is_seen_by_placement),
     ]
 }
 
@@ -243,9 +251,26 @@ fn main() -> ExitCode {
             jobset_missing.join("; ")
         );
     }
+    let mut kueue_missing: Vec<String> = assets.missing_kueue_controller().into_iter().collect();
+    kueue_missing.extend(k8s::kueue::openssl_available().err());
+    let kueue_possible = kueue_missing.is_empty();
+    if !kueue_possible {
+        if Assets::required() {
+            eprintln!("realk8s: {}, and {REQUIRE_ENV}=1", kueue_missing.join("; "));
+            return ExitCode::FAILURE;
+        }
+        let skipped = all
+            .iter()
+            .filter(|(_, n, _)| *n == Needs::FleetKueue)
+            .count();
+        println!(
+            "realk8s: {skipped} Kueue scenario(s) skipped: {}",
+            kueue_missing.join("; ")
+        );
+    }
     let skipped = all
         .iter()
-        .filter(|(_, n, _)| matches!(n, Needs::Fleet | Needs::FleetJobSet))
+        .filter(|(_, n, _)| matches!(n, Needs::Fleet | Needs::FleetJobSet | Needs::FleetKueue))
         .count();
     if !fleet_possible {
         if Assets::required() {
@@ -290,6 +315,7 @@ fn main() -> ExitCode {
             Needs::Fleet => fleet_possible,
             Needs::JobSet => jobset_possible,
             Needs::FleetJobSet => fleet_possible && jobset_possible,
+            Needs::FleetKueue => fleet_possible && kueue_possible,
         })
         .map(|(path, _, run)| {
             let name = path.rsplit("::").next().unwrap_or(path).trim().to_string();

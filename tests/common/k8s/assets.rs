@@ -3,7 +3,8 @@
 //! that need them; `.ci/run` fills one under `target/`), else `KUBEBUILDER_ASSETS` (the folder
 //! `setup-envtest use -p path` prints, with `kube-apiserver` and `etcd`). The JobSet
 //! controller is `jobset-controller` in the same folder, or the file `SWITCHYARD_JOBSET_CONTROLLER`
-//! names (an envtest folder has none).
+//! names (an envtest folder has none); the Kueue controller manager likewise `kueue-controller`
+//! or `SWITCHYARD_KUEUE_CONTROLLER`.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,8 @@ pub const ENVTEST_ENV: &str = "KUBEBUILDER_ASSETS";
 pub const REQUIRE_ENV: &str = "SWITCHYARD_REQUIRE_K8S";
 /// The JobSet controller binary, where it is not `jobset-controller` in the assets folder.
 pub const JOBSET_CONTROLLER_ENV: &str = "SWITCHYARD_JOBSET_CONTROLLER";
+/// The Kueue controller manager binary, where it is not `kueue-controller` in the assets folder.
+pub const KUEUE_CONTROLLER_ENV: &str = "SWITCHYARD_KUEUE_CONTROLLER";
 
 #[derive(Debug, Clone)]
 pub struct Assets {
@@ -24,6 +27,17 @@ pub struct Assets {
     pub scheduler: Option<PathBuf>,
     /// The JobSet controller (v0.11.0 is tested), for the tests that run JobSets.
     pub jobset_controller: Option<PathBuf>,
+    /// The Kueue controller manager (v0.13.1 is tested), for the tests of Kueue workers.
+    pub kueue_controller: Option<PathBuf>,
+}
+
+/// The file `var` names, if executable, else `name` in the assets folder.
+fn named_or_beside(var: &str, beside: Option<PathBuf>) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| executable(p))
+        .or(beside)
 }
 
 fn executable(path: &Path) -> bool {
@@ -55,11 +69,8 @@ impl Assets {
                 etcd,
                 controller_manager: at("kube-controller-manager"),
                 scheduler: at("kube-scheduler"),
-                jobset_controller: std::env::var_os(JOBSET_CONTROLLER_ENV)
-                    .filter(|p| !p.is_empty())
-                    .map(PathBuf::from)
-                    .filter(|p| executable(p))
-                    .or_else(|| at("jobset-controller")),
+                jobset_controller: named_or_beside(JOBSET_CONTROLLER_ENV, at("jobset-controller")),
+                kueue_controller: named_or_beside(KUEUE_CONTROLLER_ENV, at("kueue-controller")),
             });
         }
         Err(format!(
@@ -90,6 +101,16 @@ impl Assets {
         self.jobset_controller.is_none().then(|| {
             format!(
                 "jobset-controller is not in {} (nor named by {JOBSET_CONTROLLER_ENV})",
+                self.source
+            )
+        })
+    }
+
+    /// Why the Kueue controller manager cannot be run, if it cannot.
+    pub fn missing_kueue_controller(&self) -> Option<String> {
+        self.kueue_controller.is_none().then(|| {
+            format!(
+                "kueue-controller is not in {} (nor named by {KUEUE_CONTROLLER_ENV})",
                 self.source
             )
         })

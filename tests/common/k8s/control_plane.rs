@@ -51,6 +51,8 @@ pub struct ControlPlane {
     schedulers: Vec<Process>,
     /// Started on demand by [`ControlPlane::start_jobset_controller`].
     jobset_controller: tokio::sync::Mutex<Option<Process>>,
+    /// Started on demand by [`ControlPlane::start_kueue_controller`].
+    kueue_controller: tokio::sync::Mutex<Option<Process>>,
 }
 
 fn b64(text: &str) -> String {
@@ -209,6 +211,7 @@ impl ControlPlane {
             controller_manager: None,
             schedulers: Vec::new(),
             jobset_controller: Default::default(),
+            kueue_controller: Default::default(),
         };
         plane.wait_ready().await?;
         if options.controller_manager {
@@ -411,6 +414,27 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Installs the Kueue CRDs and webhooks and runs the Kueue controller manager
+    /// (`assets.kueue_controller`) until this control plane stops; waits until it serves. Does
+    /// nothing when it runs already. It admits suspended Jobs labelled with a LocalQueue of
+    /// theirs (and JobSets, when this plane serves them); their pods run where the fake kubelet
+    /// has nodes.
+    pub async fn start_kueue_controller(&self) -> Result<(), String> {
+        let mut slot = self.kueue_controller.lock().await;
+        if slot.is_some() {
+            return Ok(());
+        }
+        let Some(binary) = self.assets.kueue_controller.clone() else {
+            return Err(format!(
+                "{}: {}",
+                self.name,
+                self.assets.missing_kueue_controller().unwrap_or_default()
+            ));
+        };
+        *slot = Some(super::kueue::start(self, &binary).await?);
+        Ok(())
+    }
+
     /// A client authenticated as `user` in `groups` (a client certificate of this cluster's
     /// CA), with no more rights than RBAC gives it.
     pub async fn client_as(&self, user: &str, groups: &[&str]) -> kube::Client {
@@ -447,11 +471,13 @@ impl ControlPlane {
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
         let jobset = self.jobset_controller.try_lock().ok();
+        let kueue = self.kueue_controller.try_lock().ok();
         let processes = [&self.etcd, &self.apiserver]
             .into_iter()
             .chain(self.controller_manager.as_ref())
             .chain(&self.schedulers)
-            .chain(jobset.as_ref().and_then(|j| j.as_ref()));
+            .chain(jobset.as_ref().and_then(|j| j.as_ref()))
+            .chain(kueue.as_ref().and_then(|k| k.as_ref()));
         for p in processes {
             out.push_str(&format!(
                 "--- {} ({}):\n{}\n",
@@ -469,7 +495,8 @@ impl ControlPlane {
             .into_iter()
             .chain(self.controller_manager.as_mut())
             .chain(self.schedulers.iter_mut())
-            .chain(self.jobset_controller.get_mut().as_mut());
+            .chain(self.jobset_controller.get_mut().as_mut())
+            .chain(self.kueue_controller.get_mut().as_mut());
         for p in processes {
             if let Some(status) = p.exited() {
                 return Err(format!(
@@ -505,6 +532,9 @@ impl Drop for ControlPlane {
         // going away, etcd last.
         if let Some(jobset) = self.jobset_controller.get_mut() {
             jobset.kill();
+        }
+        if let Some(kueue) = self.kueue_controller.get_mut() {
+            kueue.kill();
         }
         for s in &mut self.schedulers {
             s.kill();

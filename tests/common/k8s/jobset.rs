@@ -87,7 +87,7 @@ fn webhooks(port: u16, ca_bundle: &str) -> [Value; 2] {
 }
 
 /// Whether a plain HTTP GET of `path` answers 200.
-async fn http_ok(addr: SocketAddr, path: &str) -> bool {
+pub(super) async fn http_ok(addr: SocketAddr, path: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
         return false;

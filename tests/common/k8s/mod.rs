@@ -3,7 +3,7 @@
 //! kube-scheduler, started from a folder of binaries ([`assets`]) on loopback, each with its
 //! own PKI and free ports, and stopped on every exit path (dropped, or killed by the
 //! [`reaper`] if the test process dies first). [`kubelet`] stands in for the kubelets; [`jobset`]
-//! runs the JobSet controller.
+//! runs the JobSet controller, [`kueue`] the Kueue controller manager.
 
 #![allow(dead_code)]
 
@@ -11,6 +11,7 @@ pub mod assets;
 pub mod control_plane;
 pub mod jobset;
 pub mod kubelet;
+pub mod kueue;
 pub mod objects;
 pub mod pki;
 pub mod process;
