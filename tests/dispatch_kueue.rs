@@ -115,11 +115,23 @@ async fn a_copy_enters_the_workers_own_queue_suspended_and_runs_once_admitted() 
         copy_in(&fleet, "kueue", "train").unwrap()["spec"]["suspend"],
         true
     );
+    // The worker's Job controller says the copy is suspended: that is the worker's business,
+    // not the manager's Job's (it is not suspended), and is not mirrored.
+    fleet.copy_status(
+        "kueue",
+        "train",
+        json!({"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended",
+            "message": "Job suspended", "lastTransitionTime": common::dispatch::now_rfc3339(),
+            "lastProbeTime": common::dispatch::now_rfc3339()}]}),
+    );
     kueue_admits(&fleet, "train");
     eventually(10, "WorkerAdmitted", || {
-        condition(&fleet.job("train"), "WorkerAdmitted").is_some_and(|c| c["status"] == "True")
+        let j = fleet.job("train");
+        condition(&j, "WorkerAdmitted").is_some_and(|c| c["status"] == "True")
+            && j["status"]["startTime"].is_string()
     })
     .await;
+    assert!(condition(&fleet.job("train"), "Suspended").is_none());
     assert!(fleet.uncovered().is_empty(), "{:?}", fleet.uncovered());
 }
 

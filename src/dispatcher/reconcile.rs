@@ -695,6 +695,9 @@ impl<'a> Step<'a> {
         }
         if copy.kueue {
             desired = self.worker_admitted(&desired, copy);
+            // The worker's Kueue suspends and resumes the copy, not the manager's Job (which
+            // is not suspended): `WorkerAdmitted` says it, a mirrored `Suspended` would not.
+            desired.conditions_mut().retain(|c| c.type_ != "Suspended");
         }
         if desired == job.status {
             return false;
