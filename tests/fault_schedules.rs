@@ -284,7 +284,6 @@ struct Replica {
     name: String,
     stop: watch::Sender<bool>,
     leader: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
     settled: watch::Receiver<u64>,
     publisher: WorkersPublisher,
     /// Its own clients of the workers: they name it, for the tripwires.
@@ -294,9 +293,10 @@ struct Replica {
 }
 
 impl Drop for Replica {
+    /// Stops it; not aborted, so that it ends its watches itself (an aborted task would
+    /// leave them running).
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        self.task.abort();
     }
 }
 
@@ -321,6 +321,16 @@ struct Rig {
     checks: u64,
     crashes: u64,
     hand_overs: u64,
+}
+
+impl Drop for Rig {
+    /// Thousands of schedules run in one process: each leaves nothing running.
+    fn drop(&mut self) {
+        self.replicas.clear();
+        for api in std::iter::once(&self.manager).chain(&self.workers) {
+            api.shut_down();
+        }
+    }
 }
 
 fn options() -> LiveOptions {
@@ -430,7 +440,6 @@ impl Rig {
             name,
             stop,
             leader,
-            task: tokio::spawn(async {}),
             settled: watch::channel(0).1,
             publisher,
             clients,
@@ -449,7 +458,8 @@ impl Rig {
             options(),
             stop_rx,
         );
-        replica.task = handle.task;
+        // The task ends by itself once stopped (see `Drop`).
+        drop(handle.task);
         replica.settled = handle.settled;
         replica
     }

@@ -284,6 +284,8 @@ struct State {
     failures: Vec<Failure>,
     /// Bumped to end every open watch at once.
     kick: tokio::sync::watch::Sender<u64>,
+    /// Set once the server is shut down: it accepts nothing more and drops its connections.
+    down: tokio::sync::watch::Sender<bool>,
     /// Refuse manager Job status writes that break the API server's rules, and keep them.
     job_status_rules: bool,
     status_violations: Vec<String>,
@@ -456,6 +458,7 @@ impl FakeApi {
             write_delay: Duration::ZERO,
             failures: Vec::new(),
             kick: tokio::sync::watch::channel(0).0,
+            down: tokio::sync::watch::channel(false).0,
             job_status_rules: false,
             status_violations: Vec::new(),
             trips: Vec::new(),
@@ -484,38 +487,58 @@ impl FakeApi {
             ca_pem: tls.map(|g| g.ca_cert_pem),
         };
         let server = api.clone();
+        let mut down = api.state.lock().unwrap().down.subscribe();
         tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = down.wait_for(|d| *d) => return,
+                };
+                let Ok((tcp, _)) = accepted else {
                     return;
                 };
                 let api = server.clone();
                 let acceptor = acceptor.clone();
+                let mut down = down.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let api = api.clone();
-                        async move { Ok::<_, Infallible>(api.handle(req).await) }
-                    });
-                    let builder = hyper::server::conn::http1::Builder::new();
-                    match acceptor {
-                        None => {
-                            let _ = builder
-                                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                                .await;
+                    let connection = async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let api = api.clone();
+                            async move { Ok::<_, Infallible>(api.handle(req).await) }
+                        });
+                        let builder = hyper::server::conn::http1::Builder::new();
+                        match acceptor {
+                            None => {
+                                let _ = builder
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                                    .await;
+                            }
+                            Some(acceptor) => {
+                                let Ok(tls) = acceptor.accept(tcp).await else {
+                                    return;
+                                };
+                                let _ = builder
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                    .await;
+                            }
                         }
-                        Some(acceptor) => {
-                            let Ok(tls) = acceptor.accept(tcp).await else {
-                                return;
-                            };
-                            let _ = builder
-                                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                                .await;
-                        }
+                    };
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = down.wait_for(|d| *d) => {}
                     }
                 });
             }
         });
         api
+    }
+
+    /// Stops the server: the listener closes and every connection is dropped, its watches
+    /// with it. A test process that starts many servers shuts each down when done.
+    pub fn shut_down(&self) {
+        let s = self.state.lock().unwrap();
+        s.down.send_replace(true);
+        s.kick.send_modify(|n| *n += 1);
     }
 
     pub fn url(&self) -> String {
