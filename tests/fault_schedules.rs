@@ -22,9 +22,12 @@
 //!
 //! `SWITCHYARD_FAULTS_STEPS` (30), `SWITCHYARD_FAULTS_PARALLEL` (schedules at once: 4) and
 //! `SWITCHYARD_FAULTS_FIRST_SEED` (0) set the rest. Schedule `s` depends only on its seed. A
-//! failing schedule prints its seed, is shrunk to the fewest steps that still fail, and prints
-//! those; `SWITCHYARD_FAULTS_SEED=S` (with `SWITCHYARD_FAULTS_KEEP=i,j,...`, the indices of the
-//! steps kept) replays it alone.
+//! failing schedule prints its seed, the history of the Jobs it failed on (every request about
+//! them, which replica sent it, the answer) and is shrunk to the fewest steps that still fail
+//! (each candidate run `SWITCHYARD_FAULTS_SHRINK_RUNS` (16) times at once: a race may need
+//! the load to show). `SWITCHYARD_FAULTS_SEED=S` (with `SWITCHYARD_FAULTS_KEEP=i,j,...`, the
+//! indices of the steps kept) replays it; `SWITCHYARD_FAULTS_REPEAT=n` runs each seed n
+//! times.
 
 mod common;
 
@@ -321,6 +324,9 @@ struct Rig {
     checks: u64,
     crashes: u64,
     hand_overs: u64,
+    /// When the rig started, and what the schedule did when: for the history of a failure.
+    t0: Instant,
+    log: Vec<(Instant, String)>,
 }
 
 impl Drop for Rig {
@@ -415,6 +421,8 @@ impl Rig {
             checks: 0,
             crashes: 0,
             hand_overs: 0,
+            t0: Instant::now(),
+            log: Vec::new(),
         };
         let leader = rig.replica(true);
         let standby = rig.replica(false);
@@ -510,6 +518,10 @@ impl Rig {
             if self.replicas[r].crash.fired() {
                 self.crashes += 1;
                 let fresh = self.replica(r == self.leader);
+                self.log.push((
+                    Instant::now(),
+                    format!("{} crashed; {} started", self.replicas[r].name, fresh.name),
+                ));
                 // The old one goes (dropped: stopped); it was fenced off since its last write.
                 self.replicas[r] = fresh;
             }
@@ -528,6 +540,13 @@ impl Rig {
             self.replicas[old].hand_over = again;
             let _ = self.replicas[new].leader.send(true);
             self.leader = new;
+            self.log.push((
+                Instant::now(),
+                format!(
+                    "{} lost the lease; {} leads",
+                    self.replicas[old].name, self.replicas[new].name
+                ),
+            ));
         }
     }
 
@@ -721,6 +740,62 @@ impl Rig {
                 api.end_watches();
             }
         }
+    }
+
+    /// Everything that touched the Jobs named in `text` (`j0`, `j1`, ...), in order: the
+    /// schedule's steps and the replicas' fates, and every request about them on every server,
+    /// with the replica that sent it and the answer.
+    fn history(&self, text: &str) -> String {
+        let named: Vec<String> = (0..self.jobs.len())
+            .map(job_name)
+            .filter(|n| {
+                text.match_indices(n.as_str())
+                    .any(|(at, _)| !text[at + n.len()..].starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .collect();
+        let mut lines: Vec<(Instant, String)> = self.log.clone();
+        let servers = std::iter::once(("manager", &self.manager))
+            .chain(WORKERS.iter().map(|w| w.name).zip(&self.workers));
+        for (server, api) in servers {
+            for r in api.recorded() {
+                let path = r.uri.split('?').next().unwrap_or_default();
+                let created = r.body.as_ref().and_then(|b| b["metadata"]["name"].as_str());
+                let about = named.iter().find(|n| {
+                    path.ends_with(&format!("/jobs/{n}"))
+                        || path.ends_with(&format!("/jobs/{n}/status"))
+                        || (r.method == "POST" && path.ends_with("/jobs") && created == Some(n))
+                });
+                if about.is_none() {
+                    continue;
+                }
+                let mut body = r.body.as_ref().map(Value::to_string).unwrap_or_default();
+                if body.len() > 300 && r.method == "POST" {
+                    body = "(the copy)".into();
+                } else if body.len() > 300 {
+                    body.truncate(300);
+                    body += "…";
+                }
+                lines.push((
+                    r.at,
+                    format!(
+                        "{server} {} {} {path} → {} {body}",
+                        r.replica.as_deref().unwrap_or("test"),
+                        r.method,
+                        r.status
+                            .map_or("(no answer)".to_string(), |c| c.to_string())
+                    ),
+                ));
+            }
+        }
+        lines.sort_by_key(|(at, _)| *at);
+        let mut out = format!("history of {named:?}:\n");
+        for (at, line) in lines {
+            out += &format!(
+                "  {:>6} ms  {line}\n",
+                at.saturating_duration_since(self.t0).as_millis()
+            );
+        }
+        out
     }
 
     // -----------------------------------------------------------------------------------------
@@ -968,15 +1043,21 @@ async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
         if keep.is_some_and(|k| !k.contains(&i)) {
             continue;
         }
+        rig.log
+            .push((Instant::now(), format!("step {i}: {step:?}")));
         rig.apply(step).await;
         rig.settle(STEP_SETTLE).await;
-        rig.check()
-            .map_err(|e| format!("after step {i} ({step:?}): {e}"))?;
+        if let Err(e) = rig.check() {
+            let history = rig.history(&e);
+            return Err(format!("after step {i} ({step:?}): {e}\n{history}"));
+        }
         done += 1;
     }
-    rig.heal()
-        .await
-        .map_err(|e| format!("after healing: {e}"))?;
+    rig.log.push((Instant::now(), "healing".into()));
+    if let Err(e) = rig.heal().await {
+        let history = rig.history(&e);
+        return Err(format!("after healing: {e}\n{history}"));
+    }
     let mut ran = Ran {
         steps: done,
         checks: rig.checks,
@@ -1004,55 +1085,69 @@ async fn run_caught(steps: Vec<Step>, keep: Option<Vec<usize>>) -> Result<Ran, S
     }
 }
 
-/// The fewest steps (indices into `steps`) found that still fail: chunks of the schedule
-/// are removed while it keeps failing, halving the chunk size down to single steps
-/// (delta debugging). A live run is not exactly repeatable; a candidate counts as failing
-/// if it fails once.
-async fn shrink(steps: &[Step], budget: usize) -> Vec<usize> {
+/// The first failure of the steps kept (indices into `steps`) in `runs` runs at once: a
+/// race may need the load of the others to show.
+async fn fails(steps: &[Step], keep: &[usize], runs: usize) -> Option<String> {
+    let all = (0..runs).map(|_| run_caught(steps.to_vec(), Some(keep.to_vec())));
+    futures::future::join_all(all)
+        .await
+        .into_iter()
+        .find_map(Result::err)
+}
+
+/// The fewest steps (indices into `steps`) found that still fail: chunks of the schedule are
+/// removed while it keeps failing, halving the chunk size down to single steps (delta
+/// debugging). A live run is not exactly repeatable: a candidate fails if any of `runs`
+/// runs of it does.
+async fn shrink(steps: &[Step], runs: usize, budget: usize) -> Vec<usize> {
     let mut kept: Vec<usize> = (0..steps.len()).collect();
     let mut chunk = kept.len().div_ceil(2);
-    let mut runs = 0;
-    while chunk >= 1 && runs < budget {
+    let mut tried = 0;
+    while chunk >= 1 && tried < budget {
         let mut start = 0;
-        let mut removed_any = false;
-        while start < kept.len() && runs < budget {
+        while start < kept.len() && tried < budget {
             let candidate: Vec<usize> = kept
                 .iter()
                 .enumerate()
                 .filter(|(k, _)| *k < start || *k >= start + chunk)
                 .map(|(_, i)| *i)
                 .collect();
-            runs += 1;
-            if run_caught(steps.to_vec(), Some(candidate.clone()))
-                .await
-                .is_err()
-            {
+            tried += 1;
+            if fails(steps, &candidate, runs).await.is_some() {
                 kept = candidate;
-                removed_any = true;
             } else {
                 start += chunk;
             }
         }
-        if !removed_any || chunk > 1 {
-            chunk /= 2;
-        }
-        if chunk == 0 {
-            break;
-        }
+        chunk /= 2;
     }
     kept
 }
 
 async fn report_failure(seed: u64, steps: &[Step], error: &str) -> String {
-    let kept = shrink(steps, 60).await;
-    let again = run_caught(steps.to_vec(), Some(kept.clone())).await;
+    let runs = env_u64("SWITCHYARD_FAULTS_SHRINK_RUNS", 16).max(1) as usize;
     let mut out = format!(
-        "schedule seed {seed} failed ({} steps):\n  {error}\nshrunk to {} steps{}:\n",
-        steps.len(),
+        "schedule seed {seed} failed ({} steps):\n  {error}\n",
+        steps.len()
+    );
+    let all: Vec<usize> = (0..steps.len()).collect();
+    if fails(steps, &all, 2 * runs).await.is_none() {
+        out += &format!(
+            "not shrunk: it did not fail again in {} runs of it at once (a race; replay the seed \
+             with SWITCHYARD_FAULTS_REPEAT=64 to see it again)\n",
+            2 * runs
+        );
+        return out;
+    }
+    let kept = shrink(steps, runs, 40).await;
+    let again = fails(steps, &kept, runs).await;
+    out += &format!(
+        "shrunk to {} steps{}:\n",
         kept.len(),
         match &again {
-            Err(e) => format!(" (failing again: {e})"),
-            Ok(_) => " (passed when run once more: a race; the steps are the best found)".into(),
+            Some(e) => format!(" (failing again: {})", e.lines().next().unwrap_or_default()),
+            None =>
+                format!(" (none of {runs} runs failed once more: the steps are the best found)"),
         }
     );
     for i in &kept {
@@ -1060,7 +1155,7 @@ async fn report_failure(seed: u64, steps: &[Step], error: &str) -> String {
     }
     let list: Vec<String> = kept.iter().map(usize::to_string).collect();
     out += &format!(
-        "replay: SWITCHYARD_FAULTS_SEED={seed} SWITCHYARD_FAULTS_STEPS={} SWITCHYARD_FAULTS_KEEP={} cargo test --test fault_schedules -- --nocapture\n",
+        "replay: SWITCHYARD_FAULTS_SEED={seed} SWITCHYARD_FAULTS_STEPS={} SWITCHYARD_FAULTS_KEEP={} cargo test --release --test fault_schedules -- --nocapture\n",
         steps.len(),
         list.join(",")
     );
@@ -1077,6 +1172,12 @@ async fn fault_schedules_keep_every_invariant() {
             (first..first + env_u64("SWITCHYARD_FAULTS_SCHEDULES", 12)).collect()
         }
     };
+    // Each seed this many times (a race may need several runs, and others beside, to show).
+    let repeat = env_u64("SWITCHYARD_FAULTS_REPEAT", 1).max(1) as usize;
+    let seeds: Vec<u64> = seeds
+        .into_iter()
+        .flat_map(|s| std::iter::repeat_n(s, repeat))
+        .collect();
     let keep: Option<Vec<usize>> = std::env::var("SWITCHYARD_FAULTS_KEEP")
         .ok()
         .map(|k| k.split(',').filter_map(|i| i.trim().parse().ok()).collect());
@@ -1141,8 +1242,12 @@ async fn fault_schedules_keep_every_invariant() {
         return;
     }
     let mut reports = Vec::new();
-    // Shrink a few: each shrink runs the schedule dozens of times.
-    for (seed, error) in failed.iter().take(3) {
+    // Shrink a few: each shrink runs the schedule hundreds of times.
+    let mut shrunk = BTreeSet::new();
+    for (seed, error) in &failed {
+        if shrunk.len() == 3 || !shrunk.insert(*seed) {
+            continue;
+        }
         let steps = schedule(*seed, len);
         let report = report_failure(*seed, &steps, error).await;
         eprintln!("{report}");

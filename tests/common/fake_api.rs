@@ -243,6 +243,10 @@ pub struct Recorded {
     pub body: Option<Value>,
     /// The status code answered (`None` while the request is still being answered).
     pub status: Option<u16>,
+    /// The client's [`REPLICA_HEADER`], if it sent one.
+    pub replica: Option<String>,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 struct State {
@@ -879,6 +883,8 @@ impl FakeApi {
                 content_type: content_type.clone(),
                 body: body.clone(),
                 status: None,
+                replica: replica.clone(),
+                at: std::time::Instant::now(),
             });
             let index = s.requests.len() - 1;
             let delay = if method == "GET" {
