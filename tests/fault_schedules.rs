@@ -1,7 +1,8 @@
 //! Fault schedules: the live dispatcher (two replicas, the real `kube::Client`, real HTTP to
 //! fake API servers on loopback: a manager and three workers) driven through randomized
 //! schedules. Each schedule mixes Job arrivals, their pods starting and finishing, workers cut
-//! off and back, the lease handed over and the leader killed right after its Nth write, 409,
+//! off and back, the leader stepping down (the standby leads a lease gap later) and the leader
+//! killed (a new replica leads at once) right after its Nth write, 409,
 //! 429 and 500 answers, writes that land but whose answer is lost (a 500, or an answer past
 //! the write timeout), writes that land only after the write timeout, and watches ended and
 //! answered 410 Gone. After every step:
@@ -79,8 +80,16 @@ const WRITE_TIMEOUT: Duration = Duration::from_millis(400);
 const SLOW: Duration = Duration::from_millis(600);
 /// How long a step waits for the dispatcher to settle before the next one.
 const STEP_SETTLE: Duration = Duration::from_millis(1500);
-/// How long the healed fleet has to finish every Job.
-const HEAL_WITHIN: Duration = Duration::from_secs(20);
+/// How long the healed fleet has to finish every Job, and each waiting Job to say why: a
+/// watch that failed a few times in a row is retried only after kube-runtime's back-off
+/// (0.8 s doubling up to 30 s, reset after 120 s without error), and sees no new Job till then.
+const HEAL_WITHIN: Duration = Duration::from_secs(45);
+const REASON_WITHIN: Duration = Duration::from_secs(35);
+/// The lease passes from a leader that stepped down to the standby this long after: the real
+/// lease's `leaseDuration` − `renewDeadline` (5 s by default), scaled down but longer than any
+/// write of the old leader takes to land here (`SLOW`). `SWITCHYARD_FAULTS_INSTANT_HANDOVER=1`
+/// passes it at once, as no lease does.
+const HANDOVER_GAP: Duration = Duration::from_millis(1000);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -125,8 +134,8 @@ enum Step {
     Reconnect {
         worker: usize,
     },
-    /// The leader loses the lease right after its next `writes` writes of Jobs; the standby
-    /// leads.
+    /// The leader loses the lease right after its next `writes` writes of Jobs (it steps
+    /// down); the standby leads once the lease is its to take ([`HANDOVER_GAP`]).
     HandOver {
         writes: u32,
     },
@@ -310,8 +319,11 @@ struct Rig {
     /// When each worker was cut off (`None`: reachable).
     cut_since: Vec<Option<SystemTime>>,
     replicas: Vec<Replica>,
-    /// Which replica leads.
+    /// Which replica leads (or will, once the lease passes to it).
     leader: usize,
+    /// When the lease passes to `leader`, after a hand-over.
+    lease_passes_at: Option<Instant>,
+    handover_gap: Duration,
     started: usize,
     /// The Jobs submitted: (pods, cpu each).
     jobs: Vec<(u32, u32)>,
@@ -413,6 +425,12 @@ impl Rig {
             cut_since: vec![None; WORKERS.len()],
             replicas: Vec::new(),
             leader: 0,
+            lease_passes_at: None,
+            handover_gap: if std::env::var_os("SWITCHYARD_FAULTS_INSTANT_HANDOVER").is_some() {
+                Duration::ZERO
+            } else {
+                HANDOVER_GAP
+            },
             started: 0,
             jobs: Vec::new(),
             lost: HashSet::new(),
@@ -517,7 +535,8 @@ impl Rig {
         for r in 0..self.replicas.len() {
             if self.replicas[r].crash.fired() {
                 self.crashes += 1;
-                let fresh = self.replica(r == self.leader);
+                let leads = r == self.leader && self.lease_passes_at.is_none();
+                let fresh = self.replica(leads);
                 self.log.push((
                     Instant::now(),
                     format!("{} crashed; {} started", self.replicas[r].name, fresh.name),
@@ -538,14 +557,19 @@ impl Rig {
                 api.set_tripwire(again.clone());
             }
             self.replicas[old].hand_over = again;
-            let _ = self.replicas[new].leader.send(true);
             self.leader = new;
+            self.lease_passes_at = Some(Instant::now() + self.handover_gap);
             self.log.push((
                 Instant::now(),
-                format!(
-                    "{} lost the lease; {} leads",
-                    self.replicas[old].name, self.replicas[new].name
-                ),
+                format!("{} lost the lease", self.replicas[old].name),
+            ));
+        }
+        if self.lease_passes_at.is_some_and(|at| Instant::now() >= at) {
+            self.lease_passes_at = None;
+            let _ = self.replicas[self.leader].leader.send(true);
+            self.log.push((
+                Instant::now(),
+                format!("{} leads", self.replicas[self.leader].name),
             ));
         }
     }
@@ -966,7 +990,7 @@ impl Rig {
         }
         self.check()?;
         // Each Job not done says why: dispatched (Admitted=True) or waiting for a reason.
-        let deadline = Instant::now() + Duration::from_secs(3);
+        let deadline = Instant::now() + REASON_WITHIN;
         loop {
             let silent: Vec<String> = (0..self.jobs.len())
                 .filter(|i| self.not_done(*i).is_some())
