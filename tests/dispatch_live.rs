@@ -1855,3 +1855,78 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
     assert!(run[0].1["spec"]["template"]["spec"]["affinity"].is_null());
     assert_eq!(dispatched_to(&fleet, "big"), None);
 }
+
+/// Found by tests/fault_schedules.rs (seed 5662): the lease went to a replica whose watch of
+/// the worker had missed the copy the old leader had just created. The new leader took the
+/// copy for deleted, and its check of the worker failed (500): the Job was requeued on that
+/// guess and started a second copy elsewhere while the first ran. A worker that cannot say
+/// whether the copy is there keeps the Job until it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
+    // West is the emptier: a Job given back would go there.
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 64,
+        },
+    ];
+    let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
+    // The watch of east's copies lists, then hears nothing more.
+    fleet.workers["east"].hang_watches(JOBS, true);
+    let mut running = job("train", "research", 1, 4);
+    running["metadata"]["annotations"] =
+        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(60)});
+    running["spec"]["suspend"] = json!(false);
+    let stored = fleet.submit(running);
+    let d = fleet.dispatcher(false);
+    d.settled().await;
+    // The copy is there, unseen by the watch; and east answers no read of its Jobs.
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    fleet.workers["east"].refuse(Refusal {
+        method: "GET",
+        ..refusal(500, "InternalError", "etcdserver: request timed out")
+    });
+    d.leader.send(true).unwrap();
+    eventually(
+        10,
+        "the dispatcher asked east whether the copy is there",
+        || {
+            fleet.workers["east"].recorded().iter().any(|r| {
+                r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(500)
+            })
+        },
+    )
+    .await;
+    d.settled().await;
+    assert_eq!(
+        annotation(&fleet.job("train"), CLAIM),
+        Some("east"),
+        "still claimed for east"
+    );
+    assert!(
+        fleet.copies("train").iter().all(|(w, _)| w == "east"),
+        "no second copy"
+    );
+    // East answers again: the copy is found and kept.
+    fleet.workers["east"].clear_refusals();
+    eventually(10, "the copy in east is found", || {
+        fleet.workers["east"]
+            .recorded()
+            .iter()
+            .any(|r| r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(200))
+    })
+    .await;
+    d.settled().await;
+    assert_eq!(annotation(&fleet.job("train"), CLAIM), Some("east"));
+    let copies = fleet.copies("train");
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert!(condition(&fleet.job("train"), "Requeued").is_none());
+}

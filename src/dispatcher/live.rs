@@ -253,6 +253,9 @@ struct Done {
     /// A Job read again before removing a copy it was thought not to keep, and found keeping
     /// it after all: newer than the view the removal was decided on.
     fresh: Option<(JobKey, Value)>,
+    /// The Job's worker could not say whether its copy is there (by uid): looked at again
+    /// after `create_retry_after`, as after a create whose answer was lost.
+    unconfirmed: Option<String>,
 }
 
 /// Watches `api` and forwards its changes, listed in full after every (re)list.
@@ -1569,6 +1572,13 @@ impl Live {
         if let Some(obj) = self.stashed.remove(&key) {
             self.job_event(key.clone(), obj);
         }
+        if let Some(uid) = done.unconfirmed {
+            self.world
+                .state
+                .writes
+                .create_attempted
+                .insert(uid, SystemTime::now());
+        }
         self.world.touch(&key);
     }
 
@@ -1938,20 +1948,27 @@ impl JobWriter<'_> {
 
     /// Whether the Job's copy (ours, by origin uid, not being deleted) is in its worker after
     /// all; when it is, it is handed to the World as if just created.
-    async fn copy_still_there(&mut self, clients: &HashMap<String, Target>) -> bool {
+    /// `None` when the worker could not say (an error, a timeout).
+    async fn copy_still_there(&mut self, clients: &HashMap<String, Target>) -> Option<bool> {
         let Some(cluster) = self.job.cluster.clone() else {
-            return false;
+            return Some(false);
         };
         let Some(Target {
             client: Some(client),
             ..
         }) = clients.get(&cluster)
         else {
-            return false;
+            return Some(false);
         };
         let api = api_of(client, &self.job.key);
-        let Ok(Some(found)) = api.get_opt(&self.job.key.name).await else {
-            return false;
+        let found = match api.get_opt(&self.job.key.name).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Some(false),
+            Err(e) => {
+                tracing::warn!(job = %self.job.key, %cluster, error = %e, "could not tell whether the copy is still there; the Job is not requeued now");
+                self.done.unconfirmed = Some(self.job.uid.clone());
+                return None;
+            }
         };
         let value = to_json(found);
         let ours = remote::parse_copy(self.job.kind(), &cluster, &value)
@@ -1959,7 +1976,7 @@ impl JobWriter<'_> {
         if ours {
             self.done.created.push((cluster, value));
         }
-        ours
+        Some(ours)
     }
 
     /// Gives the claim on `cluster` back: the worker refused the Job. It is not asked again
@@ -2178,9 +2195,12 @@ async fn write_job(
                 }
             }
             Action::Requeue { reason: why, .. }
-                if *why == reason::REMOTE_DELETED && w.copy_still_there(&clients).await =>
+                if *why == reason::REMOTE_DELETED
+                    && w.copy_still_there(&clients).await != Some(false) =>
             {
-                // The worker's watch had not shown the copy yet: it is there, it runs.
+                // The worker's watch had not shown the copy yet: it is there, it runs. Or the
+                // worker could not say: a copy that may run is not given up on a guess (a
+                // second one would start elsewhere); the Job is decided again.
                 false
             }
             other => {

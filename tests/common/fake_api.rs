@@ -5,7 +5,10 @@
 //! AlreadyExists), PUT (409 Conflict on a stale resourceVersion), merge PATCH of an object or
 //! its `status` (415 for other patch types), DELETE, 404 NotFound Status bodies, label and
 //! `metadata.name` field selectors, bearer tokens (401). Knobs break it: fail lists, expire
-//! watches, silent watches, hang, hide the NodeResourceTopology CRD.
+//! watches, end the open ones, silent watches, hang, hide the NodeResourceTopology CRD; refuse,
+//! delay or lose the answers of chosen requests; fence a client off after its Nth write (a
+//! process that died right after it); and refuse, as kube-apiserver does, Job statuses that
+//! break its rules ([`super::job_rules`]).
 
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
@@ -243,6 +246,10 @@ pub struct Recorded {
     pub body: Option<Value>,
     /// The status code answered (`None` while the request is still being answered).
     pub status: Option<u16>,
+    /// The client's [`REPLICA_HEADER`], if it sent one.
+    pub replica: Option<String>,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 struct State {
@@ -283,17 +290,109 @@ struct State {
     uncovered: Vec<String>,
     /// Delay before answering writes (a slow API server).
     write_delay: Duration,
-    /// Requests refused a given number of times, then answered normally.
+    /// Requests refused, delayed or whose answer is lost, a given number of times each.
     failures: Vec<Failure>,
+    /// Bumped to end every open watch at once.
+    kick: tokio::sync::watch::Sender<u64>,
+    /// Set once the server is shut down: it accepts nothing more and drops its connections.
+    down: tokio::sync::watch::Sender<bool>,
+    /// Refuse manager Job status writes that break the API server's rules, and keep them.
+    job_status_rules: bool,
+    status_violations: Vec<String>,
+    /// Clients fenced off after a number of writes (see [`Tripwire`]).
+    trips: Vec<Arc<Tripwire>>,
+    /// Requests naming a replica ([`REPLICA_HEADER`]) are refused: the server is out of its
+    /// reach, while the test (the worker's own controllers) still gets through.
+    partitioned: bool,
 }
 
-/// A refusal for the next `times` requests whose URI and body contain the given text.
+/// What happens to the next `times` requests whose URI and body contain the given text.
 struct Failure {
     method: String,
     uri_contains: String,
     body_contains: Option<String>,
     times: u32,
-    refusal: Refusal,
+    what: Mishap,
+}
+
+/// What a matching request meets.
+#[derive(Debug, Clone)]
+enum Mishap {
+    /// Refused with this Status, nothing applied.
+    Refuse(Refusal),
+    /// Applied after this long (the client may have given up by then).
+    Late(Duration),
+    /// Applied at once, and then the answer is lost: see [`Loss`].
+    Lost(Loss),
+}
+
+/// How the answer of a write that was applied gets lost.
+#[derive(Debug, Clone, Copy)]
+pub enum Loss {
+    /// The client is told 500 InternalError (as when etcd committed but the API server
+    /// timed out waiting for it).
+    Error,
+    /// The answer comes only after this long (the client times out first).
+    Hang(Duration),
+}
+
+/// The request header naming the client (a dispatcher replica) for [`Tripwire`]s.
+pub const REPLICA_HEADER: &str = "x-switchyard-replica";
+
+/// A client that "dies" right after its Nth write to a path containing `/jobs`, counted across
+/// every server the tripwire is set on ([`FakeApi::set_tripwire`]): from then on, when
+/// `fence` is set, its requests are refused before they are applied, as a dead process sends
+/// none. The write that trips it lands.
+pub struct Tripwire {
+    replica: String,
+    fence: bool,
+    state: Mutex<TripState>,
+}
+
+#[derive(Default)]
+struct TripState {
+    left: Option<u32>,
+    fired: bool,
+}
+
+impl Tripwire {
+    /// For the client that sends `REPLICA_HEADER: replica`; `fence`: refuse its requests
+    /// once fired (a crash), or only say it fired (a lease lost).
+    pub fn new(replica: &str, fence: bool) -> Arc<Self> {
+        Arc::new(Tripwire {
+            replica: replica.to_string(),
+            fence,
+            state: Mutex::new(TripState::default()),
+        })
+    }
+    /// Fires right after the `writes`th next write (≥ 1).
+    pub fn arm(&self, writes: u32) {
+        self.state.lock().unwrap().left = Some(writes.max(1));
+    }
+    pub fn disarm(&self) {
+        self.state.lock().unwrap().left = None;
+    }
+    pub fn fired(&self) -> bool {
+        self.state.lock().unwrap().fired
+    }
+    fn fenced(&self, replica: Option<&str>) -> bool {
+        self.fence && replica == Some(self.replica.as_str()) && self.fired()
+    }
+    /// Counts a write that landed; fires at the armed count.
+    fn wrote(&self, replica: Option<&str>) {
+        if replica != Some(self.replica.as_str()) {
+            return;
+        }
+        let mut s = self.state.lock().unwrap();
+        if let Some(left) = s.left {
+            if left <= 1 {
+                s.left = None;
+                s.fired = true;
+            } else {
+                s.left = Some(left - 1);
+            }
+        }
+    }
 }
 
 /// One watch as the server served it.
@@ -369,6 +468,12 @@ impl FakeApi {
             uncovered: Vec::new(),
             write_delay: Duration::ZERO,
             failures: Vec::new(),
+            kick: tokio::sync::watch::channel(0).0,
+            down: tokio::sync::watch::channel(false).0,
+            job_status_rules: false,
+            status_violations: Vec::new(),
+            trips: Vec::new(),
+            partitioned: false,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -393,38 +498,58 @@ impl FakeApi {
             ca_pem: tls.map(|g| g.ca_cert_pem),
         };
         let server = api.clone();
+        let mut down = api.state.lock().unwrap().down.subscribe();
         tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = down.wait_for(|d| *d) => return,
+                };
+                let Ok((tcp, _)) = accepted else {
                     return;
                 };
                 let api = server.clone();
                 let acceptor = acceptor.clone();
+                let mut down = down.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let api = api.clone();
-                        async move { Ok::<_, Infallible>(api.handle(req).await) }
-                    });
-                    let builder = hyper::server::conn::http1::Builder::new();
-                    match acceptor {
-                        None => {
-                            let _ = builder
-                                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                                .await;
+                    let connection = async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let api = api.clone();
+                            async move { Ok::<_, Infallible>(api.handle(req).await) }
+                        });
+                        let builder = hyper::server::conn::http1::Builder::new();
+                        match acceptor {
+                            None => {
+                                let _ = builder
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                                    .await;
+                            }
+                            Some(acceptor) => {
+                                let Ok(tls) = acceptor.accept(tcp).await else {
+                                    return;
+                                };
+                                let _ = builder
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                    .await;
+                            }
                         }
-                        Some(acceptor) => {
-                            let Ok(tls) = acceptor.accept(tcp).await else {
-                                return;
-                            };
-                            let _ = builder
-                                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                                .await;
-                        }
+                    };
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = down.wait_for(|d| *d) => {}
                     }
                 });
             }
         });
         api
+    }
+
+    /// Stops the server: the listener closes and every connection is dropped, its watches
+    /// with it. A test process that starts many servers shuts each down when done.
+    pub fn shut_down(&self) {
+        let s = self.state.lock().unwrap();
+        s.down.send_replace(true);
+        s.kick.send_modify(|n| *n += 1);
     }
 
     pub fn url(&self) -> String {
@@ -602,11 +727,76 @@ impl FakeApi {
             uri_contains: uri_contains.to_string(),
             body_contains: body_contains.map(str::to_string),
             times,
-            refusal,
+            what: Mishap::Refuse(refusal),
         });
     }
+    /// Applies the next `times` requests with this method whose URI contains `uri_contains`
+    /// only after `delay` (slower than the client waits, the write still lands, late).
+    pub fn delay_next(&self, method: &str, uri_contains: &str, times: u32, delay: Duration) {
+        self.push_failure(method, uri_contains, times, Mishap::Late(delay));
+    }
+    /// Applies the next `times` matching requests at once and loses their answers.
+    pub fn lose_next(&self, method: &str, uri_contains: &str, times: u32, loss: Loss) {
+        self.push_failure(method, uri_contains, times, Mishap::Lost(loss));
+    }
+    fn push_failure(&self, method: &str, uri_contains: &str, times: u32, what: Mishap) {
+        self.state.lock().unwrap().failures.push(Failure {
+            method: method.to_string(),
+            uri_contains: uri_contains.to_string(),
+            body_contains: None,
+            times,
+            what,
+        });
+    }
+    /// Clears the refusals, and the refusals, delays and losses still due from
+    /// [`FakeApi::fail_next`], [`FakeApi::delay_next`] and [`FakeApi::lose_next`].
     pub fn clear_refusals(&self) {
-        self.state.lock().unwrap().refusals.clear();
+        let mut s = self.state.lock().unwrap();
+        s.refusals.clear();
+        s.failures.clear();
+    }
+    /// Ends every open watch now, as an API server restart or a proxy's idle timeout does:
+    /// clients watch again from their last resourceVersion (see
+    /// [`FakeApi::expire_next_watches`] for the 410 they may get then).
+    pub fn end_watches(&self) {
+        self.state.lock().unwrap().kick.send_modify(|n| *n += 1);
+    }
+    /// Cuts the server off from every client that names a replica (or joins it again): their
+    /// requests are refused and their open watches end.
+    pub fn set_partitioned(&self, partitioned: bool) {
+        let mut s = self.state.lock().unwrap();
+        s.partitioned = partitioned;
+        s.kick.send_modify(|n| *n += 1);
+    }
+    /// How long a watch stays open before the server ends it (2 s unless set).
+    pub fn set_watch_timeout(&self, timeout: Duration) {
+        self.state.lock().unwrap().max_watch = timeout;
+    }
+    /// From now on, a write to a Job's `status` (of a `managedBy` Job, as the dispatcher's
+    /// are) whose result breaks the API server's Job status rules is refused with 422
+    /// Invalid, and kept for [`FakeApi::status_violations`].
+    pub fn enforce_job_status_rules(&self) {
+        self.state.lock().unwrap().job_status_rules = true;
+    }
+    /// The Job status writes refused by [`FakeApi::enforce_job_status_rules`]: the Job, the
+    /// rule, the status before and the status the write would have made.
+    pub fn status_violations(&self) -> Vec<String> {
+        self.state.lock().unwrap().status_violations.clone()
+    }
+    /// Counts this server's writes for `trip`, and fences its client off once it fires.
+    pub fn set_tripwire(&self, trip: Arc<Tripwire>) {
+        self.state.lock().unwrap().trips.push(trip);
+    }
+    /// A client for this server (plain HTTP) that names itself `replica` in every request,
+    /// for [`Tripwire`]s.
+    pub fn client_as(&self, replica: &str) -> kube::Client {
+        switchyard::install_crypto_provider();
+        let mut config = kube::Config::new(self.url().parse().unwrap());
+        config.headers.push((
+            hyper::header::HeaderName::from_static(REPLICA_HEADER),
+            hyper::header::HeaderValue::from_str(replica).unwrap(),
+        ));
+        kube::Client::try_from(config).unwrap()
     }
     /// Checks every later request against the RBAC table for `role`.
     pub fn check_rbac(&self, role: switchyard::rbac::Role) {
@@ -683,6 +873,7 @@ impl FakeApi {
         };
         let authorization = header("authorization");
         let content_type = header("content-type");
+        let replica = header(REPLICA_HEADER);
         let uri = req.uri().to_string();
         let bytes = req
             .into_body()
@@ -691,7 +882,7 @@ impl FakeApi {
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let (index, hang, hang_collections, nrt_missing, token, delay, jobsets) = {
+        let (index, hang, hang_collections, nrt_missing, token, delay, jobsets, trips, cut_off) = {
             let mut s = self.state.lock().unwrap();
             if let Some((role, features)) = &s.rbac {
                 let pq = uri
@@ -709,6 +900,8 @@ impl FakeApi {
                 content_type: content_type.clone(),
                 body: body.clone(),
                 status: None,
+                replica: replica.clone(),
+                at: std::time::Instant::now(),
             });
             let index = s.requests.len() - 1;
             let delay = if method == "GET" {
@@ -724,9 +917,24 @@ impl FakeApi {
                 s.token.clone(),
                 delay,
                 s.jobsets,
+                s.trips.clone(),
+                s.partitioned && replica.is_some(),
             )
         };
+        let write = method != "GET" && uri.contains("/jobs");
         let response = async {
+            if cut_off {
+                return full(
+                    503,
+                    status(503, "ServiceUnavailable", "dial tcp: connection refused"),
+                );
+            }
+            if trips.iter().any(|t| t.fenced(replica.as_deref())) {
+                return full(
+                    503,
+                    status(503, "ServiceUnavailable", "fenced: this client is dead"),
+                );
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -778,7 +986,7 @@ impl FakeApi {
             {
                 return not_served();
             }
-            let refusal = {
+            let mishap = {
                 let mut s = self.state.lock().unwrap();
                 let text = body.as_ref().map(Value::to_string).unwrap_or_default();
                 let once = s.failures.iter_mut().find(|f| {
@@ -790,7 +998,7 @@ impl FakeApi {
                 match once {
                     Some(f) => {
                         f.times -= 1;
-                        Some(f.refusal.clone())
+                        Some(f.what.clone())
                     }
                     None => s
                         .refusals
@@ -798,63 +1006,45 @@ impl FakeApi {
                         .find(|r| {
                             r.method == method && r.plural == t.plural && r.sub == t.sub.as_deref()
                         })
-                        .cloned(),
+                        .cloned()
+                        .map(Mishap::Refuse),
                 }
             };
-            if let Some(r) = refusal {
-                let mut body = status(r.code, r.reason, &r.message);
-                if let Some(name) = &t.name {
-                    body["details"] = json!({"name": name, "kind": t.plural});
+            let loss = match mishap {
+                Some(Mishap::Refuse(r)) => {
+                    let mut body = status(r.code, r.reason, &r.message);
+                    if let Some(name) = &t.name {
+                        body["details"] = json!({"name": name, "kind": t.plural});
+                    }
+                    return full(r.code, body);
                 }
-                return full(r.code, body);
+                Some(Mishap::Late(d)) => {
+                    tokio::time::sleep(d).await;
+                    None
+                }
+                Some(Mishap::Lost(loss)) => Some(loss),
+                None => None,
+            };
+            let answer = self.answer(&t, &method, &query, content_type.as_deref(), body);
+            if write && answer.status().is_success() {
+                for trip in &trips {
+                    trip.wrote(replica.as_deref());
+                }
             }
-            match (method.as_str(), &t.name) {
-                ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
-                    self.watch(&t, &query)
-                }
-                ("GET", None) => self.list_objects(&t, &query),
-                ("GET", Some(name)) => {
-                    match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
-                        Some(obj) => full(200, obj),
-                        None => self.not_found(&t, name),
-                    }
-                }
-                ("POST", None) => self.create(&t, body),
-                ("PUT", Some(name)) => self.replace(&t, name, body),
-                ("PATCH", Some(name)) => self.patch(&t, name, content_type.as_deref(), body),
-                ("DELETE", Some(name)) => {
-                    let ns = t.namespace.clone().unwrap_or_default();
-                    match self.get(&t.collection, &ns, name) {
-                        Some(obj) => {
-                            let want = body
-                                .as_ref()
-                                .and_then(|b| b["preconditions"]["uid"].as_str());
-                            let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
-                            match want {
-                                Some(want) if want != have => full(
-                                    409,
-                                    object_status(
-                                        &t,
-                                        name,
-                                        409,
-                                        "Conflict",
-                                        format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
-                                    ),
-                                ),
-                                _ => full(200, self.emit(&t.collection, "DELETED", obj)),
-                            }
-                        }
-                        None => self.not_found(&t, name),
-                    }
-                }
-                _ => full(
-                    405,
+            match loss {
+                None => answer,
+                Some(Loss::Error) => full(
+                    500,
                     status(
-                        405,
-                        "MethodNotAllowed",
-                        "the server does not allow this method on the requested resource",
+                        500,
+                        "InternalError",
+                        "Internal error occurred: the server was unable to return a response in the time allotted, but may still be processing the request",
                     ),
                 ),
+                Some(Loss::Hang(d)) => {
+                    tokio::time::sleep(d).await;
+                    answer
+                }
             }
         }
         .await;
@@ -863,6 +1053,65 @@ impl FakeApi {
             r.status = Some(code);
         }
         response
+    }
+
+    /// The answer to a request that reached the objects.
+    fn answer(
+        &self,
+        t: &Target,
+        method: &str,
+        query: &HashMap<String, String>,
+        content_type: Option<&str>,
+        body: Option<Value>,
+    ) -> Response<Body> {
+        match (method, &t.name) {
+            ("GET", None) if query.get("watch").map(String::as_str) == Some("true") => {
+                self.watch(t, query)
+            }
+            ("GET", None) => self.list_objects(t, query),
+            ("GET", Some(name)) => {
+                match self.get(&t.collection, t.namespace.as_deref().unwrap_or(""), name) {
+                    Some(obj) => full(200, obj),
+                    None => self.not_found(t, name),
+                }
+            }
+            ("POST", None) => self.create(t, body),
+            ("PUT", Some(name)) => self.replace(t, name, body),
+            ("PATCH", Some(name)) => self.patch(t, name, content_type, body),
+            ("DELETE", Some(name)) => {
+                let ns = t.namespace.clone().unwrap_or_default();
+                match self.get(&t.collection, &ns, name) {
+                    Some(obj) => {
+                        let want = body
+                            .as_ref()
+                            .and_then(|b| b["preconditions"]["uid"].as_str());
+                        let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
+                        match want {
+                                Some(want) if want != have => full(
+                                    409,
+                                    object_status(
+                                        t,
+                                        name,
+                                        409,
+                                        "Conflict",
+                                        format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
+                                    ),
+                                ),
+                                _ => full(200, self.emit(&t.collection, "DELETED", obj)),
+                            }
+                    }
+                    None => self.not_found(t, name),
+                }
+            }
+            _ => full(
+                405,
+                status(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                ),
+            ),
+        }
     }
 
     fn not_found(&self, t: &Target, name: &str) -> Response<Body> {
@@ -1066,7 +1315,44 @@ impl FakeApi {
             }
         }
         obj["metadata"]["name"] = json!(name);
+        if let Some(refused) = self.status_rules(t, name, &old, &obj) {
+            return refused;
+        }
         full(200, self.emit(&t.collection, "MODIFIED", obj))
+    }
+
+    /// The 422 the API server answers a Job status write that breaks its rules, when they
+    /// are enforced; the violation is kept.
+    fn status_rules(
+        &self,
+        t: &Target,
+        name: &str,
+        old: &Value,
+        new: &Value,
+    ) -> Option<Response<Body>> {
+        if t.plural != "jobs" || t.sub.as_deref() != Some("status") {
+            return None;
+        }
+        let mut s = self.state.lock().unwrap();
+        if !s.job_status_rules {
+            return None;
+        }
+        let suspended = new["spec"]["suspend"] == true;
+        let rule = super::job_rules::violation(&old["status"], &new["status"], suspended)?;
+        s.status_violations.push(format!(
+            "Job {name}: {rule}\n  before: {}\n  after:  {}",
+            old["status"], new["status"]
+        ));
+        Some(full(
+            422,
+            object_status(
+                t,
+                name,
+                422,
+                "Invalid",
+                format!("Job.batch {name:?} is invalid: {rule}"),
+            ),
+        ))
     }
 
     fn watch(&self, t: &Target, query: &HashMap<String, String>) -> Response<Body> {
@@ -1102,6 +1388,7 @@ impl FakeApi {
             last_sent: None,
         });
         let mut live = s.live.subscribe();
+        let mut kick = s.kick.subscribe();
         // Everything up to here is either replayed or not this watch's: a bookmark may say so.
         let mut seen = s.rv.max(from);
         let max = s.max_watch;
@@ -1161,6 +1448,7 @@ impl FakeApi {
                         }
                         return;
                     }
+                    _ = kick.changed() => return,
                     _ = ticker.tick(), if bookmarks => {
                         if !send(bookmark(seen), seen).await {
                             return;
