@@ -209,9 +209,10 @@ struct Pass<'w> {
     unusable: HashMap<&'w str, Option<Unusable>>,
     /// Per worker, the Job room is kept for there from this pass on.
     kept_in: HashMap<&'w str, &'w Job>,
-    /// Per Kueue worker, the requests of the Jobs the pass sent there (its Kueue has not
-    /// admitted them yet).
-    kueue_sent: HashMap<&'w str, Vec<BTreeMap<String, i64>>>,
+    /// Per Kueue worker, the requests of the Jobs sent there that its Kueue has not admitted
+    /// yet: found once when the pass starts (dispatched, copy absent or still suspended), and
+    /// those the pass sends.
+    kueue_pending: HashMap<&'w str, Vec<BTreeMap<String, i64>>>,
     out: Admission,
 }
 
@@ -253,7 +254,7 @@ impl<'w> Pass<'w> {
             resources,
             unusable: HashMap::new(),
             kept_in: HashMap::new(),
-            kueue_sent: HashMap::new(),
+            kueue_pending: kueue_pending(state, ledger),
             out: Admission::default(),
         }
     }
@@ -789,14 +790,7 @@ impl<'w> Pass<'w> {
         let blocks = blocks_admission(self.state, job);
         match attempt {
             Attempt::Dispatch { cluster, takes } => {
-                if let Some((name, w)) = self.state.workers.get_key_value(&cluster) {
-                    if w.kueue.is_some() {
-                        self.kueue_sent
-                            .entry(name.as_str())
-                            .or_default()
-                            .push(job.total_request());
-                    }
-                }
+                self.sent(job, &cluster);
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
                 if blocks {
@@ -819,14 +813,7 @@ impl<'w> Pass<'w> {
             Attempt::Offer { clusters } => {
                 // A copy offered to a Kueue worker waits in its queue like a dispatched one.
                 for c in &clusters {
-                    if let Some((name, w)) = self.state.workers.get_key_value(c) {
-                        if w.kueue.is_some() {
-                            self.kueue_sent
-                                .entry(name.as_str())
-                                .or_default()
-                                .push(job.total_request());
-                        }
-                    }
+                    self.sent(job, c);
                 }
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
@@ -955,30 +942,30 @@ impl<'w> Pass<'w> {
         })
     }
 
+    /// The pass sent `job` to `cluster`: a Kueue worker's queue holds it until it admits it.
+    fn sent(&mut self, job: &Job, cluster: &str) {
+        if let Some((name, w)) = self.state.workers.get_key_value(cluster) {
+            if w.kueue.is_some() {
+                self.kueue_pending
+                    .entry(name.as_str())
+                    .or_default()
+                    .push(job.total_request());
+            }
+        }
+    }
+
     /// Why the worker's own Kueue would not admit the Job now, when the worker runs one (see
     /// the `kueue` module): its ClusterQueue's quota, less what is reserved there and what the
     /// Jobs sent there and not admitted yet will take, does not cover the gang.
     fn kueue_blocker(&self, job: &Job, name: &str) -> Option<OwnBlocker> {
         let worker = self.state.workers.get(name)?;
         let local_queue = worker.kueue.as_deref()?;
-        let mut pending: Vec<BTreeMap<String, i64>> = self
-            .ledger
-            .holds_in(name)
-            .filter(|h| h.nominated().is_none() && h.job_uid != job.uid)
-            .filter(|h| {
-                self.state
-                    .copy_in(&h.job_uid, name)
-                    .is_none_or(|c| c.suspended)
-            })
-            .filter_map(|h| self.state.job_by_uid(&h.job_uid))
-            .map(Job::total_request)
-            .collect();
-        pending.extend(self.kueue_sent.get(name).into_iter().flatten().cloned());
+        let pending = self.kueue_pending.get(name).map_or(&[][..], Vec::as_slice);
         let short = worker.queues.short(
             &job.key.namespace,
             local_queue,
             &job.total_request(),
-            &pending,
+            pending,
         )?;
         Some(OwnBlocker {
             reason: reason::WORKER_QUOTA,
@@ -986,6 +973,29 @@ impl<'w> Pass<'w> {
             until: None,
         })
     }
+}
+
+/// Per Kueue worker, the requests of the Jobs dispatched there (their placement held) whose
+/// copy its Kueue has not admitted yet (absent, or still suspended).
+fn kueue_pending<'w>(
+    state: &'w State,
+    ledger: &Ledger,
+) -> HashMap<&'w str, Vec<BTreeMap<String, i64>>> {
+    state
+        .workers
+        .iter()
+        .filter(|(_, w)| w.kueue.is_some())
+        .map(|(name, _)| {
+            let pending = ledger
+                .holds_in(name)
+                .filter(|h| h.nominated().is_none())
+                .filter(|h| state.copy_in(&h.job_uid, name).is_none_or(|c| c.suspended))
+                .filter_map(|h| state.job_by_uid(&h.job_uid))
+                .map(Job::total_request)
+                .collect();
+            (name.as_str(), pending)
+        })
+        .collect()
 }
 
 /// "the gang of N pods", or "the Job's pod" for one.

@@ -24,6 +24,7 @@ use super::mirror::Readiness;
 use crate::placement::{PodShape, PodView};
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use kube::api::{ApiResource, GroupVersionKind};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -256,9 +257,10 @@ impl Status {
         let Some(v) = status.filter(|v| !v.is_null()) else {
             return Ok(Status::empty(kind));
         };
+        // Read from the borrowed object: no copy of it per watch event.
         let parsed = match kind {
-            Kind::Job => serde_json::from_value(v.clone()).map(Status::Job),
-            Kind::JobSet => serde_json::from_value(v.clone()).map(Status::JobSet),
+            Kind::Job => JobStatus::deserialize(v).map(Status::Job),
+            Kind::JobSet => jobset::JobSetStatus::deserialize(v).map(Status::JobSet),
         };
         parsed.map_err(|e| format!("status: {e}"))
     }

@@ -1064,8 +1064,9 @@ impl Live {
             self.kueue_watches.remove(&n);
             self.kueue_queues.remove(&n);
         }
+        let kinds = self.kinds.clone();
         for (name, view) in views {
-            for kind in self.kinds.clone() {
+            for &kind in &kinds {
                 self.watch_copies(name, kind, view);
             }
             self.watch_kueue(name, view);

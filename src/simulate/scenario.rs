@@ -429,79 +429,7 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
                         )))
                     }
                 };
-                let mut replicated = Vec::with_capacity(list.len());
-                let mut keys = Vec::with_capacity(list.len());
-                let mut names = BTreeSet::new();
-                for (r, rj) in list.into_iter().enumerate() {
-                    let field = |f: &str| format!("replicatedJobs[{r}] ({}).{f}", rj.name);
-                    let at_rj = |f: &str| at(&field(f));
-                    if !crate::api::is_dns1123_label(&rj.name) {
-                        return Err(ScenarioError::Invalid(format!(
-                            "{}: {:?} is not a DNS-1123 label (a replicated Job's name)",
-                            at_rj("name"),
-                            rj.name
-                        )));
-                    }
-                    if !names.insert(rj.name.clone()) {
-                        return Err(ScenarioError::Invalid(format!(
-                            "{}: two replicated Jobs are named {:?}",
-                            at_rj("name"),
-                            rj.name
-                        )));
-                    }
-                    let replicas = rj.replicas.unwrap_or(1);
-                    if replicas == 0 {
-                        return Err(ScenarioError::Invalid(format!(
-                            "{}: must be at least 1",
-                            at_rj("replicas")
-                        )));
-                    }
-                    let parallelism = rj.parallelism.unwrap_or(1);
-                    let completions = counts(parallelism, rj.completions, &at_rj)?;
-                    let (key, pod) = shape_of(&rj.template, &field("template"))?;
-                    keys.push(key);
-                    replicated.push(ReplicatedJob {
-                        name: rj.name,
-                        replicas,
-                        parallelism,
-                        completions,
-                        pod,
-                    });
-                }
-                let parts: Vec<Part> = replicated
-                    .iter()
-                    .map(|r| Part {
-                        name: r.name.clone(),
-                        jobs: r.replicas,
-                        pods_per_job: r.pods_per_job(),
-                    })
-                    .collect();
-                // The dispatcher's own gang of a JobSet: the main shape (the most pods) and
-                // the pods of other shapes beside it.
-                let gang = jobset::gang_of(
-                    parts.clone(),
-                    replicated
-                        .iter()
-                        .zip(&keys)
-                        .map(|(r, key)| (r.replicas * r.pods_per_job(), Ok(r.pod.clone()), *key)),
-                );
-                let pod = gang.shape.map_err(|e| {
-                    ScenarioError::Invalid(format!("{}: {e}", at("replicatedJobs")))
-                })?;
-                let total = |f: fn(&ReplicatedJob) -> u32| {
-                    replicated.iter().fold(0u32, |sum, r| {
-                        sum.saturating_add(r.replicas.saturating_mul(f(r)))
-                    })
-                };
-                Pods {
-                    parallelism: total(ReplicatedJob::pods_per_job),
-                    completions: total(|r| r.completions),
-                    pod,
-                    shape_key: gang.shape_key,
-                    parts,
-                    replicated_jobs: replicated,
-                    extra: gang.extra.into(),
-                }
+                jobset_pods(list, &at, &mut shape_of)?
             }
         };
         jobs.push(ScenarioJob {
@@ -529,6 +457,92 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         jobs,
         scheduler_names,
         kueue,
+    })
+}
+
+/// A pod template analysed (its shape key and shape), or why not, with its field's path.
+type ShapeOf<'a> =
+    dyn FnMut(&PodSpecView, &str) -> Result<(u64, Arc<PodShape>), ScenarioError> + 'a;
+
+/// A JobSet's pods, from its replicated Jobs (checked): each replicated Job's pods, and the
+/// dispatcher's own gang of them (the main shape and the pods of other shapes beside it).
+fn jobset_pods(
+    list: Vec<ReplicatedJobFile>,
+    at: &dyn Fn(&str) -> String,
+    shape_of: &mut ShapeOf<'_>,
+) -> Result<Pods, ScenarioError> {
+    let mut replicated = Vec::with_capacity(list.len());
+    let mut keys = Vec::with_capacity(list.len());
+    let mut names = BTreeSet::new();
+    for (r, rj) in list.into_iter().enumerate() {
+        let field = |f: &str| format!("replicatedJobs[{r}] ({}).{f}", rj.name);
+        let at_rj = |f: &str| at(&field(f));
+        if !crate::api::is_dns1123_label(&rj.name) {
+            return Err(ScenarioError::Invalid(format!(
+                "{}: {:?} is not a DNS-1123 label (a replicated Job's name)",
+                at_rj("name"),
+                rj.name
+            )));
+        }
+        if !names.insert(rj.name.clone()) {
+            return Err(ScenarioError::Invalid(format!(
+                "{}: two replicated Jobs are named {:?}",
+                at_rj("name"),
+                rj.name
+            )));
+        }
+        let replicas = rj.replicas.unwrap_or(1);
+        if replicas == 0 {
+            return Err(ScenarioError::Invalid(format!(
+                "{}: must be at least 1",
+                at_rj("replicas")
+            )));
+        }
+        let parallelism = rj.parallelism.unwrap_or(1);
+        let completions = counts(parallelism, rj.completions, &at_rj)?;
+        let (key, pod) = shape_of(&rj.template, &field("template"))?;
+        keys.push(key);
+        replicated.push(ReplicatedJob {
+            name: rj.name,
+            replicas,
+            parallelism,
+            completions,
+            pod,
+        });
+    }
+    let parts: Vec<Part> = replicated
+        .iter()
+        .map(|r| Part {
+            name: r.name.clone(),
+            jobs: r.replicas,
+            pods_per_job: r.pods_per_job(),
+        })
+        .collect();
+    // The dispatcher's own gang of a JobSet: the main shape (the most pods) and
+    // the pods of other shapes beside it.
+    let gang = jobset::gang_of(
+        parts.clone(),
+        replicated
+            .iter()
+            .zip(&keys)
+            .map(|(r, key)| (r.replicas * r.pods_per_job(), Ok(r.pod.clone()), *key)),
+    );
+    let pod = gang
+        .shape
+        .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at("replicatedJobs"))))?;
+    let total = |f: fn(&ReplicatedJob) -> u32| {
+        replicated.iter().fold(0u32, |sum, r| {
+            sum.saturating_add(r.replicas.saturating_mul(f(r)))
+        })
+    };
+    Ok(Pods {
+        parallelism: total(ReplicatedJob::pods_per_job),
+        completions: total(|r| r.completions),
+        pod,
+        shape_key: gang.shape_key,
+        parts,
+        replicated_jobs: replicated,
+        extra: gang.extra.into(),
     })
 }
 

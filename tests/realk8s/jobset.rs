@@ -77,7 +77,8 @@ pub fn two_replicated_jobs(name: &str, ns: &str, managed_by: Option<&str>) -> Dy
     .expect("a JobSet")
 }
 
-fn replicated_jobs_status(status: &Value) -> Vec<(String, i64, i64)> {
+/// (name, succeeded, failed) per replicated Job of a JobSet's `status`, by name.
+pub(crate) fn replicated_jobs_status(status: &Value) -> Vec<(String, i64, i64)> {
     let mut out: Vec<(String, i64, i64)> = status["replicatedJobsStatus"]
         .as_array()
         .into_iter()

@@ -79,20 +79,7 @@ fn summary(js: &DynamicObject) -> String {
 
 /// (name, succeeded, failed) per replicated Job, by name.
 fn replicated_jobs_status(js: &DynamicObject) -> Vec<(String, i64, i64)> {
-    let mut out: Vec<(String, i64, i64)> = js.data["status"]["replicatedJobsStatus"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            (
-                r["name"].as_str().unwrap_or_default().to_string(),
-                r["succeeded"].as_i64().unwrap_or(-1),
-                r["failed"].as_i64().unwrap_or(-1),
-            )
-        })
-        .collect();
-    out.sort();
-    out
+    super::jobset::replicated_jobs_status(&js.data["status"])
 }
 
 /// The copy of JobSet `ns/name` in a worker, if any.

@@ -80,8 +80,9 @@ struct Replicated<'a> {
     template: &'a Value,
 }
 
-fn replicated(spec: &Value) -> Vec<Replicated<'_>> {
-    let Some(list) = spec["replicatedJobs"].as_array() else {
+/// The replicated Jobs of a JobSet's `spec.replicatedJobs`.
+fn replicated(list: &Value) -> Vec<Replicated<'_>> {
+    let Some(list) = list.as_array() else {
         return Vec::new();
     };
     list.iter()
@@ -114,7 +115,7 @@ pub(crate) fn gang(obj: &Value) -> Gang {
     let meta = &obj["metadata"];
     let name = meta["name"].as_str().unwrap_or_default();
     let namespace = meta["namespace"].as_str().unwrap_or_default();
-    let replicated = replicated(&obj["spec"]);
+    let replicated = replicated(&obj["spec"]["replicatedJobs"]);
     let parts: Vec<Part> = replicated.iter().map(|r| r.part.clone()).collect();
     // Each template is analysed only when its Job has pods, and not past a bad one.
     let shapes = replicated
@@ -218,8 +219,8 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
 }
 
 /// For each replicated Job, how many of the JobSet's pods ask for the same pods as its own.
-fn gang_sizes(spec: &Value) -> Vec<u32> {
-    let replicated = replicated(spec);
+fn gang_sizes(list: &Value) -> Vec<u32> {
+    let replicated = replicated(list);
     let shapes: Vec<Option<Arc<PodShape>>> = replicated
         .iter()
         .map(|r| template_shape(r.template, "", "", "").0.ok())
@@ -243,7 +244,7 @@ fn gang_sizes(spec: &Value) -> Vec<u32> {
 
 /// The pod templates of every replicated Job, each told its gang's size (see [`gang_sizes`]).
 pub(crate) fn prepare_copy(spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
-    let sizes = gang_sizes(&Value::Object(spec.clone()));
+    let sizes = gang_sizes(spec.get("replicatedJobs").unwrap_or(&Value::Null));
     let Some(Value::Array(list)) = spec.get_mut("replicatedJobs") else {
         return Vec::new();
     };

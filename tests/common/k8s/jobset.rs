@@ -86,22 +86,6 @@ fn webhooks(port: u16, ca_bundle: &str) -> [Value; 2] {
     ]
 }
 
-/// Whether a plain HTTP GET of `path` answers 200.
-pub(super) async fn http_ok(addr: SocketAddr, path: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
-        return false;
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    let mut reply = Vec::new();
-    if tcp.write_all(request.as_bytes()).await.is_err()
-        || tcp.read_to_end(&mut reply).await.is_err()
-    {
-        return false;
-    }
-    reply.starts_with(b"HTTP/1.1 200")
-}
-
 fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
@@ -150,22 +134,7 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
         &plane.dir.join("jobset-controller.log"),
     )?;
     let health: SocketAddr = ([127, 0, 0, 1], health).into();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !http_ok(health, "/readyz").await {
-        if let Some(status) = process.exited() {
-            return Err(format!(
-                "{name}: jobset-controller exited ({status}) while starting; its log ends:\n{}",
-                process.log_tail(20)
-            ));
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(format!(
-                "{name}: jobset-controller's /readyz not ok within 60 s; its log ends:\n{}",
-                process.log_tail(20)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    process.ready(health).await?;
     // Ready is not yet reachable: a dry-run create goes through both JobSet webhooks.
     let probe: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",

@@ -12,7 +12,6 @@
 //! rotator reads the CA key as PKCS#1 RSA, which rcgen (on ring) cannot make: openssl does.
 
 use super::control_plane::ControlPlane;
-use super::jobset::http_ok;
 use super::objects::{self, apply};
 use super::process::Process;
 use super::{eventually, free_port};
@@ -409,22 +408,7 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
         &plane.dir.join("kueue-controller.log"),
     )?;
     let health: SocketAddr = ([127, 0, 0, 1], health).into();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !http_ok(health, "/readyz").await {
-        if let Some(status) = process.exited() {
-            return Err(format!(
-                "{name}: kueue-controller exited ({status}) while starting; its log ends:\n{}",
-                process.log_tail(20)
-            ));
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(format!(
-                "{name}: kueue-controller's /readyz not ok within 60 s; its log ends:\n{}",
-                process.log_tail(20)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    process.ready(health).await?;
     // Ready is not yet reachable: a dry-run create goes through both Job webhooks.
     let probe: Job = serde_json::from_value(json!({
         "apiVersion": "batch/v1", "kind": "Job",

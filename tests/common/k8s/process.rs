@@ -13,6 +13,30 @@ pub struct Process {
 }
 
 impl Process {
+    /// Waits (up to 60 s) until the process answers 200 on `GET /readyz` at `health`; says why
+    /// not, with the end of its log, when it exits first or never does.
+    pub async fn ready(&mut self, health: std::net::SocketAddr) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !http_ok(health, "/readyz").await {
+            if let Some(status) = self.exited() {
+                return Err(format!(
+                    "{} exited ({status}) while starting; its log ends:\n{}",
+                    self.name(),
+                    self.log_tail(20)
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "{}: /readyz not ok within 60 s; its log ends:\n{}",
+                    self.name(),
+                    self.log_tail(20)
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
     /// Starts `command`, its stdout and stderr appended to `log`.
     pub fn spawn(name: &str, mut command: Command, log: &Path) -> Result<Self, String> {
         let out = std::fs::OpenOptions::new()
@@ -94,4 +118,20 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether a plain HTTP GET of `path` answers 200.
+pub async fn http_ok(addr: std::net::SocketAddr, path: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut reply = Vec::new();
+    if tcp.write_all(request.as_bytes()).await.is_err()
+        || tcp.read_to_end(&mut reply).await.is_err()
+    {
+        return false;
+    }
+    reply.starts_with(b"HTTP/1.1 200")
 }
