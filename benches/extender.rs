@@ -59,7 +59,7 @@ use switchyard::rng::Rng;
 use tokio_rustls::TlsConnector;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const FIXTURE: &str = "extender-filter-nodenames";

@@ -526,6 +526,9 @@ struct Memo {
 /// hundreds of KB, which a count alone would let fill gigabytes, are dropped first.
 const MEMO_BYTES: u64 = 32 * 1024 * 1024;
 
+/// How often [`Extender::housekeep`] holds the pod caches to their bounds.
+const HOUSEKEEPING: Duration = Duration::from_secs(1);
+
 fn memo_weight(key_bytes: usize, memo: &Memo) -> u32 {
     u32::try_from(key_bytes)
         .unwrap_or(u32::MAX)
@@ -882,6 +885,27 @@ impl Extender {
     }
 
     /// `POST /scheduler/filter`: the reply body.
+    /// Holds the pod caches to their bounds every second until `stop` says so. moka drops
+    /// expired entries, and those past the byte bound, only when the cache is next used: an
+    /// extender that served a burst of large pods and then went quiet would keep them all.
+    pub async fn housekeep(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(HOUSEKEEPING);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            let this = self.clone();
+            // Evicting thousands of entries takes a while: not on a runtime thread.
+            let _ = tokio::task::spawn_blocking(move || {
+                this.memo.run_pending_tasks();
+                this.by_uid.run_pending_tasks();
+            })
+            .await;
+        }
+    }
+
     pub fn filter(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
         let f = fields(body)?;
         let (candidates, list) = match field(&f, "nodenames") {

@@ -83,6 +83,17 @@ pub struct Metrics {
     pub(crate) queue_quota_used: Family<QueueResourceLabels, FloatGauge>,
     pub(crate) queue_waiting: Family<QueueReasonLabels, Gauge>,
     pub(crate) dispatch_requeues: Family<QueueReasonLabels, Counter>,
+    heap: Gauge,
+}
+
+/// How the binary's allocator says what is allocated now (see [`report_heap_with`]).
+static HEAP_READER: std::sync::OnceLock<fn() -> usize> = std::sync::OnceLock::new();
+
+/// Has `/metrics` report the live heap, read with `read` when scraped. The allocator is the
+/// binary's choice (`main.rs`), so the binary says how to read it; a library user that does not
+/// gets no heap series.
+pub fn report_heap_with(read: fn() -> usize) {
+    let _ = HEAP_READER.set(read);
 }
 
 impl Metrics {
@@ -198,6 +209,15 @@ impl Metrics {
             "Jobs taken back from their worker, per DispatchQueue and reason (PodsReadyTimeout, WorkerLost, DeletedInWorker, ..., RequeuingLimitExceeded when given up)",
             dispatch_requeues.clone(),
         );
+        let heap = Gauge::default();
+        if HEAP_READER.get().is_some() {
+            registry.register(
+                "heap_allocated_bytes",
+                "Bytes allocated and not yet freed (the live heap). Resident memory beyond it is \
+                 code and what the allocator keeps for reuse: a leak grows this, not only that",
+                heap.clone(),
+            );
+        }
         registry.register(
             "build",
             "Build information",
@@ -221,6 +241,7 @@ impl Metrics {
             queue_quota_used,
             queue_waiting,
             dispatch_requeues,
+            heap,
         }
     }
 
@@ -280,6 +301,9 @@ impl Metrics {
 
     /// OpenMetrics text exposition.
     pub fn encode(&self) -> String {
+        if let Some(read) = HEAP_READER.get() {
+            self.heap.set(i64::try_from(read()).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

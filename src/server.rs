@@ -333,6 +333,7 @@ pub async fn start_with_client(
     .run();
     let probe_handle = probe.handle();
 
+    tokio::spawn(extender.clone().housekeep(stop_rx.clone()));
     tokio::spawn(certificates.clone().watch(
         settings.tls_reload_interval,
         metrics.clone(),
