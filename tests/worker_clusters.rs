@@ -7,7 +7,9 @@
 mod common;
 
 use common::fake_api::{self, FakeApi, NODES, NRTS, PODS, SECRETS, WORKER_CLUSTERS};
-use common::fleet::{active, node_names, options, reason_is, wait_inventory, Fleet, NS, WAIT};
+use common::fleet::{
+    active, answering_options, node_names, options, reason_is, wait_inventory, Fleet, NS, WAIT,
+};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -283,22 +285,34 @@ async fn a_hanging_worker_never_delays_two_healthy_ones() {
     b.upsert(NODES, fake_api::node("b-1", 8, 0));
     hung.upsert(NODES, fake_api::node("h-1", 8, 0));
     hung.set_hang(true);
+    // First with a probe that outlasts every wait here: had anything waited for the hung
+    // worker, the healthy ones would not connect in time, whatever the machine's load.
+    {
+        let mut opts = options();
+        opts.link.probe_timeout = 2 * WAIT;
+        let fleet = Fleet::start_with(opts, true).await;
+        fleet.add("hung", &hung.kubeconfig("tok"));
+        fleet.add("a", &a.kubeconfig("tok"));
+        fleet.add("b", &b.kubeconfig("tok"));
+        fleet.view("a", "connected", |v| v.connected).await;
+        fleet.view("b", "connected", |v| v.connected).await;
+        wait_inventory(&fleet.store, "both healthy workers", |inv| {
+            inv.node("a-1").is_some() && inv.node("b-1").is_some()
+        })
+        .await;
+        let v = fleet.workers.get("hung").unwrap();
+        assert!(
+            !v.connected && v.attempts == 0,
+            "the hung worker's first probe is still waiting: {v:?}"
+        );
+    }
+    // Then with the short probe timeout: the hung worker fails on its own.
     let fleet = Fleet::start().await;
-    let started = Instant::now();
     fleet.add("hung", &hung.kubeconfig("tok"));
     fleet.add("a", &a.kubeconfig("tok"));
     fleet.add("b", &b.kubeconfig("tok"));
     fleet.view("a", "connected", |v| v.connected).await;
     fleet.view("b", "connected", |v| v.connected).await;
-    wait_inventory(&fleet.store, "both healthy workers", |inv| {
-        inv.node("a-1").is_some() && inv.node("b-1").is_some()
-    })
-    .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the hanging worker delayed the others: {:?}",
-        started.elapsed()
-    );
     let v = fleet
         .view("hung", "its probe timed out", |v| v.attempts >= 1)
         .await;
@@ -406,7 +420,8 @@ async fn the_status_summary_follows_the_inventory_and_staleness_shows_in_the_sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_writes_status() {
     let worker = FakeApi::start_tls().await;
-    let fleet = Fleet::start_with(options(), false).await;
+    // A probe that timed out would be a change worth a write.
+    let fleet = Fleet::start_with(answering_options(), false).await;
     fleet.add("w1", &worker.kubeconfig("tok"));
     // Followers connect and publish views as well: the dispatcher's standby is warm.
     fleet.view("w1", "connected", |v| v.connected).await;
@@ -539,7 +554,8 @@ async fn a_worker_whose_pod_watch_hangs_goes_stale_though_it_answers_probes() {
     let worker = FakeApi::start_tls().await;
     worker.upsert(NODES, fake_api::node("w-1", 8, 0));
     worker.upsert(PODS, fake_api::pod("p1", "w-1", 2));
-    let fleet = Fleet::start().await;
+    // Probes answer throughout: a slow one must not reconnect and relist the pods.
+    let fleet = Fleet::start_with(answering_options(), true).await;
     fleet.add("w1", &worker.kubeconfig("tok"));
     fleet
         .wait_status("w1", "Connected", reason_is("Connected"))
@@ -547,16 +563,24 @@ async fn a_worker_whose_pod_watch_hangs_goes_stale_though_it_answers_probes() {
     // Every new pod watch is accepted and then silent; /version, lists and the node watch
     // still answer. The current pod watch ends within 2 s and its successor hangs.
     worker.hang_watches(PODS, true);
-    let hung_at = Instant::now();
     let s = fleet.wait_status("w1", "Stale", reason_is("Stale")).await;
+    let stale_seen = Instant::now();
+    // staleAfter counts from the last word of a pod watch (a bookmark, or the clean end of
+    // the watch open when the hang began), not from the hang: that watch may have ended and
+    // been replaced by a silent one just before the hang was set, or talked for 2 s after.
+    let last_word = worker
+        .last_watch_word(PODS)
+        .expect("the pod watch said something before it hung");
     assert!(
-        hung_at.elapsed() >= Duration::from_secs(3),
-        "stale only after staleAfter: {:?}",
-        hung_at.elapsed()
+        stale_seen.duration_since(last_word) >= Duration::from_secs(3),
+        "stale only after staleAfter: {:?} after the pod watch's last word",
+        stale_seen.duration_since(last_word)
     );
     let (status, _, message) = active(&s);
     assert_eq!(status, "False");
-    assert!(message.contains("pod"), "{message}");
+    assert!(message.contains("is stale"), "{message}");
+    assert!(message.contains("the pod watch"), "{message}");
+    assert!(!message.contains("the node watch"), "{message}");
     let v = fleet.view("w1", "stale", |v| v.reason == "Stale").await;
     assert!(v.connected && !v.active, "reachable, not fresh: {v:?}");
     assert!(worker.count("GET", "/version") > 0);

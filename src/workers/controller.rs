@@ -345,8 +345,8 @@ impl Controller {
         let mut views = BTreeMap::new();
         for (name, e) in &mut self.entries {
             let cluster = inventory.cluster(name);
-            let stale = cluster.and_then(|c| c.unavailable.as_deref());
-            let (active, reason, message) = status::active(&e.health, stale);
+            let stale = status::unavailable(name, cluster);
+            let (active, reason, message) = status::active(&e.health, stale.as_deref());
             let (attempts, next_attempt) = match &e.health {
                 Health::Disconnected {
                     attempts,
@@ -392,6 +392,7 @@ impl Controller {
             let current = e.object.status.as_ref();
             let desired = status::desired(
                 &status::Observed {
+                    name,
                     current,
                     generation: e.object.metadata.generation,
                     health: &e.health,

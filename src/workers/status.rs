@@ -16,6 +16,7 @@ use crate::quantity::{display, Milli};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -26,6 +27,18 @@ pub(crate) fn time(t: SystemTime) -> Time {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
+}
+
+/// Why nothing may be placed in worker `name`: what its inventory cluster says, or, before
+/// the hub has published the worker at all, that its inventory is not loaded. A worker
+/// missing from the snapshot is never Active, however well it answers probes.
+pub(crate) fn unavailable<'a>(name: &str, cluster: Option<&'a Cluster>) -> Option<Cow<'a, str>> {
+    match cluster {
+        Some(c) => c.unavailable.as_deref().map(Cow::Borrowed),
+        None => Some(Cow::Owned(format!(
+            "the inventory of worker cluster {name} is not loaded yet: it is not in the inventory"
+        ))),
+    }
 }
 
 /// The `Active` condition's status, reason and message.
@@ -78,6 +91,8 @@ pub(crate) fn summary(
 
 /// Everything the status is made from.
 pub(crate) struct Observed<'a> {
+    /// The WorkerCluster's name.
+    pub(crate) name: &'a str,
     /// The status as the API server has it now.
     pub(crate) current: Option<&'a WorkerClusterStatus>,
     pub(crate) generation: Option<i64>,
@@ -89,8 +104,8 @@ pub(crate) struct Observed<'a> {
 
 /// The status Switchyard wants the WorkerCluster to have at `now`.
 pub(crate) fn desired(o: &Observed, now: SystemTime) -> WorkerClusterStatus {
-    let stale = o.cluster.and_then(|c| c.unavailable.as_deref());
-    let (status, reason, message) = active(o.health, stale);
+    let stale = unavailable(o.name, o.cluster);
+    let (status, reason, message) = active(o.health, stale.as_deref());
     let mut conditions = o.current.map(|s| s.conditions.clone()).unwrap_or_default();
     set_condition(
         &mut conditions,

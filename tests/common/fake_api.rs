@@ -403,6 +403,9 @@ pub struct WatchRecord {
     pub from: u64,
     /// The resourceVersion of the last event or bookmark it sent, if any.
     pub last_sent: Option<u64>,
+    /// When it last told the client anything: a line, or its end at the watch timeout. A
+    /// silent watch never does.
+    pub last_word: Option<std::time::Instant>,
 }
 
 /// A request the server refuses, until cleared.
@@ -834,6 +837,13 @@ impl FakeApi {
             .filter(|w| w.collection == c)
             .cloned()
             .collect()
+    }
+
+    /// When a watch of `path` last told its client anything (see [`WatchRecord::last_word`]).
+    /// A client that takes every word as proof that `path` is current was last proved current
+    /// by its watches no earlier than this.
+    pub fn last_watch_word(&self, path: &str) -> Option<std::time::Instant> {
+        self.watches(path).iter().filter_map(|w| w.last_word).max()
     }
 
     /// Requests with this method whose path contains `fragment`.
@@ -1386,6 +1396,7 @@ impl FakeApi {
             collection: t.collection.clone(),
             from,
             last_sent: None,
+            last_word: None,
         });
         let mut live = s.live.subscribe();
         let mut kick = s.kick.subscribe();
@@ -1414,10 +1425,16 @@ impl FakeApi {
             async move {
                 let sent = tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_ok();
                 if sent {
-                    state.lock().unwrap().watches[index].last_sent = Some(rv);
+                    let mut s = state.lock().unwrap();
+                    s.watches[index].last_sent = Some(rv);
+                    s.watches[index].last_word = Some(std::time::Instant::now());
                 }
                 sent
             }
+        };
+        let ends = {
+            let state = self.state.clone();
+            move || state.lock().unwrap().watches[index].last_word = Some(std::time::Instant::now())
         };
         tokio::spawn(async move {
             if silent {
@@ -1446,6 +1463,7 @@ impl FakeApi {
                         if bookmarks {
                             send(bookmark(seen), seen).await;
                         }
+                        ends();
                         return;
                     }
                     _ = kick.changed() => return,

@@ -40,6 +40,15 @@ pub fn options() -> ControllerOptions {
     }
 }
 
+/// [`options`] for a worker that is meant to answer every probe: a probe timeout no loaded
+/// machine reaches, so a slow answer never becomes a lost connection (with a relist and a
+/// status write) that the test did not ask for.
+pub fn answering_options() -> ControllerOptions {
+    let mut o = options();
+    o.link.probe_timeout = WAIT;
+    o
+}
+
 /// List and watch timings for fake API servers whose watches last 2 s with a bookmark every
 /// 500 ms.
 pub fn fast_watches() -> WatchTimings {

@@ -26,6 +26,7 @@ fn desired_at(
 ) -> WorkerClusterStatus {
     desired(
         &Observed {
+            name: "eu-1",
             current,
             generation: Some(3),
             health,
@@ -166,6 +167,22 @@ fn a_connected_but_stale_worker_is_not_active_and_says_why() {
     assert!(s.summary.is_none(), "no fresh summary was ever taken");
 }
 
+/// The link can connect before the hub has published the worker: until the inventory has
+/// it, a connected worker is not Active (a status that said Connected there turned Stale a
+/// moment later, once the hub published the worker with nothing listed yet).
+#[test]
+fn a_connected_worker_the_inventory_does_not_have_yet_is_not_active() {
+    let inv = inventory();
+    let s = desired_at(None, &Health::Connected { since: t(0) }, None, &inv, t(1));
+    let c = active_condition(&s);
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Stale"));
+    assert_eq!(
+        c.message,
+        "the inventory of worker cluster eu-1 is not loaded yet: it is not in the inventory"
+    );
+    assert!(s.summary.is_none());
+}
+
 #[test]
 fn unsafe_and_broken_kubeconfigs_give_their_reasons() {
     let inv = inventory();
@@ -271,7 +288,7 @@ fn a_starting_controller_takes_disconnected_since_from_the_status() {
     // Connected, stale (connected but behind) or never written: nothing to restore.
     let mut ok = ConnectionState::new(Backoff::default());
     ok.connected(t(1));
-    let connected = desired_at(None, &ok.health, None, &inv, t(2));
+    let connected = desired_at(None, &ok.health, inv.cluster("eu-1"), &inv, t(2));
     assert_eq!(
         restored_health(Some(&connected), t(500)),
         Health::Connecting
