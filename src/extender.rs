@@ -884,7 +884,6 @@ impl Extender {
         targets
     }
 
-    /// `POST /scheduler/filter`: the reply body.
     /// Holds the pod caches to their bounds every second until `stop` says so. moka drops
     /// expired entries, and those past the byte bound, only when the cache is next used: an
     /// extender that served a burst of large pods and then went quiet would keep them all.
@@ -906,6 +905,7 @@ impl Extender {
         }
     }
 
+    /// `POST /scheduler/filter`: the reply body.
     pub fn filter(&self, body: &[u8], now: Instant) -> Result<Vec<u8>, ExtenderError> {
         let f = fields(body)?;
         let (candidates, list) = match field(&f, "nodenames") {
