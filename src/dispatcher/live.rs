@@ -677,9 +677,10 @@ impl Live {
     /// What this cannot see is a write of the old leader still in flight, sent before it
     /// stepped down and landing after this list: a claim of another Job could then share
     /// the last room with one of ours. The Lease does not fence writes to Jobs (kube-apiserver
-    /// has no precondition across objects); a leader that stops writing before it gives the
-    /// Lease up, or a lease that passes only after the old leader's writes timed out
-    /// (`leaseDuration` − `renewDeadline` after it stepped down), keeps it from happening.
+    /// has no precondition across objects). After failed renewals the lease passes
+    /// `leaseDuration` − `renewDeadline` after the old leader stopped deciding, which its
+    /// writes in flight usually land within; a Lease given up on SIGTERM passes at once, and
+    /// the old leader does not wait for its writes in flight first (docs/dispatcher.md).
     fn watch_jobs(&mut self) {
         for w in self.job_watches.drain(..) {
             w.abort();
