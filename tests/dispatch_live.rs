@@ -1277,6 +1277,86 @@ async fn a_leader_that_loses_the_lease_between_claim_and_create_leaves_exactly_o
     assert_eq!(dispatched_to(&fleet, "train").as_deref(), Some("only"));
 }
 
+/// CPUs of the Jobs the manager shows claimed.
+fn claimed_cpu(fleet: &Fleet, jobs: &[(&str, u32)]) -> u32 {
+    jobs.iter()
+        .filter(|(name, _)| annotation(&fleet.job(name), CLAIM).is_some())
+        .map(|(_, cpu)| cpu)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_whose_watch_lags_does_not_admit_into_quota_the_old_one_handed_out() {
+    let fleet = Fleet::start(
+        &east_west(),
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"quota": {"cpu": "10"}}),
+        ),
+    )
+    .await;
+    // Why a Job waits is written once: a rewrite would change small-1 after the standby
+    // listed it, and the standby's claim of it would then meet 409.
+    let mut options = Fleet::options();
+    options.config.wait_rewrite_after = Duration::from_secs(3600);
+    let jobs = [("small-0", 4), ("big", 8), ("small-1", 4)];
+    let old = fleet.dispatcher_with(true, options.clone());
+    fleet.submit(job("small-0", "research", 1, 4));
+    eventually(10, "small-0 runs", || {
+        dispatched_to(&fleet, "small-0").is_some()
+    })
+    .await;
+    fleet.submit(job("big", "research", 1, 8));
+    fleet.submit(job("small-1", "research", 1, 4));
+    // small-1 waits behind big, whose quota is held for it.
+    eventually(10, "big and small-1 wait for quota", || {
+        ["big", "small-1"].iter().all(|n| {
+            condition(&fleet.job(n), "Admitted").is_some_and(|c| c["reason"] == "QuotaExceeded")
+        })
+    })
+    .await;
+    old.settled().await;
+
+    // The standby lists the Jobs as they are now; its watch then stays silent, as one that
+    // lags behind the writes.
+    let watches = fleet.manager.watches(JOBS).len();
+    fleet.manager.hang_watches(JOBS, true);
+    let new = fleet.dispatcher_with(false, options);
+    eventually(10, "the standby listed the Jobs and watches them", || {
+        fleet.manager.watches(JOBS).len() > watches
+    })
+    .await;
+    fleet.manager.hang_watches(JOBS, false);
+    new.settled().await;
+
+    // small-0 is deleted; the leader removes its copy and gives its room to big.
+    fleet.manager.delete(JOBS, "small-0");
+    eventually(10, "big runs in small-0's room", || {
+        dispatched_to(&fleet, "big").is_some()
+    })
+    .await;
+    old.settled().await;
+    assert_eq!(claimed_cpu(&fleet, &jobs), 8);
+
+    // The lease passes at once. The standby's watch still shows small-0 holding 4 CPUs and
+    // big unclaimed, with a copy in a worker: while it asks the manager about that copy,
+    // small-1 would fit in the other worker.
+    old.leader.send(false).unwrap();
+    new.leader.send(true).unwrap();
+    new.settled().await;
+    new.settled().await;
+    assert_eq!(
+        annotation(&fleet.job("small-1"), CLAIM),
+        None,
+        "small-1 waits: big holds 8 of the 10 CPUs"
+    );
+    assert_eq!(claimed_cpu(&fleet, &jobs), 8, "the quota holds");
+    assert_eq!(fleet.copies("small-1").len(), 0);
+    assert_eq!(dispatched_to(&fleet, "big").as_deref(), Some("west"));
+    assert_eq!(fleet.uncovered(), Vec::<String>::new());
+}
+
 // ---------------------------------------------------------------------------------------------
 // A restart in the middle of each step: no duplicates, no losses.
 

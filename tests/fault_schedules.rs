@@ -1,7 +1,8 @@
 //! Fault schedules: the live dispatcher (two replicas, the real `kube::Client`, real HTTP to
 //! fake API servers on loopback: a manager and three workers) driven through randomized
 //! schedules. Each schedule mixes Job arrivals, their pods starting and finishing, workers cut
-//! off and back, the leader stepping down (the standby leads a lease gap later) and the leader
+//! off and back, the leader stepping down (the standby leads a lease gap later, or at once for
+//! about half of the hand-overs, as after a release on SIGTERM) and the leader
 //! killed (a new replica leads at once) right after its Nth write, 409,
 //! 429 and 500 answers, writes that land but whose answer is lost (a 500, or an answer past
 //! the write timeout), writes that land only after the write timeout, and watches ended and
@@ -87,9 +88,17 @@ const HEAL_WITHIN: Duration = Duration::from_secs(45);
 const REASON_WITHIN: Duration = Duration::from_secs(35);
 /// The lease passes from a leader that stepped down to the standby this long after: the real
 /// lease's `leaseDuration` − `renewDeadline` (5 s by default), scaled down but longer than any
-/// write of the old leader takes to land here (`SLOW`). `SWITCHYARD_FAULTS_INSTANT_HANDOVER=1`
-/// passes it at once, as no lease does.
+/// write of the old leader takes to land here (`SLOW`). Some hand-overs pass at once instead
+/// ([`instant_handover`]); `SWITCHYARD_FAULTS_INSTANT_HANDOVER=1` passes every one at once.
 const HANDOVER_GAP: Duration = Duration::from_millis(1000);
+
+/// Whether the hand-over of step `i` passes the lease at once, as to a successor when the
+/// leader gives the Lease up on SIGTERM: those of odd steps, so about half of them; the new
+/// leader's first list must then show every claim of the old one. By the step's index, so
+/// that a shrunk schedule keeps each hand-over as it was.
+fn instant_handover(i: usize) -> bool {
+    i % 2 == 1
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -135,7 +144,8 @@ enum Step {
         worker: usize,
     },
     /// The leader loses the lease right after its next `writes` writes of Jobs (it steps
-    /// down); the standby leads once the lease is its to take ([`HANDOVER_GAP`]).
+    /// down); the standby leads once the lease is its to take ([`HANDOVER_GAP`]), or at once
+    /// ([`instant_handover`]).
     HandOver {
         writes: u32,
     },
@@ -323,7 +333,11 @@ struct Rig {
     leader: usize,
     /// When the lease passes to `leader`, after a hand-over.
     lease_passes_at: Option<Instant>,
+    /// How long after the leader stepped down the lease passes, for the hand-over armed
+    /// last: [`HANDOVER_GAP`], or nothing for one that passes at once.
     handover_gap: Duration,
+    /// Every hand-over passes at once (`SWITCHYARD_FAULTS_INSTANT_HANDOVER=1`).
+    instant_handovers: bool,
     started: usize,
     /// The Jobs submitted: (pods, cpu each).
     jobs: Vec<(u32, u32)>,
@@ -336,6 +350,8 @@ struct Rig {
     checks: u64,
     crashes: u64,
     hand_overs: u64,
+    /// Hand-overs that passed the lease at once.
+    instant: u64,
     /// When the rig started, and what the schedule did when: for the history of a failure.
     t0: Instant,
     log: Vec<(Instant, String)>,
@@ -426,11 +442,8 @@ impl Rig {
             replicas: Vec::new(),
             leader: 0,
             lease_passes_at: None,
-            handover_gap: if std::env::var_os("SWITCHYARD_FAULTS_INSTANT_HANDOVER").is_some() {
-                Duration::ZERO
-            } else {
-                HANDOVER_GAP
-            },
+            handover_gap: HANDOVER_GAP,
+            instant_handovers: std::env::var_os("SWITCHYARD_FAULTS_INSTANT_HANDOVER").is_some(),
             started: 0,
             jobs: Vec::new(),
             lost: HashSet::new(),
@@ -439,6 +452,7 @@ impl Rig {
             checks: 0,
             crashes: 0,
             hand_overs: 0,
+            instant: 0,
             t0: Instant::now(),
             log: Vec::new(),
         };
@@ -547,6 +561,7 @@ impl Rig {
         }
         if self.replicas[self.leader].hand_over.fired() {
             self.hand_overs += 1;
+            self.instant += u64::from(self.handover_gap.is_zero());
             let old = self.leader;
             let new = 1 - old;
             let _ = self.replicas[old].leader.send(false);
@@ -712,7 +727,8 @@ impl Rig {
         }
     }
 
-    async fn apply(&mut self, step: &Step) {
+    /// Carries out step `i` of the schedule.
+    async fn apply(&mut self, i: usize, step: &Step) {
         match *step {
             Step::Submit { job: i, pods, cpu } => {
                 if i != self.jobs.len() {
@@ -734,7 +750,14 @@ impl Rig {
             }
             Step::CutOff { worker } => self.cut_off(worker),
             Step::Reconnect { worker } => self.reconnect(worker),
-            Step::HandOver { writes } => self.replicas[self.leader].hand_over.arm(writes),
+            Step::HandOver { writes } => {
+                self.handover_gap = if instant_handover(i) || self.instant_handovers {
+                    Duration::ZERO
+                } else {
+                    HANDOVER_GAP
+                };
+                self.replicas[self.leader].hand_over.arm(writes)
+            }
             Step::Crash { writes } => self.replicas[self.leader].crash.arm(writes),
             Step::Refuse {
                 server,
@@ -1053,6 +1076,7 @@ struct Ran {
     checks: u64,
     crashes: u64,
     hand_overs: u64,
+    instant: u64,
     jobs: u64,
     requests: u64,
     /// Requests answered 409, 429, 500 or 503 (a fault set, a fence, a cut-off worker).
@@ -1069,7 +1093,7 @@ async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
         }
         rig.log
             .push((Instant::now(), format!("step {i}: {step:?}")));
-        rig.apply(step).await;
+        rig.apply(i, step).await;
         rig.settle(STEP_SETTLE).await;
         if let Err(e) = rig.check() {
             let history = rig.history(&e);
@@ -1087,6 +1111,7 @@ async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
         checks: rig.checks,
         crashes: rig.crashes,
         hand_overs: rig.hand_overs,
+        instant: rig.instant,
         jobs: rig.jobs.len() as u64,
         ..Default::default()
     };
@@ -1228,6 +1253,7 @@ async fn fault_schedules_keep_every_invariant() {
                 sum.checks += r.checks;
                 sum.crashes += r.crashes;
                 sum.hand_overs += r.hand_overs;
+                sum.instant += r.instant;
                 sum.jobs += r.jobs;
                 sum.requests += r.requests;
                 sum.errors += r.errors;
@@ -1249,7 +1275,7 @@ async fn fault_schedules_keep_every_invariant() {
     println!(
         "fault schedules: {ran} schedules of {len} steps, {} failed, {:.1} s\n  \
          passed: {} steps, {} invariant checks ({} invariants each), {} Jobs run to their end, \
-         {} leaders killed right after a write, {} leases handed over right after a write, \
+         {} leaders killed right after a write, {} leases handed over right after a write ({} of them at once), \
          {} requests served, {} of them answered 409, 429, 500 or 503",
         failed.len(),
         started.elapsed().as_secs_f64(),
@@ -1259,6 +1285,7 @@ async fn fault_schedules_keep_every_invariant() {
         sum.jobs,
         sum.crashes,
         sum.hand_overs,
+        sum.instant,
         sum.requests,
         sum.errors,
     );

@@ -189,7 +189,13 @@ enum Change<K> {
 }
 
 enum Input {
-    Jobs(Kind, Change<Value>),
+    /// The manager's Jobs of a kind, from the watch of `generation` (see
+    /// [`Live::watch_jobs`]): a replaced watch's last events are dropped.
+    Jobs {
+        kind: Kind,
+        generation: u64,
+        change: Change<Value>,
+    },
     Queues(Change<Box<DispatchQueue>>),
     Namespaces(Change<(String, BTreeMap<String, String>)>),
     /// name, value, globalDefault
@@ -459,6 +465,9 @@ struct Live {
     gone_copies: HashSet<(String, String)>,
     /// Writes and removals the last look started.
     decided: usize,
+    /// The watches of the manager's Jobs, one per kind, and which start of them they are.
+    job_watches: Vec<JoinHandle<()>>,
+    jobs_generation: u64,
 }
 
 async fn run(
@@ -487,8 +496,9 @@ async fn run(
         metrics,
     });
     let kinds = kinds(&client, options.jobsets).await;
-    let sources = watch_manager(&client, &tx, &kinds);
+    let sources = watch_manager(&client, &tx);
     let mut live = Live::new(options, ctx, tx, inventory, kinds);
+    live.watch_jobs();
     live.sync_workers(&workers);
     let mut leading = *leader.borrow();
     let mut workers_open = true;
@@ -516,8 +526,10 @@ async fn run(
                 leader_open = open.is_ok();
                 let now_leading = *leader.borrow();
                 if now_leading && !leading {
-                    tracing::info!("leading: dispatching");
-                    // Deadlines and waits are recomputed from the objects.
+                    tracing::info!("leading: listing the manager's Jobs afresh, then dispatching");
+                    // No admission from what the watch showed while following: see
+                    // `Live::watch_jobs`. Deadlines and waits are recomputed from the objects.
+                    live.watch_jobs();
                     live.world.touch_all();
                     next = Instant::now();
                 } else if !now_leading && leading {
@@ -533,33 +545,17 @@ async fn run(
             }
         }
     }
-    for s in sources {
+    for s in sources.iter().chain(&live.job_watches) {
         s.abort();
     }
     live.copy_watches.clear();
     tracing::info!("dispatcher stopped");
 }
 
-/// The watches on the manager: its queued Jobs of every kind, the DispatchQueues, the
-/// Namespaces and the PriorityClasses, each forwarded to the dispatcher's channel.
-fn watch_manager(
-    client: &kube::Client,
-    tx: &mpsc::UnboundedSender<Input>,
-    kinds: &[Kind],
-) -> Vec<JoinHandle<()>> {
+/// The watches on the manager besides its Jobs' ([`Live::watch_jobs`]): the DispatchQueues,
+/// the Namespaces and the PriorityClasses, each forwarded to the dispatcher's channel.
+fn watch_manager(client: &kube::Client, tx: &mpsc::UnboundedSender<Input>) -> Vec<JoinHandle<()>> {
     let mut sources = Vec::new();
-    for &kind in kinds {
-        let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
-        let cfg = watcher::Config::default().labels(crate::wellknown::QUEUE_LABEL);
-        sources.push(forward(
-            watcher::watcher(jobs, cfg)
-                .default_backoff()
-                .map(|e| e.map(json_change)),
-            tx.clone(),
-            format!("manager {}", kind.plural()),
-            move |change| Input::Jobs(kind, change),
-        ));
-    }
     sources.push(forward(
         watcher::watcher(
             Api::<DispatchQueue>::all(client.clone()),
@@ -654,6 +650,62 @@ impl Live {
             quota_series: HashSet::new(),
             gone_copies: HashSet::new(),
             decided: 0,
+            job_watches: Vec::new(),
+            jobs_generation: 0,
+        }
+    }
+
+    /// (Re)starts the watches of the manager's queued Jobs; nothing is planned until each
+    /// kind is listed again.
+    ///
+    /// A replica that takes the lead calls this before its first admission. Quota is
+    /// counted from the claims the manager's Jobs show, and the claims the old leader wrote
+    /// last may not have reached this replica's watch yet: a watch is only eventually up to
+    /// date, and the Lease can pass at once (a leader that gives it up on SIGTERM), so the
+    /// new leader would admit into quota the old one had just handed out. Each claim is
+    /// conditional on its own Job's resourceVersion, which keeps one Job from being claimed
+    /// twice but not two Jobs from sharing the last room. The watcher's initial list carries
+    /// no resourceVersion (`ListSemantic::MostRecent`), which kube-apiserver serves as a
+    /// consistent read: it shows every write committed before the list, so every claim the
+    /// old leader made before it released the Lease, which happened before this replica
+    /// took it. The watch then goes on from that list's resourceVersion, and its list
+    /// replaces whatever this replica held about the Jobs. A fresh watch is simpler than a
+    /// one-off list next to the running watch: that watch's events older than the list
+    /// could still come after it and undo it. It costs one list per leadership gained;
+    /// while following, and while leading, the watch runs as before.
+    ///
+    /// What this cannot see is a write of the old leader still in flight, sent before it
+    /// stepped down and landing after this list: a claim of another Job could then share
+    /// the last room with one of ours. The Lease does not fence writes to Jobs (kube-apiserver
+    /// has no precondition across objects). After failed renewals the lease passes
+    /// `leaseDuration` − `renewDeadline` after the old leader stopped deciding, which its
+    /// writes in flight usually land within; a Lease given up on SIGTERM passes at once, and
+    /// the old leader does not wait for its writes in flight first (docs/dispatcher.md).
+    fn watch_jobs(&mut self) {
+        for w in self.job_watches.drain(..) {
+            w.abort();
+        }
+        self.jobs_generation += 1;
+        self.synced.jobs.clear();
+        self.world.state.jobs_synced = false;
+        let generation = self.jobs_generation;
+        for &kind in &self.kinds {
+            let jobs: Api<DynamicObject> = Api::all_with(self.ctx.client.clone(), &kind.resource());
+            let cfg = watcher::Config::default()
+                .labels(crate::wellknown::QUEUE_LABEL)
+                .list_semantic(watcher::ListSemantic::MostRecent);
+            self.job_watches.push(forward(
+                watcher::watcher(jobs, cfg)
+                    .default_backoff()
+                    .map(|e| e.map(json_change)),
+                self.tx.clone(),
+                format!("manager {}", kind.plural()),
+                move |change| Input::Jobs {
+                    kind,
+                    generation,
+                    change,
+                },
+            ));
         }
     }
 
@@ -706,7 +758,15 @@ impl Live {
             );
         }
         match input {
-            Input::Jobs(kind, change) => self.jobs_changed(kind, change),
+            Input::Jobs {
+                kind,
+                generation,
+                change,
+            } => {
+                if generation == self.jobs_generation {
+                    self.jobs_changed(kind, change);
+                }
+            }
             Input::Queues(change) => self.queues_changed(change),
             Input::Namespaces(change) => self.namespaces_changed(change),
             Input::Priorities(change) => self.priorities_changed(change),
