@@ -12,8 +12,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LeaderError {
@@ -281,13 +283,69 @@ fn unreachable_lease() -> Result<Lease, kube::Error> {
     Err(kube::Error::Service("internal: no Lease to update".into()))
 }
 
-/// Runs the election until `stop` turns true (then releases the Lease if held), publishing
-/// whether this replica leads on `leading`.
+/// The writes a leader has sent and not seen answered yet: each holds a [`WriteGuard`] until
+/// it is answered or given up.
+///
+/// A leader that stops (SIGTERM) gives its Lease up so that a successor leads at once. A claim
+/// it sent just before could still land after the successor's first list of the Jobs, and the
+/// successor would admit into quota that claim had taken: the Lease does not fence writes to
+/// other objects. So the Lease is given up only once these writes are answered; writes still
+/// unanswered after the renew deadline leave the Lease to expire on its own, and the successor
+/// waits out `leaseDuration` first.
+#[derive(Clone, Default)]
+pub struct WritesInFlight(Arc<Writes>);
+
+#[derive(Default)]
+struct Writes {
+    count: AtomicUsize,
+    none: Notify,
+}
+
+/// One write in flight; dropping it says the write is answered or given up.
+pub struct WriteGuard(Arc<Writes>);
+
+impl WritesInFlight {
+    pub fn begin(&self) -> WriteGuard {
+        self.0.count.fetch_add(1, Ordering::SeqCst);
+        WriteGuard(self.0.clone())
+    }
+
+    /// How many writes are in flight now.
+    pub fn count(&self) -> usize {
+        self.0.count.load(Ordering::SeqCst)
+    }
+
+    /// Returns once no write is in flight.
+    pub async fn drained(&self) {
+        loop {
+            let none = self.0.none.notified();
+            tokio::pin!(none);
+            // Registered before the count is read: a last write answered in between wakes it.
+            none.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.none.notify_waiters();
+        }
+    }
+}
+
+/// Runs the election until `stop` turns true (then releases the Lease if held, once `writes`
+/// are answered), publishing whether this replica leads on `leading`.
 pub async fn run(
     client: kube::Client,
     config: ElectionConfig,
     leading: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
+    writes: WritesInFlight,
 ) {
     let mut elector = Elector {
         api: Api::namespaced(client, &config.namespace),
@@ -358,6 +416,23 @@ pub async fn run(
     }
     if *leading.borrow() {
         leading.send_replace(false);
+        let in_flight = writes.count();
+        if tokio::time::timeout(config.renew_deadline, writes.drained())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                writes = writes.count(),
+                "writes still in flight after the renew deadline: the Lease is left to expire, so that no successor admits before they land"
+            );
+            return;
+        }
+        if in_flight > 0 {
+            tracing::info!(
+                writes = in_flight,
+                "writes in flight answered before giving the Lease up"
+            );
+        }
         let _ = tokio::time::timeout(config.renew_deadline, elector.release()).await;
     }
 }

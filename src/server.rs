@@ -380,6 +380,8 @@ fn start_manager(
     let mut notes = Vec::new();
     let mut background = Vec::new();
     let le = &settings.leader_election;
+    // The dispatcher's writes, which the Lease is given up after (see `WritesInFlight`).
+    let writes = crate::leader::WritesInFlight::default();
     let (leader, election, leader_line) = if le.enabled {
         let config = crate::leader::ElectionConfig {
             namespace: namespace.clone(),
@@ -395,7 +397,13 @@ fn start_manager(
         );
         tracing::info!(lease = %config.lease_name, identity = %config.identity, "leader election");
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(crate::leader::run(client.clone(), config, tx, stop));
+        let task = tokio::spawn(crate::leader::run(
+            client.clone(),
+            config,
+            tx,
+            stop,
+            writes.clone(),
+        ));
         (
             rx.clone(),
             Some((task, le.renew_deadline)),
@@ -473,6 +481,7 @@ fn start_manager(
                 leader: leader.clone(),
                 inventory: store.clone(),
                 metrics: Some(metrics.clone()),
+                writes,
             },
             options,
             dispatcher_stop,
@@ -509,9 +518,11 @@ impl Running {
         for server in self.servers {
             let _ = server.await;
         }
-        // The Lease is given up before the process goes, so a successor leads at once.
+        // The Lease is given up before the process goes, so a successor leads at once: after
+        // the dispatcher's writes in flight are answered (up to the renew deadline), then the
+        // release itself (up to the renew deadline again).
         if let Some((election, limit)) = self.election {
-            let _ = tokio::time::timeout(limit + Duration::from_secs(1), election).await;
+            let _ = tokio::time::timeout(2 * limit + Duration::from_secs(1), election).await;
         }
         for task in self.background {
             task.abort();

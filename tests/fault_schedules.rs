@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 use switchyard::dispatcher::live::{self, Inputs, LiveOptions};
 use switchyard::dispatcher::DispatchConfig;
 use switchyard::inventory::InventoryStore;
+use switchyard::leader::WritesInFlight;
 use switchyard::rng::Rng;
 use switchyard::workers::registry::{WorkerView, Workers, WorkersPublisher};
 use tokio::sync::watch;
@@ -312,6 +313,9 @@ struct Replica {
     clients: Vec<kube::Client>,
     crash: Arc<Tripwire>,
     hand_over: Arc<Tripwire>,
+    /// Its writes not answered yet: an instant hand-over waits for them, as `serve` does
+    /// before it gives the Lease up (`leader::WritesInFlight`).
+    writes: WritesInFlight,
 }
 
 impl Drop for Replica {
@@ -485,6 +489,7 @@ impl Rig {
             clients,
             crash,
             hand_over,
+            writes: WritesInFlight::default(),
         };
         self.publish_to(&replica);
         let handle = live::start(
@@ -494,6 +499,7 @@ impl Rig {
                 leader: leader_rx,
                 inventory: self.store.clone(),
                 metrics: None,
+                writes: replica.writes.clone(),
             },
             options(),
             stop_rx,
@@ -579,7 +585,15 @@ impl Rig {
                 format!("{} lost the lease", self.replicas[old].name),
             ));
         }
-        if self.lease_passes_at.is_some_and(|at| Instant::now() >= at) {
+        // An instant hand-over is a Lease given up on SIGTERM: once the old leader's writes
+        // are answered, as `leader::run` does; writes unanswered for longer leave the Lease
+        // to expire (`HANDOVER_GAP`).
+        let waiting_for_writes =
+            self.handover_gap.is_zero() && self.replicas[1 - self.leader].writes.count() > 0;
+        if self.lease_passes_at.is_some_and(|at| {
+            let now = Instant::now();
+            now >= at && (!waiting_for_writes || now >= at + HANDOVER_GAP)
+        }) {
             self.lease_passes_at = None;
             let _ = self.replicas[self.leader].leader.send(true);
             self.log.push((

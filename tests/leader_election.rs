@@ -50,7 +50,7 @@ struct Candidate {
 fn candidate(client: kube::Client, config: ElectionConfig) -> Candidate {
     let (tx, leading) = watch::channel(false);
     let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(leader::run(client, config, tx, stop_rx));
+    let task = tokio::spawn(leader::run(client, config, tx, stop_rx, Default::default()));
     Candidate {
         leading,
         stop,
@@ -358,4 +358,83 @@ async fn a_valid_lease_of_another_is_followed() {
         "a follower never writes"
     );
     c.stop().await;
+}
+
+/// The holder of the Lease as the fake API has it.
+fn holder(api: &FakeApi) -> Option<String> {
+    api.get(LEASES, "switchyard-system", "switchyard-leader")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_are_answered() {
+    let api = FakeApi::start().await;
+    let writes = leader::WritesInFlight::default();
+    let (tx, mut leading) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(leader::run(
+        api.client(),
+        config("switchyard-0"),
+        tx,
+        stop_rx,
+        writes.clone(),
+    ));
+    tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
+        .await
+        .expect("it leads")
+        .unwrap();
+    // A claim sent just before SIGTERM, not answered yet.
+    let write = writes.begin();
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), leading.wait_for(|l| !*l))
+        .await
+        .expect("it stops deciding at once")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        holder(&api).as_deref(),
+        Some("switchyard-0"),
+        "the Lease was given up with a write in flight: a successor could admit before it lands"
+    );
+    assert!(!task.is_finished());
+    // Answered: now the Lease goes, well before it would expire.
+    drop(write);
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the election ends once the write is answered")
+        .unwrap();
+    assert_eq!(holder(&api), None, "the Lease is given up");
+}
+
+#[tokio::test]
+async fn a_stopping_leader_whose_write_is_never_answered_leaves_the_lease_to_expire() {
+    let api = FakeApi::start().await;
+    let writes = leader::WritesInFlight::default();
+    let (tx, mut leading) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(leader::run(
+        api.client(),
+        config("switchyard-0"),
+        tx,
+        stop_rx,
+        writes.clone(),
+    ));
+    tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
+        .await
+        .expect("it leads")
+        .unwrap();
+    let _stuck = writes.begin();
+    let stopped = Instant::now();
+    stop.send_replace(true);
+    // The renew deadline (1 s here) bounds the wait; the Lease is then not given up.
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the election ends after the renew deadline")
+        .unwrap();
+    assert!(stopped.elapsed() >= Duration::from_millis(1000));
+    assert_eq!(
+        holder(&api).as_deref(),
+        Some("switchyard-0"),
+        "kept until it expires: a successor waits out leaseDuration, the write's time to land"
+    );
 }

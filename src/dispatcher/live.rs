@@ -126,6 +126,9 @@ pub struct Inputs {
     pub leader: watch::Receiver<bool>,
     pub inventory: Arc<InventoryStore>,
     pub metrics: Option<Arc<Metrics>>,
+    /// Every write to Jobs and copies holds a guard of this until answered, so that the
+    /// Lease is given up only after them (see [`crate::leader::WritesInFlight`]).
+    pub writes: crate::leader::WritesInFlight,
 }
 
 /// A Job's objects in `client`'s cluster, of its kind, read and written as JSON so that fields
@@ -370,6 +373,7 @@ struct Ctx {
     config: DispatchConfig,
     recorder: Recorder,
     metrics: Option<Arc<Metrics>>,
+    writes: crate::leader::WritesInFlight,
 }
 
 impl Ctx {
@@ -482,6 +486,7 @@ async fn run(
         mut leader,
         inventory,
         metrics,
+        writes,
     } = inputs;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let reporter = Reporter {
@@ -494,6 +499,7 @@ async fn run(
         config: options.config.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
+        writes,
     });
     let kinds = kinds(&client, options.jobsets).await;
     let sources = watch_manager(&client, &tx);
@@ -1463,7 +1469,9 @@ impl Live {
         let tx = self.tx.clone();
         let semaphore = self.semaphore.clone();
         let limit = self.options.write_timeout;
+        let in_flight = self.ctx.writes.begin();
         tokio::spawn(async move {
+            let _in_flight = in_flight;
             let _permit = semaphore.acquire_owned().await;
             let write = write_job(&ctx, before, raw, actions, clients, now);
             let done = match tokio::time::timeout(limit, write).await {
@@ -1509,7 +1517,9 @@ impl Live {
         let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
         let (job, origin_uid, reason) = (job.clone(), origin_uid.clone(), *reason);
         let semaphore = self.semaphore.clone();
+        let in_flight = self.ctx.writes.begin();
         tokio::spawn(async move {
+            let _in_flight = in_flight;
             let _permit = semaphore.acquire_owned().await;
             let mut done = Done {
                 deleted: Some(id.clone()),

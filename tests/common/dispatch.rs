@@ -189,6 +189,7 @@ impl Fleet {
                 leader: leader_rx,
                 inventory: self.store.clone(),
                 metrics,
+                writes: Default::default(),
             },
             options,
             stop_rx,
