@@ -1,23 +1,34 @@
 //! Fault schedules: the live dispatcher (two replicas, the real `kube::Client`, real HTTP to
 //! fake API servers on loopback: a manager and three workers) driven through randomized
-//! schedules. Each schedule mixes Job arrivals, their pods starting and finishing, workers cut
+//! schedules. Every schedule has the queue `research`; by its seed (`seed % 16`, one bit each)
+//! it also has `dev` (a smaller quota, two of the workers), `ready` (`waitForPodsReady` with a
+//! 1 s timeout and a requeuing limit of 1), `wide` (`placement.fanout: 2`) and JobSets
+//! (jobset.x-k8s.io/v1alpha2, served by every server; about a third of the arrivals are
+//! JobSets). Each schedule mixes Job arrivals, their pods starting and finishing, workers cut
 //! off and back, the leader stepping down (the standby leads a lease gap later, or at once for
 //! about half of the hand-overs, as after a release on SIGTERM) and the leader
 //! killed (a new replica leads at once) right after its Nth write, 409,
 //! 429 and 500 answers, writes that land but whose answer is lost (a 500, or an answer past
 //! the write timeout), writes that land only after the write timeout, and watches ended and
 //! answered 410 Gone. After every step:
-//! - no Job has two running copies (the queue has no fanout; a copy in a worker that was cut
-//!   off and whose Job was given up for lost is exempt, as documented, until it is removed);
-//! - the queue's quota is not exceeded, counted both by the copies that run and by the Jobs
-//!   the manager shows claimed;
-//! - no Job is lost, and a result the manager records comes from a copy that ended so;
-//! - no status write to the manager broke the API server's Job status rules (the fake API
-//!   refuses them as kube-apiserver does, tests/common/job_rules.rs), and the dispatcher
-//!   reported none as refused.
+//! - no Job has two running copies (a copy in a worker that was cut off and whose Job was
+//!   given up for lost is exempt, as documented, until it is removed); a Job of the fanout
+//!   queue runs in at most `fanout` workers, each one it was offered to (docs/dispatcher.md,
+//!   "One worker at a time, and fanout");
+//! - no queue's quota is exceeded, counted both by the copies that run (a Job once, however
+//!   many copies it has) and by the Jobs the manager shows claimed or offered;
+//! - no Job is lost, and a result the manager records comes from a copy that ended so; an end
+//!   the manager shows (`Complete`, `Failed`, a JobSet's `Completed`) is never undone;
+//! - a requeue is counted only in the `waitForPodsReady` queue, never past its limit, with a
+//!   `Requeued` reason; a Job deactivated at the limit stays suspended, unclaimed, and says so
+//!   (`Deactivated`, `RequeuingLimitExceeded`);
+//! - no status write to the manager broke the API server's Job status rules or the JobSet
+//!   CRD's schema (the fake API refuses them as kube-apiserver does, tests/common/job_rules.rs
+//!   and tests/common/jobset_rules.rs), and the dispatcher reported none as refused.
 //!
 //! At the end every fault is healed and every copy allowed to finish: each Job must end with
-//! its result, with no copy left anywhere, and meanwhile say why it waits.
+//! its result (or deactivated, with no copy left), with no copy left anywhere, a fanout Job's
+//! losing copies gone once the fleet settles, and meanwhile say why it waits.
 //!
 //!     cargo test --test fault_schedules -- --nocapture               # CI: 12 schedules
 //!     SWITCHYARD_FAULTS_SCHEDULES=10000 cargo test --release --test fault_schedules -- --nocapture
@@ -35,14 +46,15 @@ mod common;
 
 use common::dispatch::{inventory_yaml, job, namespace, queue, WorkerSpec, NS};
 use common::fake_api::{
-    FakeApi, Loss, Refusal, Tripwire, DISPATCH_QUEUES, EVENTS, JOBS, NAMESPACES, PRIORITY_CLASSES,
+    FakeApi, Loss, Refusal, Tripwire, DISPATCH_QUEUES, EVENTS, JOBS, JOBSETS, NAMESPACES,
+    PRIORITY_CLASSES,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use switchyard::dispatcher::live::{self, Inputs, LiveOptions};
+use switchyard::dispatcher::live::{self, Inputs, JobSets, LiveOptions};
 use switchyard::dispatcher::DispatchConfig;
 use switchyard::inventory::InventoryStore;
 use switchyard::leader::WritesInFlight;
@@ -53,12 +65,116 @@ use tokio::sync::watch;
 const CLAIM: &str = "switchyard.dev/cluster";
 const RESULT: &str = "switchyard.dev/result";
 const ORIGIN_UID: &str = "switchyard.dev/origin-uid";
+const OFFERED: &str = "switchyard.dev/offered-to";
+const REQUEUES: &str = "switchyard.dev/requeues";
 /// What one check looks at: status rules kept (writes, and none refused by the dispatcher
-/// itself), requests within RBAC, no Job lost, results from copies that ended so, one running
-/// copy per Job, quota by running copies, quota by claims.
-const INVARIANTS: u64 = 7;
-/// The queue's CPU quota.
-const QUOTA: u32 = 10;
+/// itself), requests within RBAC, no Job lost, results from copies that ended so, ends never
+/// undone, one running copy per Job (fanout: copies only where offered, at most `fanout`),
+/// quota by running copies, quota by claims and offers, requeue counts and deactivation.
+const INVARIANTS: u64 = 9;
+
+/// A DispatchQueue of the campaign. They share the workers.
+struct QueueSpec {
+    name: &'static str,
+    /// Indices into [`WORKERS`].
+    workers: &'static [usize],
+    /// CPUs.
+    quota: u32,
+    /// `placement.fanout`.
+    fanout: usize,
+    /// `waitForPodsReady` on: all pods Ready within [`READY_TIMEOUT`], requeued with a 1 s
+    /// back-off, deactivated at [`READY_LIMIT`].
+    pods_ready: bool,
+}
+
+const QUEUES: [QueueSpec; 4] = [
+    QueueSpec {
+        name: "research",
+        workers: &[0, 1, 2],
+        quota: 10,
+        fanout: 1,
+        pods_ready: false,
+    },
+    QueueSpec {
+        name: "dev",
+        workers: &[1, 2],
+        quota: 6,
+        fanout: 1,
+        pods_ready: false,
+    },
+    QueueSpec {
+        name: "ready",
+        workers: &[0, 1, 2],
+        quota: 8,
+        fanout: 1,
+        pods_ready: true,
+    },
+    QueueSpec {
+        name: "wide",
+        workers: &[0, 1, 2],
+        quota: 8,
+        fanout: 2,
+        pods_ready: false,
+    },
+];
+const READY_TIMEOUT: &str = "1s";
+/// One counted requeue; the next timeout deactivates the Job.
+const READY_LIMIT: u32 = 1;
+/// A JobSet's pods: `driver` (1 Job of 1 pod) and `workers` (2 Jobs of 2 pods).
+const JOBSET_PODS: u32 = 5;
+
+/// What a schedule runs besides `research`, by its seed: one bit each, so that 16 seeds in a
+/// row cover every mix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Setup {
+    /// Which of [`QUEUES`] exist (`research` always).
+    queues: [bool; QUEUES.len()],
+    /// The JobSet API is served (manager and workers) and dispatched.
+    jobsets: bool,
+}
+
+fn setup(seed: u64) -> Setup {
+    let bits = seed % 16;
+    Setup {
+        queues: [true, bits & 1 != 0, bits & 2 != 0, bits & 4 != 0],
+        jobsets: bits & 8 != 0,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Job,
+    JobSet,
+}
+
+impl Kind {
+    fn path(self) -> &'static str {
+        match self {
+            Kind::Job => JOBS,
+            Kind::JobSet => JOBSETS,
+        }
+    }
+}
+
+/// A Job (or JobSet) submitted.
+#[derive(Debug, Clone, Copy)]
+struct Submitted {
+    /// Index into [`QUEUES`].
+    queue: usize,
+    kind: Kind,
+    pods: u32,
+    /// CPUs of each pod.
+    cpu: u32,
+}
+
+impl Submitted {
+    fn cpus(&self) -> u32 {
+        self.pods * self.cpu
+    }
+    fn queue(&self) -> &'static QueueSpec {
+        &QUEUES[self.queue]
+    }
+}
 const WORKERS: [WorkerSpec; 3] = [
     WorkerSpec {
         name: "w0",
@@ -122,19 +238,26 @@ enum Server {
 /// whose Job was never submitted (shrinking removed it) does nothing.
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
-    /// A Job of `pods` pods of `cpu` CPUs each arrives in the queue.
+    /// A Job (or JobSet) of `pods` pods of `cpu` CPUs each arrives in queue `queue` (an
+    /// index into [`QUEUES`]).
     Submit {
         job: usize,
+        queue: usize,
+        kind: Kind,
         pods: u32,
         cpu: u32,
     },
-    /// The pods of the Job's copy in its claimed worker run, all Ready.
+    /// The pods of the Job's copy in its claimed worker run, all Ready (not yet chosen among
+    /// several offers: the copy in the `pick`th worker offered).
     Start {
         job: usize,
+        pick: usize,
     },
-    /// The Job's copy in its claimed worker ends, succeeded or failed.
+    /// The Job's copy in its claimed worker (or the `pick`th offered) ends, succeeded or
+    /// failed.
     Finish {
         job: usize,
+        pick: usize,
         ok: bool,
     },
     /// The worker cannot be reached (its copies run on).
@@ -200,8 +323,10 @@ fn method(rng: &mut Rng, server: Server) -> &'static str {
     methods[rng.below(methods.len() as u64) as usize]
 }
 
-/// The schedule of `seed`, `len` steps long.
-fn schedule(seed: u64, len: usize) -> Vec<Step> {
+/// The schedule of `seed`, `len` steps long, and what it runs on.
+fn schedule(seed: u64, len: usize) -> (Setup, Vec<Step>) {
+    let setup = setup(seed);
+    let queues: Vec<usize> = (0..QUEUES.len()).filter(|q| setup.queues[*q]).collect();
     let mut rng = Rng::new(seed);
     let mut steps = Vec::with_capacity(len);
     let mut submitted = 0usize;
@@ -211,20 +336,41 @@ fn schedule(seed: u64, len: usize) -> Vec<Step> {
         let roll = if submitted == 0 { 0 } else { rng.below(100) };
         let step = match roll {
             0..=17 => {
-                let pods = 1 + rng.below(3) as u32;
-                let cpu = 1 + rng.below(if pods == 1 { 4 } else { 3 }) as u32;
+                let queue = queues[pick(&mut rng, queues.len())];
+                let kind = if setup.jobsets && rng.percent(35) {
+                    Kind::JobSet
+                } else {
+                    Kind::Job
+                };
+                // Each fits its queue's quota and some worker of it.
+                let (pods, cpu) = loop {
+                    let (pods, cpu) = match kind {
+                        Kind::JobSet => (JOBSET_PODS, 1),
+                        Kind::Job => {
+                            let pods = 1 + rng.below(3) as u32;
+                            (pods, 1 + rng.below(if pods == 1 { 4 } else { 3 }) as u32)
+                        }
+                    };
+                    if pods * cpu <= QUEUES[queue].quota {
+                        break (pods, cpu);
+                    }
+                };
                 submitted += 1;
                 Step::Submit {
                     job: submitted - 1,
+                    queue,
+                    kind,
                     pods,
                     cpu,
                 }
             }
             18..=29 => Step::Start {
                 job: pick(&mut rng, submitted),
+                pick: pick(&mut rng, 2),
             },
             30..=45 => Step::Finish {
                 job: pick(&mut rng, submitted),
+                pick: pick(&mut rng, 2),
                 ok: rng.percent(80),
             },
             46..=50 => {
@@ -296,7 +442,7 @@ fn schedule(seed: u64, len: usize) -> Vec<Step> {
         };
         steps.push(step);
     }
-    steps
+    (setup, steps)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -327,6 +473,7 @@ impl Drop for Replica {
 }
 
 struct Rig {
+    setup: Setup,
     manager: FakeApi,
     workers: Vec<FakeApi>,
     store: Arc<InventoryStore>,
@@ -343,8 +490,10 @@ struct Rig {
     /// Every hand-over passes at once (`SWITCHYARD_FAULTS_INSTANT_HANDOVER=1`).
     instant_handovers: bool,
     started: usize,
-    /// The Jobs submitted: (pods, cpu each).
-    jobs: Vec<(u32, u32)>,
+    /// The Jobs submitted.
+    jobs: Vec<Submitted>,
+    /// Jobs the manager was seen to show ended (`Complete`, `Failed`, `Completed`).
+    seen_ended: BTreeSet<usize>,
     /// Copies (by uid) in a worker while it was cut off: given up for lost.
     lost: HashSet<String>,
     /// Jobs whose copy we ended, succeeded or failed.
@@ -371,8 +520,13 @@ impl Drop for Rig {
     }
 }
 
-fn options() -> LiveOptions {
+fn options(setup: Setup) -> LiveOptions {
     LiveOptions {
+        jobsets: if setup.jobsets {
+            JobSets::Enabled
+        } else {
+            JobSets::Disabled
+        },
         config: DispatchConfig {
             create_retry_after: Duration::from_millis(300),
             wait_rewrite_after: Duration::from_millis(500),
@@ -398,12 +552,102 @@ fn is_true(obj: &Value, type_: &str) -> bool {
     })
 }
 
+/// Ended: a Job `Complete` or `Failed`, a JobSet `Completed` or `Failed`.
 fn terminal(obj: &Value) -> bool {
-    is_true(obj, "Complete") || is_true(obj, "Failed")
+    is_true(obj, "Complete") || is_true(obj, "Failed") || is_true(obj, "Completed")
+}
+
+/// A JobSet as the manager's API server stores it after the webhooks (suspended, managed by
+/// the dispatcher): the captured `trainer` (tests/fixtures/kube-api/jobset), renamed, in
+/// queue `queue`, every pod asking for `cpu` CPUs.
+fn jobset(name: &str, uid: &str, queue: &str, cpu: u32) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/kube-api/jobset/get_jobset_queued.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let exchange: Value = serde_json::from_str(&text).expect("an exchange is JSON");
+    let mut js = exchange["response"]["body"].clone();
+    let meta = js["metadata"].as_object_mut().expect("metadata");
+    meta.remove("managedFields");
+    meta.insert("name".into(), name.into());
+    meta.insert("uid".into(), uid.into());
+    js["metadata"]["labels"]["switchyard.dev/queue-name"] = queue.into();
+    for rj in js["spec"]["replicatedJobs"]
+        .as_array_mut()
+        .expect("replicatedJobs")
+    {
+        let pod = &mut rj["template"]["spec"]["template"]["spec"];
+        let resources = json!({"cpu": cpu.to_string(), "memory": "1Gi"});
+        pod["containers"][0]["resources"] = json!({"requests": resources, "limits": resources});
+    }
+    js
+}
+
+/// A JobSet copy's status as the worker's JobSet controller writes it: `workers` (2 Jobs)
+/// and `driver` (1 Job), `ready` of each Ready, `done` of each ended so.
+fn jobset_status(ready: bool, ended: Option<bool>, now: &str) -> Value {
+    let rjs = |name: &str, jobs: u32| {
+        let (active, ready_jobs, succeeded, failed) = match ended {
+            None => (jobs, if ready { jobs } else { 0 }, 0, 0),
+            Some(true) => (0, 0, jobs, 0),
+            Some(false) => (jobs - 1, 0, 0, 1),
+        };
+        json!({"name": name, "active": active, "ready": ready_jobs, "succeeded": succeeded,
+               "failed": failed, "suspended": 0})
+    };
+    let mut status = json!({"replicatedJobsStatus": [rjs("workers", 2), rjs("driver", 1)],
+                            "restarts": 0});
+    let end = |type_: &str, reason: &str, message: &str| {
+        json!([{"type": type_, "status": "True", "reason": reason, "message": message,
+                "lastTransitionTime": now}])
+    };
+    match ended {
+        Some(true) => {
+            status["conditions"] = end(
+                "Completed",
+                "AllJobsCompleted",
+                "jobset completed successfully",
+            );
+            status["terminalState"] = "Completed".into();
+        }
+        Some(false) => {
+            status["conditions"] = end(
+                "Failed",
+                "FailedJobs",
+                "jobset failed due to one or more job failures (first failed job: workers-0)",
+            );
+            status["terminalState"] = "Failed".into();
+        }
+        None => {}
+    }
+    status
 }
 
 fn annotation<'a>(obj: &'a Value, name: &str) -> Option<&'a str> {
     obj["metadata"]["annotations"][name].as_str()
+}
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The workers a manager Job keeps: the one it is claimed for, or those it is offered to.
+fn kept_by(j: &Value) -> Vec<&str> {
+    match annotation(j, CLAIM) {
+        Some(claim) => vec![claim],
+        None => annotation(j, OFFERED)
+            .map(|o| {
+                o.split(',')
+                    .map(str::trim)
+                    .filter(|w| !w.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
 }
 
 fn now() -> String {
@@ -411,34 +655,48 @@ fn now() -> String {
 }
 
 impl Rig {
-    async fn start() -> Rig {
+    async fn start(setup: Setup) -> Rig {
         switchyard::install_crypto_provider();
         let manager = FakeApi::start().await;
         manager.check_rbac(switchyard::rbac::Role::Manager);
+        if setup.jobsets {
+            manager.serve_jobsets();
+        }
         manager.enforce_job_status_rules();
         manager.upsert(NAMESPACES, namespace(NS));
         manager.upsert(
             PRIORITY_CLASSES,
             json!({"metadata": {"name": "high"}, "value": 1000, "globalDefault": false}),
         );
-        let names: Vec<&str> = WORKERS.iter().map(|w| w.name).collect();
-        manager.upsert(
-            DISPATCH_QUEUES,
-            queue(
-                "research",
-                &names,
-                json!({"quota": {"cpu": QUOTA.to_string()}, "workerLostTimeout": "1s"}),
-            ),
-        );
+        for (q, spec) in QUEUES.iter().enumerate() {
+            if !setup.queues[q] {
+                continue;
+            }
+            let names: Vec<&str> = spec.workers.iter().map(|w| WORKERS[*w].name).collect();
+            let mut extra =
+                json!({"quota": {"cpu": spec.quota.to_string()}, "workerLostTimeout": "1s"});
+            if spec.fanout > 1 {
+                extra["placement"] = json!({"fanout": spec.fanout});
+            }
+            if spec.pods_ready {
+                extra["waitForPodsReady"] = json!({"enabled": true, "timeout": READY_TIMEOUT,
+                    "requeuing": {"backoffBase": "1s", "backoffMax": "2s", "limit": READY_LIMIT}});
+            }
+            manager.upsert(DISPATCH_QUEUES, queue(spec.name, &names, extra));
+        }
         let inventory = switchyard::inventory::parse_yaml(&inventory_yaml(&WORKERS)).unwrap();
         let mut workers = Vec::new();
         for _ in &WORKERS {
             let api = FakeApi::start().await;
             api.check_rbac(switchyard::rbac::Role::WorkerSide);
+            if setup.jobsets {
+                api.serve_jobsets();
+            }
             api.upsert(NAMESPACES, namespace(NS));
             workers.push(api);
         }
         let mut rig = Rig {
+            setup,
             manager,
             workers,
             store: Arc::new(InventoryStore::new(inventory)),
@@ -450,6 +708,7 @@ impl Rig {
             instant_handovers: std::env::var_os("SWITCHYARD_FAULTS_INSTANT_HANDOVER").is_some(),
             started: 0,
             jobs: Vec::new(),
+            seen_ended: BTreeSet::new(),
             lost: HashSet::new(),
             ended_ok: BTreeSet::new(),
             ended_failed: BTreeSet::new(),
@@ -501,7 +760,7 @@ impl Rig {
                 metrics: None,
                 writes: replica.writes.clone(),
             },
-            options(),
+            options(self.setup),
             stop_rx,
         );
         // The task ends by itself once stopped (see `Drop`).
@@ -628,35 +887,52 @@ impl Rig {
     }
 
     fn manager_job(&self, i: usize) -> Option<Value> {
-        self.manager.get(JOBS, NS, &job_name(i))
+        self.manager.get(self.jobs[i].kind.path(), NS, &job_name(i))
     }
 
-    /// The copy of Job `i` in the worker its manager Job is claimed for.
-    fn claimed_copy(&self, i: usize) -> Option<(usize, Value)> {
+    /// Job `i`'s copy in worker `w`, if it is one of the manager Job's copies.
+    fn copy_in(&self, i: usize, w: usize) -> Option<Value> {
+        let copy = self.workers[w].get(self.jobs[i].kind.path(), NS, &job_name(i))?;
         let j = self.manager_job(i)?;
-        let claim = annotation(&j, CLAIM)?;
-        let w = WORKERS.iter().position(|s| s.name == claim)?;
-        let copy = self.workers[w].get(JOBS, NS, &job_name(i))?;
-        (copy["metadata"]["labels"][ORIGIN_UID] == j["metadata"]["uid"]).then_some((w, copy))
+        (copy["metadata"]["labels"][ORIGIN_UID] == j["metadata"]["uid"]).then_some(copy)
     }
 
-    fn set_copy_status(&self, w: usize, mut copy: Value, status: Value) {
+    /// The copy of Job `i` in the worker its manager Job is claimed for, or, while it is
+    /// offered to several, in the `pick`th of them (round).
+    fn claimed_copy(&self, i: usize, pick: usize) -> Option<(usize, Value)> {
+        let j = self.manager_job(i)?;
+        let worker = match annotation(&j, CLAIM) {
+            Some(claim) => claim.to_string(),
+            None => {
+                let offers: Vec<&str> = annotation(&j, OFFERED)?.split(',').collect();
+                offers[pick % offers.len()].trim().to_string()
+            }
+        };
+        let w = WORKERS.iter().position(|s| s.name == worker)?;
+        Some((w, self.copy_in(i, w)?))
+    }
+
+    fn set_copy_status(&self, i: usize, w: usize, mut copy: Value, status: Value) {
         copy["status"] = status;
-        self.workers[w].upsert(JOBS, copy);
+        self.workers[w].upsert(self.jobs[i].kind.path(), copy);
     }
 
-    fn start_copy(&self, i: usize) {
-        let Some((w, copy)) = self.claimed_copy(i) else {
+    fn start_copy(&self, i: usize, pick: usize) {
+        let Some((w, copy)) = self.claimed_copy(i, pick) else {
             return;
         };
         if terminal(&copy) {
             return;
         }
-        let pods = self.jobs[i].0;
+        if self.jobs[i].kind == Kind::JobSet {
+            return self.set_copy_status(i, w, copy, jobset_status(true, None, &now()));
+        }
+        let pods = self.jobs[i].pods;
         let start = copy["status"]["startTime"]
             .as_str()
             .map_or_else(now, str::to_string);
         self.set_copy_status(
+            i,
             w,
             copy,
             json!({"active": pods, "ready": pods, "startTime": start,
@@ -664,14 +940,22 @@ impl Rig {
         );
     }
 
-    fn finish_copy(&mut self, i: usize, ok: bool) {
-        let Some((w, copy)) = self.claimed_copy(i) else {
+    fn finish_copy(&mut self, i: usize, pick: usize, ok: bool) {
+        let Some((w, copy)) = self.claimed_copy(i, pick) else {
             return;
         };
         if terminal(&copy) {
             return;
         }
-        let pods = self.jobs[i].0;
+        if self.jobs[i].kind == Kind::JobSet {
+            if ok {
+                self.ended_ok.insert(i);
+            } else {
+                self.ended_failed.insert(i);
+            }
+            return self.set_copy_status(i, w, copy, jobset_status(false, Some(ok), &now()));
+        }
+        let pods = self.jobs[i].pods;
         let start = copy["status"]["startTime"]
             .as_str()
             .map_or_else(now, str::to_string);
@@ -693,12 +977,12 @@ impl Rig {
                    "conditions": [cond("FailureTarget", "BackoffLimitExceeded"),
                                   cond("Failed", "BackoffLimitExceeded")]})
         };
-        self.set_copy_status(w, copy, status);
+        self.set_copy_status(i, w, copy, status);
     }
 
     /// Copies in the worker now are given up for lost (it is cut off, or back from it).
     fn mark_lost(&mut self, w: usize) {
-        for c in self.workers[w].list(JOBS) {
+        for c in self.copies(w) {
             if let Some(uid) = c["metadata"]["uid"].as_str() {
                 self.lost.insert(uid.to_string());
             }
@@ -744,22 +1028,41 @@ impl Rig {
     /// Carries out step `i` of the schedule.
     async fn apply(&mut self, i: usize, step: &Step) {
         match *step {
-            Step::Submit { job: i, pods, cpu } => {
+            Step::Submit {
+                job: i,
+                queue,
+                kind,
+                pods,
+                cpu,
+            } => {
                 if i != self.jobs.len() {
                     return;
                 }
-                self.jobs.push((pods, cpu));
-                self.manager
-                    .upsert(JOBS, job(&job_name(i), "research", pods, cpu));
+                self.jobs.push(Submitted {
+                    queue,
+                    kind,
+                    pods,
+                    cpu,
+                });
+                let name = job_name(i);
+                let queue = QUEUES[queue].name;
+                match kind {
+                    Kind::Job => self.manager.upsert(JOBS, job(&name, queue, pods, cpu)),
+                    Kind::JobSet => {
+                        let uid = format!("5e7a4c1d-0b2f-4e8a-9c3d-{i:012x}");
+                        self.manager
+                            .upsert(JOBSETS, jobset(&name, &uid, queue, cpu))
+                    }
+                };
             }
-            Step::Start { job: i } => {
+            Step::Start { job: i, pick } => {
                 if i < self.jobs.len() {
-                    self.start_copy(i);
+                    self.start_copy(i, pick);
                 }
             }
-            Step::Finish { job: i, ok } => {
+            Step::Finish { job: i, pick, ok } => {
                 if i < self.jobs.len() {
-                    self.finish_copy(i, ok);
+                    self.finish_copy(i, pick, ok);
                 }
             }
             Step::CutOff { worker } => self.cut_off(worker),
@@ -822,9 +1125,13 @@ impl Rig {
                 let path = r.uri.split('?').next().unwrap_or_default();
                 let created = r.body.as_ref().and_then(|b| b["metadata"]["name"].as_str());
                 let about = named.iter().find(|n| {
-                    path.ends_with(&format!("/jobs/{n}"))
-                        || path.ends_with(&format!("/jobs/{n}/status"))
-                        || (r.method == "POST" && path.ends_with("/jobs") && created == Some(n))
+                    ["jobs", "jobsets"].iter().any(|plural| {
+                        path.ends_with(&format!("/{plural}/{n}"))
+                            || path.ends_with(&format!("/{plural}/{n}/status"))
+                            || (r.method == "POST"
+                                && path.ends_with(&format!("/{plural}"))
+                                && created == Some(n))
+                    })
                 });
                 if about.is_none() {
                     continue;
@@ -867,7 +1174,7 @@ impl Rig {
         let violations = self.manager.status_violations();
         if !violations.is_empty() {
             return Err(format!(
-                "a status write broke the API server's Job status rules:\n{}",
+                "a status write broke the API server's status rules:\n{}",
                 violations.join("\n")
             ));
         }
@@ -890,24 +1197,32 @@ impl Rig {
         // The manager's Jobs, by uid.
         let mut by_uid = BTreeMap::new();
         for i in 0..self.jobs.len() {
+            let name = job_name(i);
             let Some(j) = self.manager_job(i) else {
-                return Err(format!("Job {} is lost from the manager", job_name(i)));
+                return Err(format!("Job {name} is lost from the manager"));
             };
             match annotation(&j, RESULT) {
                 Some("Succeeded") if !self.ended_ok.contains(&i) => {
                     return Err(format!(
-                        "Job {} is recorded Succeeded, but no copy of it succeeded",
-                        job_name(i)
+                        "Job {name} is recorded Succeeded, but no copy of it succeeded"
                     ))
                 }
                 Some("Failed") if !self.ended_failed.contains(&i) => {
                     return Err(format!(
-                        "Job {} is recorded Failed, but no copy of it failed",
-                        job_name(i)
+                        "Job {name} is recorded Failed, but no copy of it failed"
                     ))
                 }
                 _ => {}
             }
+            if terminal(&j) {
+                self.seen_ended.insert(i);
+            } else if self.seen_ended.contains(&i) {
+                return Err(format!(
+                    "Job {name}'s end was undone in the manager: conditions {}",
+                    j["status"]["conditions"]
+                ));
+            }
+            self.check_requeues(i, &j)?;
             let uid = j["metadata"]["uid"]
                 .as_str()
                 .unwrap_or_default()
@@ -915,10 +1230,9 @@ impl Rig {
             by_uid.insert(uid, (i, j));
         }
         // Copies that run: not ended, and not given up for lost.
-        let mut running: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-        let mut used = 0;
-        for (w, api) in self.workers.iter().enumerate() {
-            for c in api.list(JOBS) {
+        let mut running: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for w in 0..self.workers.len() {
+            for c in self.copies(w) {
                 let uid = c["metadata"]["uid"].as_str().unwrap_or_default();
                 let origin = c["metadata"]["labels"][ORIGIN_UID]
                     .as_str()
@@ -926,51 +1240,168 @@ impl Rig {
                 let Some((i, j)) = by_uid.get(origin) else {
                     continue;
                 };
-                let given_up = (self.cut_since[w].is_some() || self.lost.contains(uid))
-                    && annotation(j, CLAIM) != Some(WORKERS[w].name);
+                let kept = kept_by(j).contains(&WORKERS[w].name);
+                let given_up = (self.cut_since[w].is_some() || self.lost.contains(uid)) && !kept;
                 if terminal(&c) || given_up {
                     continue;
                 }
-                running
-                    .entry(job_name(*i))
-                    .or_default()
-                    .push(WORKERS[w].name);
-                used += self.jobs[*i].0 * self.jobs[*i].1;
+                running.entry(*i).or_default().push(WORKERS[w].name);
             }
         }
-        if let Some((name, places)) = running.iter().find(|(_, p)| p.len() > 1) {
-            return Err(format!("Job {name} runs in {places:?} at once"));
+        let mut used = [0u32; QUEUES.len()];
+        for (i, places) in &running {
+            let q = self.jobs[*i].queue();
+            let j = &self.manager_job(*i).unwrap_or_default();
+            if q.fanout <= 1 && places.len() > 1 {
+                return Err(format!("Job {} runs in {places:?} at once", job_name(*i)));
+            }
+            if places.len() > q.fanout {
+                return Err(format!(
+                    "Job {} of fanout {} runs in {places:?} at once",
+                    job_name(*i),
+                    q.fanout
+                ));
+            }
+            if q.fanout > 1 && places.len() > 1 {
+                let offered = self.ever_offered(*i);
+                if let Some(w) = places
+                    .iter()
+                    .find(|w| !offered.contains(**w) && !kept_by(j).contains(*w))
+                {
+                    return Err(format!(
+                        "Job {} runs in {places:?}, in {w} that it was never offered to (offers {offered:?}, claim {:?})",
+                        job_name(*i),
+                        annotation(j, CLAIM)
+                    ));
+                }
+            }
+            used[self.jobs[*i].queue] += self.jobs[*i].cpus();
         }
-        if used > QUOTA {
-            return Err(format!(
-                "copies that run use {used} CPUs of the queue's {QUOTA}: {running:?}"
-            ));
+        for (q, spec) in QUEUES.iter().enumerate() {
+            if used[q] > spec.quota {
+                let in_q: Vec<String> = running
+                    .iter()
+                    .filter(|(i, _)| self.jobs[**i].queue == q)
+                    .map(|(i, p)| format!("{} in {p:?}", job_name(*i)))
+                    .collect();
+                return Err(format!(
+                    "copies that run use {} CPUs of queue {}'s {}: {in_q:?}",
+                    used[q], spec.name, spec.quota
+                ));
+            }
         }
-        // Claimed in the manager and not ended there nor in the worker.
-        let mut claimed = Vec::new();
-        let mut held = 0;
+        // Claimed (or offered) in the manager and not ended there nor in the worker.
+        let mut claimed: Vec<Vec<String>> = vec![Vec::new(); QUEUES.len()];
+        let mut held = [0u32; QUEUES.len()];
         for (i, j) in by_uid.values() {
-            let Some(claim) = annotation(j, CLAIM) else {
+            let kept = kept_by(j);
+            if kept.is_empty() {
                 continue;
-            };
-            let ended_there = WORKERS
-                .iter()
-                .position(|s| s.name == claim)
-                .and_then(|w| self.workers[w].get(JOBS, NS, &job_name(*i)))
+            }
+            let ended_there = annotation(j, CLAIM)
+                .and_then(|claim| WORKERS.iter().position(|s| s.name == claim))
+                .and_then(|w| self.copy_in(*i, w))
                 .is_some_and(|c| terminal(&c));
             if terminal(j) || annotation(j, RESULT).is_some() || ended_there {
                 continue;
             }
-            claimed.push(format!("{} in {claim}", job_name(*i)));
-            held += self.jobs[*i].0 * self.jobs[*i].1;
+            let q = self.jobs[*i].queue;
+            claimed[q].push(format!("{} in {kept:?}", job_name(*i)));
+            held[q] += self.jobs[*i].cpus();
         }
-        if held > QUOTA {
-            return Err(format!(
-                "the Jobs claimed hold {held} CPUs of the queue's {QUOTA}: {claimed:?}"
-            ));
+        for (q, spec) in QUEUES.iter().enumerate() {
+            if held[q] > spec.quota {
+                return Err(format!(
+                    "the Jobs claimed hold {} CPUs of queue {}'s {}: {:?}",
+                    held[q], spec.name, spec.quota, claimed[q]
+                ));
+            }
         }
         self.checks += 1;
         Ok(())
+    }
+
+    /// Requeues of Job `i` (manager object `j`): counted only where `waitForPodsReady` is
+    /// on, never past the limit, each leaving a reason; deactivated only once the limit is
+    /// reached, then suspended, unclaimed, saying so.
+    fn check_requeues(&self, i: usize, j: &Value) -> Result<(), String> {
+        let name = job_name(i);
+        let q = self.jobs[i].queue();
+        let requeues: u32 = annotation(j, REQUEUES)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let deactivated = is_true(j, "Deactivated");
+        if !q.pods_ready && (requeues > 0 || deactivated) {
+            return Err(format!(
+                "Job {name} of queue {} (no waitForPodsReady) has {requeues} counted requeues, deactivated {deactivated}",
+                q.name
+            ));
+        }
+        if requeues > READY_LIMIT {
+            return Err(format!(
+                "Job {name} was requeued {requeues} times, past the limit {READY_LIMIT}"
+            ));
+        }
+        let requeued_reason = condition(j, "Requeued")
+            .and_then(|c| c["reason"].as_str())
+            .unwrap_or_default();
+        if requeues > 0 && requeued_reason.is_empty() {
+            return Err(format!(
+                "Job {name} was requeued {requeues} times and has no Requeued reason: {}",
+                j["status"]["conditions"]
+            ));
+        }
+        if deactivated {
+            let reason = condition(j, "Deactivated")
+                .and_then(|c| c["reason"].as_str())
+                .unwrap_or_default();
+            if reason != "RequeuingLimitExceeded"
+                || requeues != READY_LIMIT
+                || j["spec"]["suspend"] != true
+                || !kept_by(j).is_empty()
+                || requeued_reason.is_empty()
+            {
+                return Err(format!(
+                    "Job {name} is deactivated (reason {reason:?}) after {requeues} requeues, suspend {}, kept by {:?}, Requeued reason {requeued_reason:?}",
+                    j["spec"]["suspend"],
+                    kept_by(j)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every worker Job `i` was ever offered to, by the writes to the manager (any answer:
+    /// a write whose answer was lost may have landed).
+    fn ever_offered(&self, i: usize) -> BTreeSet<String> {
+        let name = job_name(i);
+        let plural = match self.jobs[i].kind {
+            Kind::Job => "jobs",
+            Kind::JobSet => "jobsets",
+        };
+        let mut out = BTreeSet::new();
+        for r in self.manager.recorded() {
+            if r.method != "PATCH" || !r.uri.contains(&format!("/{plural}/{name}")) {
+                continue;
+            }
+            if let Some(offers) = r
+                .body
+                .as_ref()
+                .and_then(|b| b["metadata"]["annotations"][OFFERED].as_str())
+            {
+                out.extend(offers.split(',').map(|w| w.trim().to_string()));
+            }
+        }
+        out
+    }
+
+    /// Every copy in worker `w`, of either kind.
+    fn copies(&self, w: usize) -> Vec<Value> {
+        let mut out = self.workers[w].list(JOBS);
+        if self.setup.jobsets {
+            out.extend(self.workers[w].list(JOBSETS));
+        }
+        out
     }
 
     /// Why Job `i` is not done yet, if it is not: ended with its result recorded and its
@@ -981,14 +1412,18 @@ impl Rig {
             .workers
             .iter()
             .enumerate()
-            .filter(|(_, api)| api.get(JOBS, NS, &job_name(i)).is_some())
+            .filter(|(_, api)| {
+                api.get(self.jobs[i].kind.path(), NS, &job_name(i))
+                    .is_some()
+            })
             .map(|(w, _)| WORKERS[w].name)
             .collect();
         let result = annotation(&j, RESULT);
         let consistent = match result {
-            Some("Succeeded") => is_true(&j, "Complete"),
+            Some("Succeeded") => is_true(&j, "Complete") || is_true(&j, "Completed"),
             Some("Failed") => is_true(&j, "Failed"),
-            _ => false,
+            // Given up at the requeuing limit (what it must show: `check_requeues`).
+            _ => is_true(&j, "Deactivated"),
         };
         if consistent && copies.is_empty() {
             return None;
@@ -1072,8 +1507,8 @@ impl Rig {
                 ));
             }
             for i in open {
-                self.start_copy(i);
-                self.finish_copy(i, true);
+                self.start_copy(i, 0);
+                self.finish_copy(i, 0, true);
             }
             self.settle(Duration::from_secs(2)).await;
             self.check()?;
@@ -1095,11 +1530,20 @@ struct Ran {
     requests: u64,
     /// Requests answered 409, 429, 500 or 503 (a fault set, a fence, a cut-off worker).
     errors: u64,
+    /// Schedules with several queues; Jobs of each queue (research, dev, ready, wide).
+    multi_queue: u64,
+    per_queue: [u64; QUEUES.len()],
+    jobsets: u64,
+    /// Requeues counted for pods not Ready in time; Jobs deactivated at the limit.
+    requeues: u64,
+    deactivated: u64,
+    /// Fanout Jobs that ran in two workers at once (before the choice).
+    doubled: u64,
 }
 
 /// Runs the steps of `steps` whose indices are in `keep` (all when `None`).
-async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
-    let mut rig = Rig::start().await;
+async fn run(setup: Setup, steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
+    let mut rig = Rig::start(setup).await;
     let mut done = 0;
     for (i, step) in steps.iter().enumerate() {
         if keep.is_some_and(|k| !k.contains(&i)) {
@@ -1127,8 +1571,39 @@ async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
         hand_overs: rig.hand_overs,
         instant: rig.instant,
         jobs: rig.jobs.len() as u64,
+        multi_queue: u64::from(setup.queues.iter().filter(|q| **q).count() > 1),
         ..Default::default()
     };
+    for (i, sub) in rig.jobs.iter().enumerate() {
+        ran.per_queue[sub.queue] += 1;
+        ran.jobsets += u64::from(sub.kind == Kind::JobSet);
+        if let Some(j) = rig.manager_job(i) {
+            ran.requeues += annotation(&j, REQUEUES)
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            ran.deactivated += u64::from(is_true(&j, "Deactivated"));
+        }
+    }
+    // Fanout Jobs whose copies were created in two workers.
+    for i in 0..rig.jobs.len() {
+        if rig.jobs[i].queue().fanout > 1 {
+            let name = job_name(i);
+            let created = rig
+                .workers
+                .iter()
+                .filter(|api| {
+                    api.recorded().iter().any(|r| {
+                        r.method == "POST"
+                            && r.status == Some(201)
+                            && r.body
+                                .as_ref()
+                                .is_some_and(|b| b["metadata"]["name"] == name)
+                    })
+                })
+                .count();
+            ran.doubled += u64::from(created > 1);
+        }
+    }
     for api in std::iter::once(&rig.manager).chain(&rig.workers) {
         for r in api.recorded() {
             ran.requests += 1;
@@ -1141,8 +1616,12 @@ async fn run(steps: &[Step], keep: Option<&[usize]>) -> Result<Ran, String> {
 }
 
 /// Runs in a task of its own, so that a panic is a failure like any other.
-async fn run_caught(steps: Vec<Step>, keep: Option<Vec<usize>>) -> Result<Ran, String> {
-    match tokio::spawn(async move { run(&steps, keep.as_deref()).await }).await {
+async fn run_caught(
+    setup: Setup,
+    steps: Vec<Step>,
+    keep: Option<Vec<usize>>,
+) -> Result<Ran, String> {
+    match tokio::spawn(async move { run(setup, &steps, keep.as_deref()).await }).await {
         Ok(result) => result,
         Err(e) => Err(format!("panicked: {e}")),
     }
@@ -1150,8 +1629,8 @@ async fn run_caught(steps: Vec<Step>, keep: Option<Vec<usize>>) -> Result<Ran, S
 
 /// The first failure of the steps kept (indices into `steps`) in `runs` runs at once: a
 /// race may need the load of the others to show.
-async fn fails(steps: &[Step], keep: &[usize], runs: usize) -> Option<String> {
-    let all = (0..runs).map(|_| run_caught(steps.to_vec(), Some(keep.to_vec())));
+async fn fails(setup: Setup, steps: &[Step], keep: &[usize], runs: usize) -> Option<String> {
+    let all = (0..runs).map(|_| run_caught(setup, steps.to_vec(), Some(keep.to_vec())));
     futures::future::join_all(all)
         .await
         .into_iter()
@@ -1162,7 +1641,7 @@ async fn fails(steps: &[Step], keep: &[usize], runs: usize) -> Option<String> {
 /// removed while it keeps failing, halving the chunk size down to single steps (delta
 /// debugging). A live run is not exactly repeatable: a candidate fails if any of `runs`
 /// runs of it does.
-async fn shrink(steps: &[Step], runs: usize, budget: usize) -> Vec<usize> {
+async fn shrink(setup: Setup, steps: &[Step], runs: usize, budget: usize) -> Vec<usize> {
     let mut kept: Vec<usize> = (0..steps.len()).collect();
     let mut chunk = kept.len().div_ceil(2);
     let mut tried = 0;
@@ -1176,7 +1655,7 @@ async fn shrink(steps: &[Step], runs: usize, budget: usize) -> Vec<usize> {
                 .map(|(_, i)| *i)
                 .collect();
             tried += 1;
-            if fails(steps, &candidate, runs).await.is_some() {
+            if fails(setup, steps, &candidate, runs).await.is_some() {
                 kept = candidate;
             } else {
                 start += chunk;
@@ -1187,14 +1666,14 @@ async fn shrink(steps: &[Step], runs: usize, budget: usize) -> Vec<usize> {
     kept
 }
 
-async fn report_failure(seed: u64, steps: &[Step], error: &str) -> String {
+async fn report_failure(seed: u64, setup: Setup, steps: &[Step], error: &str) -> String {
     let runs = env_u64("SWITCHYARD_FAULTS_SHRINK_RUNS", 16).max(1) as usize;
     let mut out = format!(
-        "schedule seed {seed} failed ({} steps):\n  {error}\n",
+        "schedule seed {seed} failed ({} steps, {setup:?}):\n  {error}\n",
         steps.len()
     );
     let all: Vec<usize> = (0..steps.len()).collect();
-    if fails(steps, &all, 2 * runs).await.is_none() {
+    if fails(setup, steps, &all, 2 * runs).await.is_none() {
         out += &format!(
             "not shrunk: it did not fail again in {} runs of it at once (a race; replay the seed \
              with SWITCHYARD_FAULTS_REPEAT=64 to see it again)\n",
@@ -1202,8 +1681,8 @@ async fn report_failure(seed: u64, steps: &[Step], error: &str) -> String {
         );
         return out;
     }
-    let kept = shrink(steps, runs, 40).await;
-    let again = fails(steps, &kept, runs).await;
+    let kept = shrink(setup, steps, runs, 40).await;
+    let again = fails(setup, steps, &kept, runs).await;
     out += &format!(
         "shrunk to {} steps{}:\n",
         kept.len(),
@@ -1251,8 +1730,8 @@ async fn fault_schedules_keep_every_invariant() {
         .map(|seed| {
             let keep = keep.clone();
             async move {
-                let steps = schedule(seed, len);
-                (seed, run_caught(steps, keep).await)
+                let (setup, steps) = schedule(seed, len);
+                (seed, run_caught(setup, steps, keep).await)
             }
         })
         .buffer_unordered(parallel);
@@ -1271,6 +1750,14 @@ async fn fault_schedules_keep_every_invariant() {
                 sum.jobs += r.jobs;
                 sum.requests += r.requests;
                 sum.errors += r.errors;
+                sum.multi_queue += r.multi_queue;
+                for (q, n) in r.per_queue.iter().enumerate() {
+                    sum.per_queue[q] += n;
+                }
+                sum.jobsets += r.jobsets;
+                sum.requeues += r.requeues;
+                sum.deactivated += r.deactivated;
+                sum.doubled += r.doubled;
             }
             Err(e) => {
                 eprintln!("seed {seed} failed: {e}");
@@ -1290,7 +1777,9 @@ async fn fault_schedules_keep_every_invariant() {
         "fault schedules: {ran} schedules of {len} steps, {} failed, {:.1} s\n  \
          passed: {} steps, {} invariant checks ({} invariants each), {} Jobs run to their end, \
          {} leaders killed right after a write, {} leases handed over right after a write ({} of them at once), \
-         {} requests served, {} of them answered 409, 429, 500 or 503",
+         {} requests served, {} of them answered 409, 429, 500 or 503\n  \
+         {} schedules with several queues; Jobs by queue (research, dev, ready, wide) {:?}, {} of them JobSets; \
+         {} requeues for pods not Ready in time, {} Jobs deactivated at the limit; {} fanout Jobs created in two workers",
         failed.len(),
         started.elapsed().as_secs_f64(),
         sum.steps,
@@ -1302,6 +1791,12 @@ async fn fault_schedules_keep_every_invariant() {
         sum.instant,
         sum.requests,
         sum.errors,
+        sum.multi_queue,
+        sum.per_queue,
+        sum.jobsets,
+        sum.requeues,
+        sum.deactivated,
+        sum.doubled,
     );
     if failed.is_empty() {
         return;
@@ -1313,8 +1808,8 @@ async fn fault_schedules_keep_every_invariant() {
         if shrunk.len() == 3 || !shrunk.insert(*seed) {
             continue;
         }
-        let steps = schedule(*seed, len);
-        let report = report_failure(*seed, &steps, error).await;
+        let (setup, steps) = schedule(*seed, len);
+        let report = report_failure(*seed, setup, &steps, error).await;
         eprintln!("{report}");
         reports.push(report);
     }

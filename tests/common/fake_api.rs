@@ -776,7 +776,8 @@ impl FakeApi {
         self.state.lock().unwrap().max_watch = timeout;
     }
     /// From now on, a write to a Job's `status` (of a `managedBy` Job, as the dispatcher's
-    /// are) whose result breaks the API server's Job status rules is refused with 422
+    /// are) whose result breaks the API server's Job status rules, or to a JobSet's `status`
+    /// that the JobSet CRD's schema refuses ([`super::jobset_rules`]), is refused with 422
     /// Invalid, and kept for [`FakeApi::status_violations`].
     pub fn enforce_job_status_rules(&self) {
         self.state.lock().unwrap().job_status_rules = true;
@@ -1340,17 +1341,22 @@ impl FakeApi {
         old: &Value,
         new: &Value,
     ) -> Option<Response<Body>> {
-        if t.plural != "jobs" || t.sub.as_deref() != Some("status") {
+        if !["jobs", "jobsets"].contains(&t.plural.as_str()) || t.sub.as_deref() != Some("status") {
             return None;
         }
         let mut s = self.state.lock().unwrap();
         if !s.job_status_rules {
             return None;
         }
-        let suspended = new["spec"]["suspend"] == true;
-        let rule = super::job_rules::violation(&old["status"], &new["status"], suspended)?;
+        let (kind, rule) = if t.plural == "jobs" {
+            let suspended = new["spec"]["suspend"] == true;
+            let rule = super::job_rules::violation(&old["status"], &new["status"], suspended);
+            ("Job", rule?)
+        } else {
+            ("JobSet", super::jobset_rules::violation(&new["status"])?)
+        };
         s.status_violations.push(format!(
-            "Job {name}: {rule}\n  before: {}\n  after:  {}",
+            "{kind} {name}: {rule}\n  before: {}\n  after:  {}",
             old["status"], new["status"]
         ));
         Some(full(
@@ -1360,7 +1366,10 @@ impl FakeApi {
                 name,
                 422,
                 "Invalid",
-                format!("Job.batch {name:?} is invalid: {rule}"),
+                match kind {
+                    "Job" => format!("Job.batch {name:?} is invalid: {rule}"),
+                    _ => format!("JobSet.jobset.x-k8s.io {name:?} is invalid: {rule}"),
+                },
             ),
         ))
     }

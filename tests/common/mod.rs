@@ -6,6 +6,7 @@ pub mod dispatch;
 pub mod fake_api;
 pub mod fleet;
 pub mod job_rules;
+pub mod jobset_rules;
 
 use base64::Engine;
 use serde_json::Value;
