@@ -1231,7 +1231,7 @@ impl Rig {
         }
         // Copies that run: not ended, and not given up for lost.
         let mut running: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-        for w in 0..self.workers.len() {
+        for (w, spec) in WORKERS.iter().enumerate() {
             for c in self.copies(w) {
                 let uid = c["metadata"]["uid"].as_str().unwrap_or_default();
                 let origin = c["metadata"]["labels"][ORIGIN_UID]
@@ -1240,12 +1240,12 @@ impl Rig {
                 let Some((i, j)) = by_uid.get(origin) else {
                     continue;
                 };
-                let kept = kept_by(j).contains(&WORKERS[w].name);
+                let kept = kept_by(j).contains(&spec.name);
                 let given_up = (self.cut_since[w].is_some() || self.lost.contains(uid)) && !kept;
                 if terminal(&c) || given_up {
                     continue;
                 }
-                running.entry(*i).or_default().push(WORKERS[w].name);
+                running.entry(*i).or_default().push(spec.name);
             }
         }
         let mut used = [0u32; QUEUES.len()];
@@ -1507,7 +1507,9 @@ impl Rig {
                 ));
             }
             for i in open {
+                // Every copy of a Job still offered to two workers (one may be gone).
                 self.start_copy(i, 0);
+                self.start_copy(i, 1);
                 self.finish_copy(i, 0, true);
             }
             self.settle(Duration::from_secs(2)).await;
