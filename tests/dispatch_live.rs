@@ -932,6 +932,52 @@ async fn a_pods_ready_timeout_is_counted_even_when_the_requeue_write_fails_once(
     }
 }
 
+/// A requeue and a deactivation are each two writes, the Job's annotations and then its
+/// status. When the status write fails after the annotations landed (or the leader dies
+/// between them), the next pass finds the Job already requeued or deactivated: without
+/// writing that status again, the Job never showed why (found by tests/fault_schedules.rs,
+/// e.g. seed 43).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_or_deactivation_whose_status_write_failed_still_says_why() {
+    let fleet = Fleet::start(&one_worker("only"), pods_ready_queue("1s", 1)).await;
+    let refusal = || Refusal {
+        method: "PATCH",
+        plural: "jobs",
+        sub: Some("status"),
+        code: 500,
+        reason: "InternalError",
+        message: "the request failed (test)".into(),
+    };
+    for what in ["PodsReadyTimeout", "RequeuingLimitExceeded"] {
+        fleet
+            .manager
+            .fail_next("PATCH", "/jobs/slow/status", Some(what), 1, refusal());
+    }
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("slow", "research", 2, 4));
+    eventually(10, "requeued once, saying why", || {
+        let j = fleet.job("slow");
+        annotation(&j, "switchyard.dev/requeues") == Some("1")
+            && j["spec"]["suspend"] == true
+            && condition(&j, "Requeued").is_some_and(|c| c["reason"] == "PodsReadyTimeout")
+    })
+    .await;
+    eventually(20, "deactivated at the limit, saying so", || {
+        let j = fleet.job("slow");
+        annotation(&j, "switchyard.dev/deactivated").is_some()
+            && condition(&j, "Deactivated")
+                .is_some_and(|c| c["status"] == "True" && c["reason"] == "RequeuingLimitExceeded")
+    })
+    .await;
+    let failed = fleet
+        .manager
+        .recorded()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.uri.contains("/status") && r.status == Some(500))
+        .count();
+    assert_eq!(failed, 2, "both status writes failed once");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The Job status rules, checked before writing.
 

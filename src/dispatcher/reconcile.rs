@@ -7,9 +7,9 @@ use super::action::Action;
 use super::admission::hold_for;
 use super::job::{rfc3339, to_system_time, Job, JobResult};
 use super::mirror::{self, Readiness};
-use super::reason;
 use super::state::{Worker, WorkerCopy};
 use super::world::World;
+use super::{condition, reason, status};
 use crate::api::QueueSettings;
 use std::time::SystemTime;
 
@@ -81,6 +81,9 @@ impl<'a> Step<'a> {
                 self.delete(c, why_unkept(job));
             }
         }
+        if !job.deleting && job.result.is_none() {
+            self.restore_status();
+        }
         if job.deleting || job.deactivated.is_some() {
             return self.release();
         }
@@ -113,6 +116,63 @@ impl<'a> Step<'a> {
         if let Some(settings) = settings {
             self.claimed(cluster, settings, live);
         }
+    }
+
+    /// The status that a requeue, a deactivation or an offer wrote after the Job's
+    /// annotations, written again when the annotations landed and it did not: the writer
+    /// patches the Job, then its status (two requests), and a leader that dies or a status
+    /// patch that fails in between would otherwise leave the Job without the condition that
+    /// says what happened to it (the next pass finds the Job already in its new state).
+    fn restore_status(&mut self) {
+        let (job, now) = (self.job, self.now);
+        let is_true = |t: &str| job.condition(t).is_some_and(|c| c.status == "True");
+        let pending = job.suspended && job.cluster.is_none() && job.offers.is_empty();
+        let target = if let Some(message) = job
+            .deactivated
+            .as_deref()
+            .filter(|_| !is_true(condition::DEACTIVATED))
+        {
+            status::deactivated(&job.status, message, now)
+        } else if pending && job.requeues > 0 && job.condition(condition::REQUEUED).is_none() {
+            // Only a PodsReady timeout (or Ready pods lost) counts a requeue; which of the two
+            // it was went with the lost write.
+            status::requeued(
+                &job.status,
+                reason::PODS_READY_TIMEOUT,
+                &format!(
+                    "its pods were not all Ready in time; requeued ({} so far)",
+                    job.requeues
+                ),
+                now,
+            )
+        } else if !job.suspended
+            && job.cluster.is_none()
+            && !job.offers.is_empty()
+            && !is_true(condition::ADMITTED)
+        {
+            status::with_condition(
+                &job.status,
+                condition::ADMITTED,
+                true,
+                reason::DISPATCHED,
+                &format!(
+                    "offered to workers {}; the first to run all its pods keeps it",
+                    job.offers.join(", ")
+                ),
+                now,
+            )
+        } else {
+            return;
+        };
+        let digest = job.status.digest();
+        if self.world.state.writes.refused_status.get(&job.uid) == Some(&digest) {
+            return;
+        }
+        self.out.push(Action::WriteStatus {
+            job: job.key.clone(),
+            status: Box::new(target),
+            digest,
+        });
     }
 
     fn at(&mut self, t: SystemTime) {
