@@ -2056,3 +2056,60 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert!(condition(&fleet.job("train"), "Requeued").is_none());
 }
+
+#[tokio::test]
+async fn a_job_taken_back_from_a_worker_whose_copies_are_not_listed_is_not_started_elsewhere() {
+    // West is the emptier: the Job given back would go there.
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 64,
+        },
+    ];
+    let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
+    // Taken back from east (its pods were not Ready in time), due to be tried again now; its
+    // copy there is still running, and east answers but cannot list its Jobs (a new leader
+    // whose watch of east lost its place, say).
+    let mut requeued = job("train", "research", 1, 4);
+    requeued["metadata"]["annotations"] = json!({
+        "switchyard.dev/avoid-cluster": "east",
+        "switchyard.dev/requeues": "1",
+        "switchyard.dev/requeue-after": ago(5),
+    });
+    let stored = fleet.submit(requeued);
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    fleet.workers["east"].refuse(Refusal {
+        method: "GET",
+        ..refusal(500, "InternalError", "etcdserver: request timed out")
+    });
+    let d = fleet.dispatcher(true);
+    eventually(10, "east was asked for its Jobs", || {
+        fleet.workers["east"]
+            .recorded()
+            .iter()
+            .any(|r| r.method == "GET" && r.status == Some(500))
+    })
+    .await;
+    d.settled().await;
+    assert!(
+        fleet.copies("train").iter().all(|(w, _)| w == "east"),
+        "started in west while its copy may still run in east"
+    );
+    assert_eq!(annotation(&fleet.job("train"), CLAIM), None);
+    // East lists again: the stale copy is removed, then the Job starts once, in west.
+    fleet.workers["east"].clear_refusals();
+    eventually(20, "the Job runs in west alone", || {
+        let copies = fleet.copies("train");
+        copies.len() == 1 && copies[0].0 == "west"
+    })
+    .await;
+    assert_eq!(annotation(&fleet.job("train"), CLAIM), Some("west"));
+}

@@ -189,6 +189,9 @@ enum Change<K> {
     Listed(Vec<K>),
     Applied(K),
     Deleted(K),
+    /// The watch lists again (it started, or lost its place: a 410 Gone, a failed list): what
+    /// it showed may miss changes until the next `Listed`.
+    Relisting,
 }
 
 enum Input {
@@ -282,11 +285,18 @@ where
         let mut stream = std::pin::pin!(stream);
         let mut buffer: Option<Vec<K>> = None;
         let mut said_not_served = false;
+        // Said once per list: kube-runtime starts every (re)list with `Init`, and starts
+        // again after a list that failed. Nothing is known before the first list anyway.
+        let mut relisting = true;
         while let Some(event) = stream.next().await {
             let change = match event {
                 Ok(WatchEvent::Init) => {
                     buffer = Some(Vec::new());
-                    continue;
+                    if relisting {
+                        continue;
+                    }
+                    relisting = true;
+                    Change::Relisting
                 }
                 Ok(WatchEvent::InitApply(k)) => {
                     buffer.get_or_insert_with(Vec::new).push(k);
@@ -294,6 +304,7 @@ where
                 }
                 Ok(WatchEvent::InitDone) => {
                     said_not_served = false;
+                    relisting = false;
                     Change::Listed(buffer.take().unwrap_or_default())
                 }
                 // The cluster does not serve the API (a CRD not installed there): nothing of
@@ -304,6 +315,7 @@ where
                         continue;
                     }
                     said_not_served = true;
+                    relisting = false;
                     tracing::info!(watch = %what, "not served there: none listed");
                     Change::Listed(Vec::new())
                 }
@@ -794,6 +806,8 @@ impl Live {
 
     fn queues_changed(&mut self, change: Change<Box<DispatchQueue>>) {
         match change {
+            // What was listed stays until listed again (see `jobs_changed`).
+            Change::Relisting => {}
             Change::Listed(all) => {
                 let names: HashSet<String> =
                     all.iter().filter_map(|q| q.metadata.name.clone()).collect();
@@ -835,6 +849,7 @@ impl Live {
     fn namespaces_changed(&mut self, change: Change<(String, BTreeMap<String, String>)>) {
         let mut touched = Vec::new();
         match change {
+            Change::Relisting => {}
             Change::Listed(all) => {
                 self.namespaces = all.into_iter().map(|(n, l)| (n, Arc::new(l))).collect();
                 touched.extend(self.namespaces.keys().cloned());
@@ -858,6 +873,7 @@ impl Live {
     /// The PriorityClasses changed: every Job is read again (its priority may have).
     fn priorities_changed(&mut self, change: Change<(String, i32, bool)>) {
         match change {
+            Change::Relisting => {}
             Change::Listed(all) => {
                 self.priority_classes = all.into_iter().map(|(n, v, d)| (n, (v, d))).collect();
                 self.synced.priorities = true;
@@ -928,6 +944,10 @@ impl Live {
 
     fn jobs_changed(&mut self, kind: Kind, change: Change<Value>) {
         match change {
+            // The Jobs as last seen stay: a claim on a stale Job is refused (each is
+            // conditional on the Job's resourceVersion), the leader knows its own claims from
+            // its writes, and a replica that takes the lead lists them afresh (`watch_jobs`).
+            Change::Relisting => {}
             Change::Listed(all) => {
                 let listed: HashSet<JobKey> = all
                     .iter()
@@ -992,6 +1012,13 @@ impl Live {
             return;
         }
         match change {
+            // A copy created while the watch lost its place may be missing from what it
+            // showed: the worker's copies are unknown until listed again, as before the first
+            // list (a Job requeued from it is not started elsewhere meanwhile).
+            Change::Relisting => {
+                w.synced = false;
+                self.sync_workers_now();
+            }
             Change::Listed(all) => {
                 w.synced = true;
                 let copies = all
@@ -1038,6 +1065,8 @@ impl Live {
         let queues = Arc::make_mut(self.kueue_queues.entry(cluster.to_string()).or_default());
         let mut workloads_changed = Vec::new();
         match change {
+            // Headroom read from the last list stays until listed again.
+            Change::Relisting => {}
             Change::Listed(all) => {
                 queues.clear(what);
                 for obj in &all {

@@ -256,11 +256,20 @@ impl State {
         self.copies.get(uid).and_then(|m| m.get(cluster))
     }
 
-    /// A copy of the Job alive in a worker that answers. Copies in a worker that does not
-    /// are given up for lost and removed when it returns.
+    /// A copy of the Job alive in a worker that answers, or maybe alive: the worker it was
+    /// taken back from answers but its copies are not listed (yet, or again after its watch
+    /// lost its place), so a copy there may be missing from what this replica knows. Copies
+    /// in a worker that does not answer are given up for lost and removed when it returns.
     pub(crate) fn still_running(&self, job: &Job) -> bool {
-        self.copies_of(&job.uid)
-            .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
+        let unknown = |name: &str| {
+            self.workers
+                .get(name)
+                .is_some_and(|w| w.connected && !w.copies_synced)
+        };
+        job.avoid.as_deref().is_some_and(unknown)
+            || self
+                .copies_of(&job.uid)
+                .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
     }
 
     /// A copy of the Job alive in a worker that answers, other than `kept`.
