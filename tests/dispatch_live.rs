@@ -1982,14 +1982,9 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
     assert_eq!(dispatched_to(&fleet, "big"), None);
 }
 
-/// Found by tests/fault_schedules.rs (seed 5662): the lease went to a replica whose watch of
-/// the worker had missed the copy the old leader had just created. The new leader took the
-/// copy for deleted, and its check of the worker failed (500): the Job was requeued on that
-/// guess and started a second copy elsewhere while the first ran. A worker that cannot say
-/// whether the copy is there keeps the Job until it can.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
-    // West is the emptier: a Job given back would go there.
+/// East (16 CPUs) and west (64 CPUs, the emptier: a Job given back goes there) in the queue
+/// `research`.
+async fn east_and_emptier_west() -> Fleet {
     let workers = vec![
         WorkerSpec {
             name: "east",
@@ -2002,7 +1997,17 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
             cpu: 64,
         },
     ];
-    let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
+    Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await
+}
+
+/// Found by tests/fault_schedules.rs (seed 5662): the lease went to a replica whose watch of
+/// the worker had missed the copy the old leader had just created. The new leader took the
+/// copy for deleted, and its check of the worker failed (500): the Job was requeued on that
+/// guess and started a second copy elsewhere while the first ran. A worker that cannot say
+/// whether the copy is there keeps the Job until it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
+    let fleet = east_and_emptier_west().await;
     // The watch of east's copies lists, then hears nothing more.
     fleet.workers["east"].hang_watches(JOBS, true);
     let mut running = job("train", "research", 1, 4);
@@ -2059,20 +2064,7 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
 
 #[tokio::test]
 async fn a_job_taken_back_from_a_worker_whose_copies_are_not_listed_is_not_started_elsewhere() {
-    // West is the emptier: the Job given back would go there.
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 64,
-        },
-    ];
-    let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
+    let fleet = east_and_emptier_west().await;
     // Taken back from east (its pods were not Ready in time), due to be tried again now; its
     // copy there is still running, and east answers but cannot list its Jobs (a new leader
     // whose watch of east lost its place, say).

@@ -360,14 +360,15 @@ async fn a_valid_lease_of_another_is_followed() {
     c.stop().await;
 }
 
-/// The holder of the Lease as the fake API has it.
-fn holder(api: &FakeApi) -> Option<String> {
-    api.get(LEASES, "switchyard-system", "switchyard-leader")
-        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
-}
-
-#[tokio::test]
-async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_are_answered() {
+/// A candidate alone on a fake API, once it leads: the API, its writes in flight, whether it
+/// leads, its stop and its task.
+async fn leading_alone() -> (
+    FakeApi,
+    leader::WritesInFlight,
+    watch::Receiver<bool>,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
     let api = FakeApi::start().await;
     let writes = leader::WritesInFlight::default();
     let (tx, mut leading) = watch::channel(false);
@@ -383,6 +384,18 @@ async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_ar
         .await
         .expect("it leads")
         .unwrap();
+    (api, writes, leading, stop, task)
+}
+
+/// The holder of the Lease as the fake API has it.
+fn holder(api: &FakeApi) -> Option<String> {
+    api.get(LEASES, "switchyard-system", "switchyard-leader")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+#[tokio::test]
+async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_are_answered() {
+    let (api, writes, mut leading, stop, task) = leading_alone().await;
     // A claim sent just before SIGTERM, not answered yet.
     let write = writes.begin();
     stop.send_replace(true);
@@ -408,21 +421,7 @@ async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_ar
 
 #[tokio::test]
 async fn a_stopping_leader_whose_write_is_never_answered_leaves_the_lease_to_expire() {
-    let api = FakeApi::start().await;
-    let writes = leader::WritesInFlight::default();
-    let (tx, mut leading) = watch::channel(false);
-    let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(leader::run(
-        api.client(),
-        config("switchyard-0"),
-        tx,
-        stop_rx,
-        writes.clone(),
-    ));
-    tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
-        .await
-        .expect("it leads")
-        .unwrap();
+    let (api, writes, _leading, stop, task) = leading_alone().await;
     let _stuck = writes.begin();
     let stopped = Instant::now();
     stop.send_replace(true);
