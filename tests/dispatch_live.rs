@@ -1982,6 +1982,18 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
     assert_eq!(dispatched_to(&fleet, "big"), None);
 }
 
+/// Puts the Job's copy in east, unseen by the dispatcher, and has east answer no read of its
+/// Jobs (lists and gets answered 500).
+fn copy_in_east_that_east_cannot_read(fleet: &Fleet, stored: &Value) {
+    let copy =
+        switchyard::dispatcher::remote::copy_of(stored, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    fleet.workers["east"].refuse(Refusal {
+        method: "GET",
+        ..refusal(500, "InternalError", "etcdserver: request timed out")
+    });
+}
+
 /// East (16 CPUs) and west (64 CPUs, the emptier: a Job given back goes there) in the queue
 /// `research`.
 async fn east_and_emptier_west() -> Fleet {
@@ -2018,13 +2030,7 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     let d = fleet.dispatcher(false);
     d.settled().await;
     // The copy is there, unseen by the watch; and east answers no read of its Jobs.
-    let copy =
-        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
-    fleet.workers["east"].upsert(JOBS, copy);
-    fleet.workers["east"].refuse(Refusal {
-        method: "GET",
-        ..refusal(500, "InternalError", "etcdserver: request timed out")
-    });
+    copy_in_east_that_east_cannot_read(&fleet, &stored);
     d.leader.send(true).unwrap();
     eventually(
         10,
@@ -2075,13 +2081,7 @@ async fn a_job_taken_back_from_a_worker_whose_copies_are_not_listed_is_not_start
         "switchyard.dev/requeue-after": ago(5),
     });
     let stored = fleet.submit(requeued);
-    let copy =
-        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
-    fleet.workers["east"].upsert(JOBS, copy);
-    fleet.workers["east"].refuse(Refusal {
-        method: "GET",
-        ..refusal(500, "InternalError", "etcdserver: request timed out")
-    });
+    copy_in_east_that_east_cannot_read(&fleet, &stored);
     let d = fleet.dispatcher(true);
     eventually(10, "east was asked for its Jobs", || {
         fleet.workers["east"]
