@@ -319,10 +319,21 @@ pub async fn a_copy_the_workers_kueue_never_admits_is_taken_back_and_runs_in_ano
     .await;
     assert_eq!(first.spec.as_ref().and_then(|s| s.suspend), Some(true));
     env.queue(ns, &[KUEUE_WORKER, "w1"], settings).await;
-    let dispatched = manager.get("stuck").await.unwrap();
-    let dispatched_at = annotation(&dispatched, ADMITTED_AT)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .unwrap_or_else(|| panic!("no {ADMITTED_AT}: {}", described(&dispatched)));
+    // The dispatch time is written to the manager's Job just after the copy is created.
+    let dispatched_at = eventually(
+        &format!("{ns}/stuck's {ADMITTED_AT}"),
+        Duration::from_secs(30),
+        || {
+            let manager = manager.clone();
+            async move {
+                let job = manager.get("stuck").await.map_err(|e| e.to_string())?;
+                annotation(&job, ADMITTED_AT)
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .ok_or_else(|| format!("no {ADMITTED_AT}: {}", described(&job)))
+            }
+        },
+    )
+    .await;
 
     let requeued = eventually(
         &format!("{ns}/stuck taken back from {KUEUE_WORKER}"),
