@@ -148,9 +148,12 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
         dry_run: true,
         ..Default::default()
     };
+    // Up to 90 s: with several control planes starting on 2 cores, one dry-run create was
+    // seen to wait 30 s in kube-apiserver (its watch cache behind: "Too large resource
+    // version") before the webhooks were reached.
     eventually(
         &format!("{name}: the API server reaches the JobSet webhooks"),
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || {
             let (api, probe, dry_run) = (api.clone(), probe.clone(), dry_run.clone());
             async move {
