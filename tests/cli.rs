@@ -14,6 +14,17 @@ fn switchyard() -> Command {
     Command::new(env!("CARGO_BIN_EXE_switchyard"))
 }
 
+/// Runs `cmd`, which must succeed (else its stderr is the failure), and returns its stdout.
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn certs_writes_a_ca_and_a_serving_pair_that_load() {
     let dir = tempfile::tempdir().unwrap();
@@ -508,26 +519,20 @@ fn topology_merge_reads_cases_and_writes_results_as_the_vectors_do() {
 
 #[test]
 fn explain_shows_hints_merged_hint_verdict_and_score() {
-    let out = switchyard()
-        .args(["explain", "--inventory"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/examples/inventory.yaml"
-        ))
-        .arg("--pod")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/examples/gpu-pod.yaml"
-        ))
-        .args(["--node", "eu-1-gpu-a"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = stdout_of(
+        switchyard()
+            .args(["explain", "--inventory"])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/inventory.yaml"
+            ))
+            .arg("--pod")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/gpu-pod.yaml"
+            ))
+            .args(["--node", "eu-1-gpu-a"]),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     for part in [
         "nvidia.com/gpu: hints {1}* {0,1}",
         "merged {1}* -> admit",
@@ -561,23 +566,17 @@ fn explain_judges_a_cluster_as_its_virtual_node_is_judged() {
     .unwrap();
     let explain = |pod_text: String| {
         std::fs::write(&pod, pod_text).unwrap();
-        let out = switchyard()
-            .args(["explain", "--inventory"])
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/examples/inventory.yaml"
-            ))
-            .arg("--pod")
-            .arg(&pod)
-            .args(["--cluster", "eu-1"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_of(
+            switchyard()
+                .args(["explain", "--inventory"])
+                .arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/examples/inventory.yaml"
+                ))
+                .arg("--pod")
+                .arg(&pod)
+                .args(["--cluster", "eu-1"]),
+        )
     };
     let gang_of_one = example.replace("gang-size: \"2\"", "gang-size: \"1\"");
     let selecting = |selector: &str| {
@@ -700,16 +699,7 @@ fn simulate_output_example() -> Ordered {
 }
 
 fn simulate(output: &str) -> String {
-    let out = switchyard()
-        .args(["simulate", "--output", output])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    stdout_of(switchyard().args(["simulate", "--output", output]))
 }
 
 #[test]
@@ -943,15 +933,7 @@ fn simulate_the_new_summary_figures_have_the_documented_shape() {
 
 #[test]
 fn simulate_all_strategies_give_three_reports_side_by_side() {
-    let run = |args: &[&str]| -> String {
-        let out = switchyard().arg("simulate").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| -> String { stdout_of(switchyard().arg("simulate").args(args)) };
     let strategies = ["switchyard", "all-at-once", "sum-aggregate"];
 
     let all: serde_json::Value =
@@ -1011,17 +993,12 @@ fn simulate_report_writes_a_page_and_changes_nothing_printed() {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
     let run = |extra: &[&str]| {
-        let out = switchyard()
-            .args(["simulate", "--strategy", "all", "--output", "json"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        stdout_of(
+            switchyard()
+                .args(["simulate", "--strategy", "all", "--output", "json"])
+                .args(extra),
+        )
+        .into_bytes()
     };
     let plain = run(&[]);
     let with_page = run(&["--report", page.to_str().unwrap()]);
@@ -1055,20 +1032,22 @@ fn simulate_report_to_a_path_that_cannot_be_written_says_so_before_running() {
     assert!(out.stdout.is_empty());
 }
 
-/// `switchyard simulate --scenario examples/jobset-scenario.yaml` with `args`.
+/// `switchyard simulate --scenario examples/<scenario>` with `args`.
+fn simulate_example(scenario: &str, args: &[&str]) -> String {
+    stdout_of(
+        switchyard()
+            .args(["simulate", "--scenario"])
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("examples")
+                    .join(scenario),
+            )
+            .args(args),
+    )
+}
+
 fn simulate_jobsets(args: &[&str]) -> String {
-    let out = switchyard()
-        .args(["simulate", "--scenario"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobset-scenario.yaml"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    simulate_example("jobset-scenario.yaml", args)
 }
 
 #[test]
@@ -1118,20 +1097,7 @@ fn simulate_the_jobset_example_ends_as_its_comments_say() {
 
 #[test]
 fn simulate_the_kueue_example_runs_and_keeps_the_output_format() {
-    let run = |args: &[&str]| {
-        let out = switchyard()
-            .args(["simulate", "--scenario"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kueue-scenario.yaml"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| simulate_example("kueue-scenario.yaml", args);
     let text = run(&[]);
     let row = |name: &str| -> Vec<&str> {
         text.lines()
