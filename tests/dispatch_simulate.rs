@@ -24,17 +24,26 @@ fn seconds(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("{v} is a time"))
 }
 
-/// The virtual times of the decisions about `job` whose description contains `what`.
-fn times(report: &Report, job: &str, what: &str) -> Vec<f64> {
-    let subject = format!("default/{job}: ");
+/// The decisions about `subject` (`default/<name>: `, after its kind for a JobSet): each
+/// one's virtual time and description.
+fn decisions<'r>(report: &'r Report, subject: &str) -> Vec<(f64, &'r str)> {
     report
         .events
         .iter()
         .filter_map(|line| {
             let (t, rest) = line.trim().split_once("s  ")?;
-            let rest = rest.strip_prefix(&subject)?;
-            rest.starts_with(what).then(|| t.parse().expect("a time"))
+            let rest = rest.strip_prefix(subject)?;
+            Some((t.parse().expect("a time"), rest))
         })
+        .collect()
+}
+
+/// The virtual times of the decisions about `job` whose description starts with `what`.
+fn times(report: &Report, job: &str, what: &str) -> Vec<f64> {
+    decisions(report, &format!("default/{job}: "))
+        .into_iter()
+        .filter(|(_, d)| d.starts_with(what))
+        .map(|(t, _)| t)
         .collect()
 }
 
@@ -915,15 +924,10 @@ fn jobset_writes(report: &Report, name: &str) -> Vec<(f64, serde_json::Value)> {
 
 /// The decisions about JobSet `name` whose description contains `what`.
 fn jobset_times(report: &Report, name: &str, what: &str) -> Vec<f64> {
-    let subject = format!("JobSet default/{name}: ");
-    report
-        .events
-        .iter()
-        .filter_map(|line| {
-            let (t, rest) = line.trim().split_once("s  ")?;
-            let rest = rest.strip_prefix(&subject)?;
-            rest.contains(what).then(|| t.parse().expect("a time"))
-        })
+    decisions(report, &format!("JobSet default/{name}: "))
+        .into_iter()
+        .filter(|(_, d)| d.contains(what))
+        .map(|(t, _)| t)
         .collect()
 }
 

@@ -9,9 +9,8 @@ use super::control_plane::ControlPlane;
 use super::objects::{self, apply};
 use super::pki::Ca;
 use super::process::Process;
-use super::{eventually, free_port};
+use super::{free_port, webhooks_reachable};
 use base64::Engine;
-use kube::api::PostParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -143,26 +142,10 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
             "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}}]},
     }))
     .expect("a JobSet");
-    let api = jobsets(&plane.admin, "default");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    // Up to 90 s: with several control planes starting on 2 cores, one dry-run create was
-    // seen to wait 30 s in kube-apiserver (its watch cache behind: "Too large resource
-    // version") before the webhooks were reached.
-    eventually(
-        &format!("{name}: the API server reaches the JobSet webhooks"),
-        Duration::from_secs(90),
-        || {
-            let (api, probe, dry_run) = (api.clone(), probe.clone(), dry_run.clone());
-            async move {
-                api.create(&dry_run, &probe)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-        },
+    webhooks_reachable(
+        &format!("{name}'s JobSet controller"),
+        jobsets(&plane.admin, "default"),
+        probe,
     )
     .await;
     Ok(process)

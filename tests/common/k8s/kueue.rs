@@ -14,10 +14,9 @@
 use super::control_plane::ControlPlane;
 use super::objects::{self, apply};
 use super::process::Process;
-use super::{eventually, free_port};
+use super::{free_port, webhooks_reachable};
 use base64::Engine;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::PostParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -418,23 +417,10 @@ pub(super) async fn start(plane: &ControlPlane, binary: &Path) -> Result<Process
             "containers": [{"name": "c", "image": "busybox:1.36"}]}}},
     }))
     .expect("a Job");
-    let api: Api<Job> = Api::namespaced(plane.admin.clone(), "default");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually(
-        &format!("{name}: the API server reaches the Kueue webhooks"),
-        Duration::from_secs(30),
-        || {
-            let (api, probe, dry_run) = (api.clone(), probe.clone(), dry_run.clone());
-            async move {
-                api.create(&dry_run, &probe)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-        },
+    webhooks_reachable(
+        &format!("{name}'s Kueue controller"),
+        Api::<Job>::namespaced(plane.admin.clone(), "default"),
+        probe,
     )
     .await;
     Ok(process)

@@ -51,6 +51,35 @@ pub fn free_port() -> u16 {
     panic!("no free port on loopback between {low} and {high}");
 }
 
+/// Waits until the API server reaches a controller's admission webhooks: a dry-run create of
+/// `probe` goes through them (the controller reporting ready is not enough: the API server may
+/// not reach it yet). Up to 90 s: with several control planes starting on 2 cores, one dry-run
+/// create was seen to wait 30 s in kube-apiserver (its watch cache behind: "Too large resource
+/// version") before the webhooks were reached.
+pub async fn webhooks_reachable<K>(what: &str, api: kube::Api<K>, probe: K)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(
+        &format!("{what}: the API server reaches the webhooks"),
+        Duration::from_secs(90),
+        || {
+            let (api, probe, dry_run) = (api.clone(), probe.clone(), dry_run.clone());
+            async move {
+                api.create(&dry_run, &probe)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await;
+}
+
 /// Polls `check` until it returns `Ok`; `Err` carries what was seen instead. After `timeout`
 /// the test fails, naming what it waited for and what it saw last.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
