@@ -110,6 +110,9 @@ pub mod reason {
     pub(crate) const NO_ACTIVE_WORKER: &str = "NoActiveWorker";
     /// Only a worker that does not answer now could hold the Job.
     pub(crate) const WORKER_UNREACHABLE: &str = "WorkerUnreachable";
+    /// A worker of the queue answers but its copies are not listed yet: what they use of
+    /// the queue's quota is not known.
+    pub(crate) const QUOTA_NOT_COUNTED: &str = "QuotaNotCounted";
     /// Every worker that could hold the Job runs Kueue, and none of their queues has quota
     /// for it now.
     pub(crate) const WORKER_QUOTA: &str = "WorkerQuotaExceeded";
@@ -143,7 +146,7 @@ pub mod reason {
 pub(crate) fn wait_category(why: &str) -> &'static str {
     use reason::*;
     match why {
-        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER | WORKER_QUOTA => "Quota",
+        QUOTA_EXCEEDED | QUOTA_RESERVED_FOR_OLDER | WORKER_QUOTA | QUOTA_NOT_COUNTED => "Quota",
         WAITING_FOR_PODS_READY => "PodsReadyGate",
         BEHIND_OLDER_JOB => "Order",
         WORKER_UNREACHABLE => "Unreachable",

@@ -299,6 +299,9 @@ impl<'w> Pass<'w> {
         if let Some(wait) = self.behind_older(job, settings, slot) {
             return Attempt::Wait(wait);
         }
+        if let Some(wait) = self.uncounted(job, settings) {
+            return Attempt::Wait(wait);
+        }
         let starving = match settings.starvation_after {
             None => false,
             Some(after) => {
@@ -433,6 +436,23 @@ impl<'w> Pass<'w> {
             ))));
         }
         Ok((settings, shape))
+    }
+
+    /// Why the queue admits nothing now, if a worker of it answers but its copies are not
+    /// listed (for less than [`DispatchConfig::unlisted_grace`]; the plan looks again when
+    /// the grace ends): what they use of the queue's quota is not known.
+    fn uncounted(&mut self, job: &Job, settings: &QueueSettings) -> Option<Verdict> {
+        let grace = self.config.unlisted_grace;
+        let (name, until) = settings.clusters.iter().find_map(|name| {
+            let w = self.state.workers.get(name).filter(|w| w.connected)?;
+            let until = w.copies_unlisted_since? + grace;
+            (until > self.now).then_some((name, until))
+        })?;
+        self.out.wake(until);
+        Some(Verdict::wait(reason::QUOTA_NOT_COUNTED, self.say(|| format!(
+            "queue {:?} admits nothing until the Jobs in worker {name} are listed: a copy of a Job taken back may still run there and use the queue's quota",
+            job.queue
+        ))))
     }
 
     /// Why the Job waits for quota, if it does: its queue's quota does not cover its whole

@@ -81,11 +81,18 @@ struct Charge {
     admitted: bool,
     running: bool,
     rank: Option<Rank>,
+    /// Its usage is counted for a copy that still runs, not for a claim (see
+    /// [`Charge::of`]).
+    lingering: bool,
 }
 
 impl Charge {
-    /// What `job` contributes to its queue's totals as it is now.
-    fn of(job: &Job) -> Self {
+    /// What `job` contributes to its queue's totals as it is now. `lingering`: it holds no
+    /// quota of its own (taken back, deactivated) but a copy of it still runs in a worker
+    /// that answers; the quota is in use until that copy is gone, as Kueue keeps an evicted
+    /// workload's quota until its Job has stopped. Otherwise a requeue would give the quota
+    /// to the next Job while the old copy's pods still run.
+    fn of(job: &Job, lingering: bool) -> Self {
         let mut c = Charge {
             queue: job.queue.clone(),
             ..Default::default()
@@ -98,8 +105,14 @@ impl Charge {
             } else {
                 c.rank = Some(job.rank());
             }
-        } else if job.is_pending() {
-            c.pending = Some((job.class(), job.rank()));
+        } else {
+            if lingering {
+                c.usage = job.total_request();
+                c.lingering = true;
+            }
+            if job.is_pending() {
+                c.pending = Some((job.class(), job.rank()));
+            }
         }
         c
     }
@@ -143,16 +156,21 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// Counts `job` as it is now, replacing how its earlier state `old` counted.
-    pub(super) fn recount(&mut self, old: Option<&Job>, job: &Job) {
-        // Most changes (a status mirrored, an annotation) leave the queue's totals alone.
-        if old.is_some_and(|old| charged_alike(old, job)) {
+    /// Counts `job` as it is now (`lingering`: see [`Charge::of`]), replacing how its
+    /// earlier state `old` counted.
+    pub(super) fn recount(&mut self, old: Option<&Job>, job: &Job, lingering: bool) {
+        // Most changes (a status mirrored, an annotation, a copy's status) leave the queue's
+        // totals alone.
+        let kept = self.charges.get(&job.key);
+        if old.is_some_and(|old| charged_alike(old, job))
+            && kept.is_some_and(|c| c.lingering == (lingering && !job.holds_quota()))
+        {
             // What `charged_alike` compares must be all that a charge reads.
-            debug_assert_eq!(self.charges.get(&job.key), Some(&Charge::of(job)));
+            debug_assert_eq!(kept, Some(&Charge::of(job, lingering)));
             return;
         }
         self.uncharge(&job.key);
-        self.charge(job);
+        self.charge(job, lingering);
     }
 
     /// Stops counting the Job.
@@ -206,8 +224,8 @@ impl Ledger {
         }
     }
 
-    fn charge(&mut self, job: &Job) {
-        let c = Charge::of(job);
+    fn charge(&mut self, job: &Job, lingering: bool) {
+        let c = Charge::of(job, lingering);
         let u = self.uses.entry(c.queue.clone()).or_default();
         for (r, v) in &c.usage {
             *u.usage.entry(r.clone()).or_insert(0) += v;

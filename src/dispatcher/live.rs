@@ -172,9 +172,10 @@ async fn kinds(client: &kube::Client, jobsets: JobSets) -> Vec<Kind> {
 /// A running dispatcher.
 pub struct Handle {
     pub task: JoinHandle<()>,
-    /// How many times the dispatcher found itself settled: every input taken, no write in
-    /// flight, and its last look (a plan when it leads) decided nothing new. Tests wait on it
-    /// to see that something did not happen, instead of sleeping.
+    /// How many times the dispatcher found itself settled: its first lists and every input
+    /// since taken, no write in flight, and its last look (a plan when it leads) decided
+    /// nothing new. Tests wait on it to see that something did not happen, instead of
+    /// sleeping.
     pub settled: watch::Receiver<u64>,
 }
 
@@ -361,7 +362,8 @@ fn json_change(event: WatchEvent<DynamicObject>) -> WatchEvent<Value> {
 struct CopyWatch {
     generation: u64,
     task: JoinHandle<()>,
-    synced: bool,
+    /// Since when the copies it watches are not known (`None`: listed).
+    unlisted_since: Option<SystemTime>,
 }
 
 impl Drop for CopyWatch {
@@ -751,9 +753,11 @@ impl Live {
         }
     }
 
-    /// Nothing in flight, and the last look decided nothing new.
+    /// The first lists taken, nothing in flight, and the last look decided nothing new. (A
+    /// replica still waiting for its first lists has decided nothing because it knows
+    /// nothing yet: that is not settled.)
     fn settled(&self) -> bool {
-        self.decided == 0 && self.in_flight.is_empty() && self.deleting.is_empty()
+        self.ready() && self.decided == 0 && self.in_flight.is_empty() && self.deleting.is_empty()
     }
 
     fn ready(&self) -> bool {
@@ -1016,11 +1020,11 @@ impl Live {
             // showed: the worker's copies are unknown until listed again, as before the first
             // list (a Job requeued from it is not started elsewhere meanwhile).
             Change::Relisting => {
-                w.synced = false;
+                w.unlisted_since.get_or_insert_with(SystemTime::now);
                 self.sync_workers_now();
             }
             Change::Listed(all) => {
-                w.synced = true;
+                w.unlisted_since = None;
                 let copies = all
                     .iter()
                     .filter_map(|o| remote::parse_copy(kind, cluster, o))
@@ -1165,16 +1169,20 @@ impl Live {
                 self.watch_copies(name, kind, view);
             }
             self.watch_kueue(name, view);
-            let copies_synced = self.kinds.iter().all(|&k| {
-                self.copy_watches
-                    .get(&(name.clone(), k))
-                    .is_some_and(|w| w.synced)
-            });
+            // The earliest of its kinds' (a kind not watched yet: now).
+            let copies_unlisted_since = self
+                .kinds
+                .iter()
+                .filter_map(|&k| match self.copy_watches.get(&(name.clone(), k)) {
+                    Some(w) => w.unlisted_since,
+                    None => Some(SystemTime::now()),
+                })
+                .min();
             self.world.upsert_worker(Worker {
                 name: name.clone(),
                 connected: view.connected,
                 disconnected_since: view.disconnected_since,
-                copies_synced,
+                copies_unlisted_since,
                 message: view.message.clone(),
                 kueue: view.kueue.clone(),
                 queues: self
@@ -1216,7 +1224,7 @@ impl Live {
                     CopyWatch {
                         generation,
                         task,
-                        synced: false,
+                        unlisted_since: Some(SystemTime::now()),
                     },
                 );
             }

@@ -134,17 +134,8 @@ impl<'a> Step<'a> {
         {
             status::deactivated(&job.status, message, now)
         } else if pending && job.requeues > 0 && job.condition(condition::REQUEUED).is_none() {
-            // Only a PodsReady timeout (or Ready pods lost) counts a requeue; which of the two
-            // it was went with the lost write.
-            status::requeued(
-                &job.status,
-                reason::PODS_READY_TIMEOUT,
-                &format!(
-                    "its pods were not all Ready in time; requeued ({} so far)",
-                    job.requeues
-                ),
-                now,
-            )
+            let (why, message) = lost_requeue(job.requeues);
+            status::requeued(&job.status, why, &message, now)
         } else if !job.suspended
             && job.cluster.is_none()
             && !job.offers.is_empty()
@@ -188,7 +179,7 @@ impl<'a> Step<'a> {
         if !worker.connected {
             return self.disconnected(worker, settings);
         }
-        if !worker.copies_synced {
+        if !worker.copies_synced() {
             return;
         }
         match live.iter().find(|c| c.cluster == cluster).copied() {
@@ -414,7 +405,9 @@ impl<'a> Step<'a> {
         let mut alive = 0;
         for c in &job.offers {
             match world.state.workers.get(c) {
-                Some(w) if w.connected && (!w.copies_synced || copy_in(c).is_some()) => alive += 1,
+                Some(w) if w.connected && (!w.copies_synced() || copy_in(c).is_some()) => {
+                    alive += 1
+                }
                 Some(w) if w.connected => {}
                 Some(w) => {
                     let deadline = w.disconnected_since.unwrap_or(self.now) + lost_timeout;
@@ -753,6 +746,24 @@ impl<'a> Step<'a> {
             desired =
                 super::status::admitted(&desired, &copy.cluster, job.admitted_at.unwrap_or(now));
         }
+        // A Job dispatched again before the status of its requeue was restored (the leader
+        // that requeued it died between its two writes, and the back-off had passed when
+        // the next one read it) still says it was requeued: the count is in its annotations.
+        let requeue_shown = desired
+            .conditions()
+            .iter()
+            .any(|c| c.type_ == super::condition::REQUEUED);
+        if job.requeues > 0 && !requeue_shown {
+            let (why, message) = lost_requeue(job.requeues);
+            desired = super::status::with_condition(
+                &desired,
+                super::condition::REQUEUED,
+                true,
+                why,
+                &message,
+                now,
+            );
+        }
         if copy.kueue {
             desired = self.worker_admitted(&desired, copy);
             // The worker's Kueue suspends and resumes the copy, not the manager's Job (which
@@ -769,6 +780,16 @@ impl<'a> Step<'a> {
         });
         true
     }
+}
+
+/// The `Requeued` condition of a counted requeue whose own status write was lost: only a
+/// PodsReady timeout (or Ready pods lost) counts one; which of the two it was went with the
+/// lost write.
+fn lost_requeue(requeues: u32) -> (&'static str, String) {
+    (
+        reason::PODS_READY_TIMEOUT,
+        format!("its pods were not all Ready in time; requeued ({requeues} so far)"),
+    )
 }
 
 /// The reasons a copy is removed because the manager Job, as this dispatcher sees it, does not

@@ -44,9 +44,10 @@ pub(crate) struct Worker {
     pub(crate) connected: bool,
     /// Since when it cannot be reached (kept across retries).
     pub(crate) disconnected_since: Option<SystemTime>,
-    /// Its copies have been listed since it was last (re)connected: a copy missing from the
-    /// list is really missing.
-    pub(crate) copies_synced: bool,
+    /// Since when its copies are not known: not listed yet since it was last (re)connected,
+    /// or being listed again after its watch lost its place. `None`: listed, and a copy
+    /// missing from the list is really missing.
+    pub(crate) copies_unlisted_since: Option<SystemTime>,
     /// Why it is not usable, for people.
     pub(crate) message: String,
     /// It runs Kueue: the LocalQueue copies enter (`WorkerCluster.spec.kueue`).
@@ -62,15 +63,19 @@ impl Worker {
             name: name.to_string(),
             connected: true,
             disconnected_since: None,
-            copies_synced: true,
+            copies_unlisted_since: None,
             message: String::new(),
             kueue: None,
             queues: Arc::default(),
         }
     }
 
+    pub(crate) fn copies_synced(&self) -> bool {
+        self.copies_unlisted_since.is_none()
+    }
+
     pub(crate) fn usable(&self) -> bool {
-        self.connected && self.copies_synced
+        self.connected && self.copies_synced()
     }
 
     /// Unreachable for `lost_after` or longer at `now`: its Jobs are given up for lost (a
@@ -264,12 +269,24 @@ impl State {
         let unknown = |name: &str| {
             self.workers
                 .get(name)
-                .is_some_and(|w| w.connected && !w.copies_synced)
+                .is_some_and(|w| w.connected && !w.copies_synced())
         };
         job.avoid.as_deref().is_some_and(unknown)
             || self
                 .copies_of(&job.uid)
                 .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
+    }
+
+    /// A Job that holds no quota of its own (taken back, deactivated, deleted) while a copy
+    /// of it still runs in a worker that answers: its pods use the queue's quota until the
+    /// copy is gone. Copies in a worker that does not answer are given up for lost.
+    pub(crate) fn runs_unclaimed(&self, job: &Job) -> bool {
+        !job.holds_quota()
+            && self.copies_of(&job.uid).any(|c| {
+                !c.deleting
+                    && c.status.terminal().is_none()
+                    && self.workers.get(&c.cluster).is_some_and(|w| w.connected)
+            })
     }
 
     /// A copy of the Job alive in a worker that answers, other than `kept`.

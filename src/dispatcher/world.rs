@@ -41,6 +41,11 @@ pub struct DispatchConfig {
     pub hold_timeout: Duration,
     /// How long a claimed Job may wait for its copy to be created before another attempt.
     pub create_retry_after: Duration,
+    /// How long a queue waits, before admitting anything, for the copies of one of its
+    /// workers that answers to be listed (a new leader's first list, a relist): a copy of a
+    /// Job taken back may still run there and use the queue's quota. A worker whose copies
+    /// cannot be listed for longer (its RBAC forbids it, say) is left out of the count.
+    pub unlisted_grace: Duration,
     /// A message-only change of a waiting Job's reason is written at most this often.
     pub wait_rewrite_after: Duration,
     /// A worker that refused a Job's copy is not asked again for that Job before
@@ -62,6 +67,7 @@ impl Default for DispatchConfig {
             engine: EngineConfig::default(),
             hold_timeout: Duration::from_secs(600),
             create_retry_after: Duration::from_secs(10),
+            unlisted_grace: Duration::from_secs(60),
             wait_rewrite_after: Duration::from_secs(30),
             refusal_backoff_base: Duration::from_secs(5),
             refusal_backoff_max: Duration::from_secs(300),
@@ -102,8 +108,19 @@ impl World {
 
     /// Adds or replaces a manager Job.
     pub(crate) fn upsert_job(&mut self, job: Job) {
-        self.ledger.recount(self.state.jobs.get(&job.key), &job);
+        let lingering = self.state.runs_unclaimed(&job);
+        self.ledger
+            .recount(self.state.jobs.get(&job.key), &job, lingering);
         self.state.put_job(job);
+    }
+
+    /// Counts the Job of origin `uid` again in its queue's totals after its copies changed
+    /// (or their worker's reach): a Job taken back holds its quota until its old copy is gone.
+    fn recount_copies_of(&mut self, uid: &str) {
+        if let Some(job) = self.state.job_by_uid(uid) {
+            let lingering = self.state.runs_unclaimed(job);
+            self.ledger.recount(Some(job), job, lingering);
+        }
     }
 
     /// Forgets a manager Job (deleted). Its copies stay until they are removed.
@@ -121,7 +138,9 @@ impl World {
             self.caches
                 .worker_changed(&copy.cluster, &self.state.queues);
         }
+        let uid = copy.origin_uid.clone();
         self.state.put_copy(copy);
+        self.recount_copies_of(&uid);
     }
 
     /// A copy is gone. Its name is free there again: that concerns only the Job of that
@@ -130,6 +149,7 @@ impl World {
     /// inventory's to show.
     pub(crate) fn remove_copy(&mut self, cluster: &str, origin_uid: &str) {
         self.state.take_copy(cluster, origin_uid);
+        self.recount_copies_of(origin_uid);
     }
 
     /// Replaces every copy known in `cluster` (after a relist).
@@ -145,20 +165,37 @@ impl World {
 
     pub(crate) fn upsert_worker(&mut self, worker: Worker) {
         let changed = self.state.workers.get(&worker.name).is_none_or(|w| {
-            w.connected != worker.connected || w.copies_synced != worker.copies_synced
+            w.connected != worker.connected || w.copies_synced() != worker.copies_synced()
         });
         if changed {
             self.state.touch_jobs_in(&worker.name);
             self.caches
                 .capacity_changed(&worker.name, &self.state.queues);
         }
+        let name = worker.name.clone();
         self.state.workers.insert(worker.name.clone(), worker);
+        if changed {
+            self.recount_copies_in(&name);
+        }
     }
 
     pub(crate) fn remove_worker(&mut self, name: &str) {
         self.state.workers.remove(name);
         self.state.touch_jobs_in(name);
         self.caches.capacity_changed(name, &self.state.queues);
+        self.recount_copies_in(name);
+    }
+
+    /// [`World::recount_copies_of`] for every Job with a copy in `cluster`.
+    fn recount_copies_in(&mut self, cluster: &str) {
+        let origins: Vec<String> = self
+            .state
+            .copy_uids_in_any(cluster)
+            .map(|(_, origin)| origin.to_string())
+            .collect();
+        for uid in origins {
+            self.recount_copies_of(&uid);
+        }
     }
 
     pub(crate) fn upsert_queue(&mut self, queue: Queue) {

@@ -36,7 +36,7 @@ pub(super) fn why_unusable(state: &State, name: &str) -> Option<Unusable> {
             unreachable: true,
         });
     }
-    if !worker.copies_synced {
+    if !worker.copies_synced() {
         return kept("connected, its Jobs not listed yet".into());
     }
     if let Some(why) = state

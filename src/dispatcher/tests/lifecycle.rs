@@ -224,6 +224,104 @@ fn a_running_job_whose_admitted_condition_another_writer_dropped_says_it_again()
     assert_eq!(env.job("train").cluster.as_deref(), Some("a"));
 }
 
+#[test]
+fn a_job_dispatched_again_before_its_requeue_status_was_restored_still_says_it_was_requeued() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 60s, limit: 3}",
+        )],
+    );
+    env.submit(job("slow").pods(2).build());
+    env.settle();
+    env.idle_until(env.now + mins(5));
+    assert_eq!(env.job("slow").requeues, 1);
+    env.idle_until(env.now + mins(2));
+    assert_eq!(
+        env.job("slow").cluster.as_deref(),
+        Some("a"),
+        "dispatched again"
+    );
+    // The leader that requeued it died between its two writes (the annotations landed, the
+    // status that says why did not), and the back-off had passed when the next leader read
+    // it: that one dispatched it again from the status it found, without `Requeued`.
+    let mut lost = env.job("slow").clone();
+    lost.status
+        .conditions_mut()
+        .retain(|c| c.type_ != condition::REQUEUED);
+    env.world.upsert_job(lost);
+    env.advance(secs(5));
+    env.settle();
+    let j = env.job("slow");
+    assert_eq!(j.cluster.as_deref(), Some("a"), "still running there");
+    assert!(is_true(j, condition::ADMITTED));
+    let requeued = condition(j, condition::REQUEUED).cloned();
+    assert_eq!(
+        requeued
+            .as_ref()
+            .map(|c| (c.status.as_str(), c.reason.as_deref())),
+        Some(("True", Some(reason::PODS_READY_TIMEOUT))),
+        "{:#?}",
+        j.status
+    );
+    assert!(
+        requeued.unwrap().message.unwrap().contains("1 so far"),
+        "the count its annotations keep"
+    );
+}
+
+#[test]
+fn a_requeued_job_holds_its_quota_until_its_old_copy_is_gone() {
+    let two = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 64, 0)
+        .cluster("b")
+        .node("b-0", 64, 0)
+        .build();
+    let mut env = Env::new(
+        two,
+        vec![queue(
+            "q",
+            "clusters: [a, b]\nquota: {cpu: \"2\"}\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 60s, limit: 3}",
+        )],
+    );
+    env.submit(job("slow").pods(2).created(t0()).build());
+    env.settle();
+    let first = env.job("slow").cluster.clone().expect("dispatched");
+    env.advance(secs(1));
+    env.submit(job("next").pods(2).created(env.now).build());
+    env.settle();
+    assert_eq!(env.job("next").cluster, None, "no quota left");
+    // The PodsReady timeout requeues `slow`; its worker refuses the copy's removal for now.
+    env.refusing.insert(first.clone());
+    env.advance_to(t0() + mins(5));
+    for _ in 0..5 {
+        env.step();
+        env.advance(secs(1));
+    }
+    assert_eq!(env.job("slow").requeues, 1);
+    assert!(
+        env.remote_copy("slow", &first).is_some(),
+        "its copy still runs"
+    );
+    assert_eq!(
+        env.job("next").cluster,
+        None,
+        "the quota is still used by the copy's pods (worker b has room)"
+    );
+    assert_eq!(
+        env.world.ledger.queue_use("q").map(|u| u.usage.clone()),
+        Some(env.admitted_usage("q"))
+    );
+    // The copy goes: its quota is free, and the next Job in line takes it.
+    env.refusing.clear();
+    env.advance(secs(10));
+    env.settle();
+    assert!(env.remote_copy("slow", &first).is_none());
+    assert!(env.job("next").cluster.is_some(), "{:#?}", env.planned);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. The copy's fate in its worker.
 

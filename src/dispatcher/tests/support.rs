@@ -611,7 +611,7 @@ impl Env {
         }
         let mut w = self.world.state.workers[cluster].clone();
         w.connected = false;
-        w.copies_synced = false;
+        w.copies_unlisted_since = Some(self.now);
         w.disconnected_since = Some(self.now);
         w.message = "connection refused".into();
         self.world.upsert_worker(w);
@@ -626,7 +626,7 @@ impl Env {
         self.world.upsert_worker(w.clone());
         let copies: Vec<WorkerCopy> = self.remote[cluster].values().cloned().collect();
         self.world.replace_copies(cluster, Kind::Job, copies);
-        w.copies_synced = true;
+        w.copies_unlisted_since = None;
         self.world.upsert_worker(w);
     }
 
@@ -637,11 +637,35 @@ impl Env {
         self.world.upsert_job(j);
     }
 
-    /// What the queue's admitted Jobs request together, counted from the Jobs themselves.
+    /// What the queue's Jobs use together, counted from the Jobs themselves and the workers'
+    /// copies: the Jobs admitted, and those taken back whose copy still runs in a worker that
+    /// answers (its pods use the quota until it is gone).
     pub(super) fn admitted_usage(&self, queue: &str) -> BTreeMap<String, i64> {
+        self.usage(queue, true)
+    }
+
+    /// [`Env::admitted_usage`] without the copies given up for lost: they run on by design
+    /// (the quota they held went to other Jobs when their worker stopped answering) until
+    /// their worker is back and they are removed.
+    pub(super) fn usage_within_quota(&self, queue: &str) -> BTreeMap<String, i64> {
+        self.usage(queue, false)
+    }
+
+    fn usage(&self, queue: &str, lost_too: bool) -> BTreeMap<String, i64> {
+        let still_runs = |j: &Job| {
+            self.remote.iter().any(|(cluster, copies)| {
+                self.reachable(cluster)
+                    && copies.get(&j.uid).is_some_and(|c| {
+                        !c.deleting
+                            && c.status.terminal().is_none()
+                            && (lost_too
+                                || !self.lost_copies.contains(&(cluster.clone(), c.uid.clone())))
+                    })
+            })
+        };
         let mut out = BTreeMap::new();
         for j in self.world.state.jobs.values() {
-            if j.queue == queue && j.holds_quota() {
+            if j.queue == queue && (j.holds_quota() || still_runs(j)) {
                 for (r, v) in j.total_request() {
                     *out.entry(r).or_insert(0) += v;
                 }

@@ -599,3 +599,51 @@ fn workers_judged_across_the_cores_get_the_same_placements_as_one_by_one() {
     assert_eq!(workers[1], ("big", "d"));
     assert_eq!(workers[2].0, "small");
 }
+
+#[test]
+fn a_queue_admits_nothing_until_the_copies_of_its_answering_workers_are_listed() {
+    let two = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 64, 0)
+        .cluster("b")
+        .node("b-0", 64, 0)
+        .build();
+    let mut env = Env::new(two, vec![queue("q", "clusters: [a, b]")]);
+    // Worker b answers again, its copies not listed yet (a new leader's first list, or a
+    // relist after its watch lost its place): a copy of a Job taken back may run there.
+    let mut b = env.world.state.workers["b"].clone();
+    b.copies_unlisted_since = Some(env.now);
+    env.world.upsert_worker(b.clone());
+    env.submit(job("train").build());
+    let p = env.plan();
+    assert!(dispatches(&p.actions).is_empty(), "{:#?}", p.actions);
+    let WaitReason {
+        reason: why,
+        message,
+        ..
+    } = p.waiting.values().next().expect("the Job's class waits");
+    assert_eq!(*why, reason::QUOTA_NOT_COUNTED);
+    assert!(message.contains("worker b"), "{message}");
+    // Listed: admitted at once, into either worker.
+    b.copies_unlisted_since = None;
+    env.world.upsert_worker(b.clone());
+    env.advance(secs(1));
+    let acts = env.settle();
+    assert_eq!(dispatches(&acts).len(), 1, "{acts:#?}");
+
+    // A worker whose copies cannot be listed at all holds its queues back for
+    // `unlisted_grace` only; the dispatcher wakes itself then.
+    b.copies_unlisted_since = Some(env.now);
+    env.world.upsert_worker(b);
+    env.submit(job("later").created(env.now).build());
+    let from = env.now;
+    env.settle();
+    assert_eq!(env.job("later").cluster, None);
+    let grace = env.world.config.unlisted_grace;
+    env.idle_until(from + grace);
+    assert_eq!(
+        env.job("later").cluster.as_deref(),
+        Some("a"),
+        "worker b's copies are unknown: only a takes it"
+    );
+}
