@@ -2105,3 +2105,67 @@ async fn a_job_taken_back_from_a_worker_whose_copies_are_not_listed_is_not_start
     .await;
     assert_eq!(annotation(&fleet.job("train"), CLAIM), Some("west"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_job_holds_its_quota_until_its_old_copy_is_deleted() {
+    let workers = vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: 16,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: 16,
+        },
+    ];
+    let fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"quota": {"cpu": "8"},
+                   "waitForPodsReady": {"enabled": true, "timeout": "1s",
+                       "requeuing": {"backoffBase": "60s", "limit": 3}}}),
+        ),
+    )
+    .await;
+    // The workers cannot delete for now: the requeued Job's copy keeps running.
+    for w in ["east", "west"] {
+        fleet.workers[w].refuse(Refusal {
+            method: "DELETE",
+            ..refusal(503, "ServiceUnavailable", "try again later")
+        });
+    }
+    let _d = fleet.dispatcher(true);
+    fleet.submit(job("slow", "research", 1, 8));
+    eventually(10, "requeued after the PodsReady timeout", || {
+        let j = fleet.job("slow");
+        annotation(&j, "switchyard.dev/requeues") == Some("1")
+            && condition(&j, "Requeued").is_some_and(|c| c["reason"] == "PodsReadyTimeout")
+    })
+    .await;
+    assert_eq!(fleet.copies("slow").len(), 1, "its copy still runs");
+    fleet.submit(job("next", "research", 1, 8));
+    // (Not `settled`: the refused deletion is retried all along.)
+    eventually(10, "the next Job says it waits for quota", || {
+        condition(&fleet.job("next"), "Admitted").is_some_and(|c| c["reason"] == "QuotaExceeded")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let next = fleet.job("next");
+    assert!(
+        annotation(&next, CLAIM).is_none(),
+        "not admitted while the old copy's pods use the quota: {next}"
+    );
+    // The deletion lands: the quota is free, and the next Job takes it.
+    for w in ["east", "west"] {
+        fleet.workers[w].clear_refusals();
+    }
+    eventually(15, "the next Job runs once the old copy is gone", || {
+        dispatched_to(&fleet, "next").is_some()
+    })
+    .await;
+    assert!(fleet.copies("slow").is_empty());
+}
