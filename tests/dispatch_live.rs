@@ -655,18 +655,7 @@ async fn a_new_dispatcher_after_a_restart_finishes_what_the_old_one_began() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresponsive_worker_does_not_hold_the_job_once_it_is_declared_lost() {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 64,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 16,
-        },
-    ];
+    let workers = east_west(64, 16);
     let mut fleet = Fleet::start(
         &workers,
         queue(
@@ -710,6 +699,22 @@ fn refusal(code: u16, reason: &'static str, message: &str) -> Refusal {
 /// What a validating admission webhook's denial looks like to the client (kube-apiserver
 /// answers 400 unless the webhook gave a code, and prefixes the webhook's name).
 const WEBHOOK_DENIAL: &str = "admission webhook \"jobs.policy.example.com\" denied the request: Jobs in namespace research must carry a cost-center label";
+
+/// Workers `east` and `west`, one node each, of these many CPUs.
+fn east_west(east: u32, west: u32) -> Vec<WorkerSpec> {
+    vec![
+        WorkerSpec {
+            name: "east",
+            nodes: 1,
+            cpu: east,
+        },
+        WorkerSpec {
+            name: "west",
+            nodes: 1,
+            cpu: west,
+        },
+    ]
+}
 
 fn one_worker(name: &'static str) -> Vec<WorkerSpec> {
     vec![WorkerSpec {
@@ -765,18 +770,7 @@ async fn a_worker_that_refuses_every_copy_is_retried_with_backoff_and_says_why()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_that_deny_the_job_by_webhook_are_not_alternated_in_a_loop() {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 64,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 64,
-        },
-    ];
+    let workers = east_west(64, 64);
     let fleet = Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await;
     fleet.workers["east"].refuse(refusal(400, "", WEBHOOK_DENIAL));
     fleet.workers["west"].refuse(refusal(
@@ -1334,7 +1328,7 @@ fn claimed_cpu(fleet: &Fleet, jobs: &[(&str, u32)]) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_whose_watch_lags_does_not_admit_into_quota_the_old_one_handed_out() {
     let fleet = Fleet::start(
-        &east_west(),
+        &east_west(16, 16),
         queue(
             "research",
             &["east", "west"],
@@ -1417,18 +1411,7 @@ fn from_now(secs: u64) -> String {
 /// `train` (one pod, 4 CPUs) dispatched to `east` (16 CPUs), the other worker of queue
 /// `research` being `west` (8 CPUs); workers are lost after `lost_after`.
 async fn train_in_east(lost_after: &str) -> (Fleet, Running) {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 8,
-        },
-    ];
+    let workers = east_west(16, 8);
     let fleet = Fleet::start(
         &workers,
         queue(
@@ -1447,21 +1430,6 @@ async fn train_in_east(lost_after: &str) -> (Fleet, Running) {
     (fleet, dispatcher)
 }
 
-fn east_west() -> Vec<WorkerSpec> {
-    vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 16,
-        },
-    ]
-}
-
 /// Live copies of the Job (not being deleted) across the workers.
 fn live_copies(fleet: &Fleet, name: &str) -> usize {
     fleet
@@ -1474,7 +1442,7 @@ fn live_copies(fleet: &Fleet, name: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_after_the_requeue_was_written_removes_the_copy_and_keeps_the_count() {
     let fleet = Fleet::start(
-        &east_west(),
+        &east_west(16, 16),
         queue(
             "research",
             &["east", "west"],
@@ -1558,7 +1526,7 @@ async fn a_restart_after_the_final_status_was_mirrored_only_removes_the_copy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_past_a_pods_ready_deadline_requeues_once_then_runs_once() {
     let fleet = Fleet::start(
-        &east_west(),
+        &east_west(16, 16),
         queue(
             "research",
             &["east", "west"],
@@ -1856,7 +1824,7 @@ async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed() {
     let fleet = Fleet::start(
-        &east_west(),
+        &east_west(16, 16),
         queue("research", &["east", "west"], json!({})),
     )
     .await;
@@ -1900,7 +1868,7 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_whose_job_read_again_still_does_not_keep_it_is_removed() {
     let fleet = Fleet::start(
-        &east_west(),
+        &east_west(16, 16),
         queue("research", &["east", "west"], json!({})),
     )
     .await;
@@ -1997,18 +1965,7 @@ fn copy_in_east_that_east_cannot_read(fleet: &Fleet, stored: &Value) {
 /// East (16 CPUs) and west (64 CPUs, the emptier: a Job given back goes there) in the queue
 /// `research`.
 async fn east_and_emptier_west() -> Fleet {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 64,
-        },
-    ];
+    let workers = east_west(16, 64);
     Fleet::start(&workers, queue("research", &["east", "west"], json!({}))).await
 }
 
@@ -2108,18 +2065,7 @@ async fn a_job_taken_back_from_a_worker_whose_copies_are_not_listed_is_not_start
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requeued_job_holds_its_quota_until_its_old_copy_is_deleted() {
-    let workers = vec![
-        WorkerSpec {
-            name: "east",
-            nodes: 1,
-            cpu: 16,
-        },
-        WorkerSpec {
-            name: "west",
-            nodes: 1,
-            cpu: 16,
-        },
-    ];
+    let workers = east_west(16, 16);
     let fleet = Fleet::start(
         &workers,
         queue(

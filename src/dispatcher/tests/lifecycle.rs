@@ -273,12 +273,7 @@ fn a_job_dispatched_again_before_its_requeue_status_was_restored_still_says_it_w
 
 #[test]
 fn a_requeued_job_holds_its_quota_until_its_old_copy_is_gone() {
-    let two = InventoryBuilder::default()
-        .cluster("a")
-        .node("a-0", 64, 0)
-        .cluster("b")
-        .node("b-0", 64, 0)
-        .build();
+    let two = two_workers(64);
     let mut env = Env::new(
         two,
         vec![queue(

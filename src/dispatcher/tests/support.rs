@@ -754,6 +754,16 @@ pub(super) fn deletions(actions: &[Action]) -> Vec<(String, String, &'static str
 }
 
 /// One worker `a` with room for anything these tests submit.
+/// Workers `a` and `b`, one node of `cpus` CPUs (no GPUs) each.
+pub(super) fn two_workers(cpus: u32) -> Inventory {
+    InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", cpus, 0)
+        .cluster("b")
+        .node("b-0", cpus, 0)
+        .build()
+}
+
 pub(super) fn roomy() -> Inventory {
     let mut b = InventoryBuilder::default().cluster("a");
     for i in 0..4 {

@@ -143,12 +143,7 @@ fn jobs_that_waited_for_a_worker_kept_by_a_stale_copy_go_there_once_it_is_remove
 
 #[test]
 fn a_job_lost_with_its_worker_runs_elsewhere_and_the_duplicate_is_removed_on_return() {
-    let inv = InventoryBuilder::default()
-        .cluster("a")
-        .node("a-0", 16, 0)
-        .cluster("b")
-        .node("b-0", 16, 0)
-        .build();
+    let inv = two_workers(16);
     let mut env = Env::new(
         inv,
         vec![queue("q", "clusters: [a, b]\nworkerLostTimeout: 10m")],
@@ -177,12 +172,7 @@ fn a_job_taken_back_does_not_start_elsewhere_while_its_old_copy_still_runs() {
     // The user suspends a running Job; its worker refuses the deletion for a while (its API
     // server errs, the connection stays up). Another worker has room, but the Job must not
     // start there while its first copy still runs.
-    let inv = InventoryBuilder::default()
-        .cluster("a")
-        .node("a-0", 16, 0)
-        .cluster("b")
-        .node("b-0", 16, 0)
-        .build();
+    let inv = two_workers(16);
     let mut env = Env::new(inv, vec![queue("q", "clusters: [a, b]")]);
     env.submit(job("run").build());
     let first = dispatches(&env.settle())[0].1.clone();
@@ -211,7 +201,8 @@ fn a_job_taken_back_does_not_start_elsewhere_while_its_old_copy_still_runs() {
 // ---------------------------------------------------------------------------------------------
 // 9. Workers that refuse a Job, per-Job blockers, and the order of a requeue's writes.
 
-fn two_workers() -> Inventory {
+/// A big worker `a` (64 CPUs) and a small one `b` (16).
+fn big_and_small() -> Inventory {
     InventoryBuilder::default()
         .cluster("a")
         .node("a-0", 64, 0)
@@ -245,7 +236,7 @@ fn refusals_back_off_exponentially_per_worker() {
 
 #[test]
 fn a_worker_that_refused_a_job_is_left_alone_for_its_backoff_while_others_take_it() {
-    let mut env = Env::new(two_workers(), vec![queue("q", "clusters: [a, b]")]);
+    let mut env = Env::new(big_and_small(), vec![queue("q", "clusters: [a, b]")]);
     env.submit(job("run").build());
     // `a` is the emptier worker: the first choice. It refuses the copy.
     let p = env.plan();
@@ -602,12 +593,7 @@ fn workers_judged_across_the_cores_get_the_same_placements_as_one_by_one() {
 
 #[test]
 fn a_queue_admits_nothing_until_the_copies_of_its_answering_workers_are_listed() {
-    let two = InventoryBuilder::default()
-        .cluster("a")
-        .node("a-0", 64, 0)
-        .cluster("b")
-        .node("b-0", 64, 0)
-        .build();
+    let two = two_workers(64);
     let mut env = Env::new(two, vec![queue("q", "clusters: [a, b]")]);
     // Worker b answers again, its copies not listed yet (a new leader's first list, or a
     // relist after its watch lost its place): a copy of a Job taken back may run there.
