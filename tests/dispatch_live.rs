@@ -1973,22 +1973,23 @@ async fn east_and_emptier_west() -> Fleet {
 /// the worker had missed the copy the old leader had just created. The new leader took the
 /// copy for deleted, and its check of the worker failed (500): the Job was requeued on that
 /// guess and started a second copy elsewhere while the first ran. A worker that cannot say
-/// whether the copy is there keeps the Job until it can.
+/// whether the copy is there keeps the Job until it can. (A new leader now lists the copies
+/// afresh; the leader here is one whose watch is behind, with a Job another writer claimed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     let fleet = east_and_emptier_west().await;
     // The watch of east's copies lists, then hears nothing more.
     fleet.workers["east"].hang_watches(JOBS, true);
+    let d = fleet.dispatcher(true);
+    d.settled().await;
+    // A Job running in east, its copy there unseen by the watch; and east answers no read of
+    // its Jobs.
     let mut running = job("train", "research", 1, 4);
     running["metadata"]["annotations"] =
         json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(60)});
     running["spec"]["suspend"] = json!(false);
-    let stored = fleet.submit(running);
-    let d = fleet.dispatcher(false);
-    d.settled().await;
-    // The copy is there, unseen by the watch; and east answers no read of its Jobs.
-    copy_in_east_that_east_cannot_read(&fleet, &stored);
-    d.leader.send(true).unwrap();
+    copy_in_east_that_east_cannot_read(&fleet, &running);
+    fleet.submit(running);
     eventually(
         10,
         "the dispatcher asked east whether the copy is there",
@@ -2114,4 +2115,119 @@ async fn a_requeued_job_holds_its_quota_until_its_old_copy_is_deleted() {
     })
     .await;
     assert!(fleet.copies("slow").is_empty());
+}
+
+/// Found by tests/fault_schedules.rs (seed 8388): the same for a Job offered to two workers
+/// (`fanout: 2`): the check asked no worker at all, and the Job, taken for deleted in both,
+/// was offered again while its copies ran, three copies at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offered_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
+    let workers = east_west(16, 64);
+    let fleet = Fleet::start(
+        &workers,
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"placement": {"fanout": 2}}),
+        ),
+    )
+    .await;
+    fleet.workers["east"].hang_watches(JOBS, true);
+    let d = fleet.dispatcher(true);
+    d.settled().await;
+    // Offered to both; its copy runs in east, unseen by the watch, and east answers no read.
+    let mut offered = job("train", "research", 1, 4);
+    offered["metadata"]["annotations"] = json!({
+        "switchyard.dev/offered-to": "east,west",
+        "switchyard.dev/admitted-at": ago(60),
+    });
+    offered["spec"]["suspend"] = json!(false);
+    copy_in_east_that_east_cannot_read(&fleet, &offered);
+    fleet.submit(offered);
+    eventually(
+        10,
+        "the dispatcher asked east whether the copy is there",
+        || {
+            fleet.workers["east"].recorded().iter().any(|r| {
+                r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(500)
+            })
+        },
+    )
+    .await;
+    d.settled().await;
+    let j = fleet.job("train");
+    assert_eq!(
+        annotation(&j, "switchyard.dev/offered-to"),
+        Some("east,west"),
+        "still offered: {j}"
+    );
+    assert!(condition(&j, "Requeued").is_none(), "{j}");
+    assert!(
+        fleet.copies("train").iter().all(|(w, _)| w == "east"),
+        "no other copy"
+    );
+    // East answers again: the copy is found and kept.
+    fleet.workers["east"].clear_refusals();
+    eventually(10, "the copy in east is found", || {
+        fleet.workers["east"]
+            .recorded()
+            .iter()
+            .any(|r| r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(200))
+    })
+    .await;
+    d.settled().await;
+    assert!(condition(&fleet.job("train"), "Requeued").is_none());
+    assert_eq!(fleet.copies("train").len(), 1);
+}
+
+/// Found by tests/fault_schedules.rs (seed 5086): the lease passed to a replica whose watch of
+/// a worker had not yet shown the copy of a Job the old leader had just taken back. That copy
+/// still ran and held its queue's quota, but the new leader did not know of it and admitted
+/// the next Job into the same quota. A new leader now lists the workers' copies afresh before
+/// it admits anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_counts_the_copies_its_watch_had_not_shown() {
+    let fleet = Fleet::start(
+        &east_west(16, 64),
+        queue(
+            "research",
+            &["east", "west"],
+            json!({"quota": {"cpu": "8"}}),
+        ),
+    )
+    .await;
+    // The standby's watch of east's copies lists, then hears nothing more.
+    fleet.workers["east"].hang_watches(JOBS, true);
+    let d = fleet.dispatcher(false);
+    d.settled().await;
+    // The old leader took `slow` back from east (its copy there still running, its deletion
+    // not landed yet), then lost the lease.
+    let mut slow = job("slow", "research", 1, 8);
+    slow["metadata"]["annotations"] = json!({
+        "switchyard.dev/avoid-cluster": "east",
+        "switchyard.dev/requeue-after": from_now(600),
+    });
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&slow, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    fleet.submit(slow);
+    fleet.submit(job("next", "research", 1, 8));
+    d.settled().await;
+    // East cannot delete for now: the copy keeps running.
+    fleet.workers["east"].refuse(Refusal {
+        method: "DELETE",
+        ..refusal(503, "ServiceUnavailable", "try again later")
+    });
+    d.leader.send(true).unwrap();
+    // (Not `settled`: the refused deletion is retried all along.)
+    eventually(10, "the next Job says it waits for quota", || {
+        condition(&fleet.job("next"), "Admitted").is_some_and(|c| c["reason"] == "QuotaExceeded")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        annotation(&fleet.job("next"), CLAIM).is_none(),
+        "not admitted while slow's copy runs in east: {}",
+        fleet.job("next")
+    );
 }

@@ -360,7 +360,10 @@ fn json_change(event: WatchEvent<DynamicObject>) -> WatchEvent<Value> {
 
 /// A worker's copies watch, restarted when its client is replaced.
 struct CopyWatch {
-    generation: u64,
+    /// The worker client's generation it watches with.
+    client_generation: u64,
+    /// Which watch this is (its events carry it: those of a watch replaced are dropped).
+    serial: u64,
     task: JoinHandle<()>,
     /// Since when the copies it watches are not known (`None`: listed).
     unlisted_since: Option<SystemTime>,
@@ -454,6 +457,8 @@ struct Live {
     views: Arc<BTreeMap<String, WorkerView>>,
     /// By worker and kind.
     copy_watches: HashMap<(String, Kind), CopyWatch>,
+    /// The serial of the last copy watch started (see [`CopyWatch::serial`]).
+    copy_watch_serial: u64,
     /// Kueue workers' LocalQueues, ClusterQueues and Workloads watches, by worker.
     kueue_watches: HashMap<String, KueueWatch>,
     /// What each Kueue worker's watches show.
@@ -546,10 +551,15 @@ async fn run(
                 leader_open = open.is_ok();
                 let now_leading = *leader.borrow();
                 if now_leading && !leading {
-                    tracing::info!("leading: listing the manager's Jobs afresh, then dispatching");
-                    // No admission from what the watch showed while following: see
-                    // `Live::watch_jobs`. Deadlines and waits are recomputed from the objects.
+                    tracing::info!("leading: listing the manager's Jobs and the workers' copies afresh, then dispatching");
+                    // No admission from what the watches showed while following: see
+                    // `Live::watch_jobs`. The copies too: a copy the old leader created a
+                    // moment ago may not have reached this replica's watch, and its pods use
+                    // quota (its queues wait, `QuotaNotCounted`, until the lists are in).
+                    // Deadlines and waits are recomputed from the objects.
                     live.watch_jobs();
+                    live.copy_watches.clear();
+                    live.sync_workers_now();
                     live.world.touch_all();
                     next = Instant::now();
                 } else if !now_leading && leading {
@@ -653,6 +663,7 @@ impl Live {
             synced: Synced::default(),
             views: Arc::new(BTreeMap::new()),
             copy_watches: HashMap::new(),
+            copy_watch_serial: 0,
             kueue_watches: HashMap::new(),
             kueue_queues: HashMap::new(),
             kinds,
@@ -1012,7 +1023,7 @@ impl Live {
         let Some(w) = self.copy_watches.get_mut(&(cluster.to_string(), kind)) else {
             return;
         };
-        if w.generation != generation {
+        if w.serial != generation {
             return;
         }
         match change {
@@ -1200,12 +1211,18 @@ impl Live {
     fn watch_copies(&mut self, name: &str, kind: Kind, view: &WorkerView) {
         let id = (name.to_string(), kind);
         match (&view.client, self.copy_watches.get(&id)) {
-            (Some(client), w) if w.is_none_or(|w| w.generation != view.client_generation) => {
+            (Some(client), w)
+                if w.is_none_or(|w| w.client_generation != view.client_generation) =>
+            {
                 let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
+                // A consistent list (see `Live::watch_jobs`): a new leader counts the copies
+                // that run, not what a cache showed a moment ago.
                 let cfg = watcher::Config::default()
-                    .labels(&format!("{ORIGIN_LABEL}={}", self.ctx.manager_id));
+                    .labels(&format!("{ORIGIN_LABEL}={}", self.ctx.manager_id))
+                    .list_semantic(watcher::ListSemantic::MostRecent);
                 let cluster = name.to_string();
-                let generation = view.client_generation;
+                self.copy_watch_serial += 1;
+                let generation = self.copy_watch_serial;
                 let task = forward(
                     watcher::watcher(api, cfg)
                         .default_backoff()
@@ -1222,7 +1239,8 @@ impl Live {
                 self.copy_watches.insert(
                     id,
                     CopyWatch {
-                        generation,
+                        client_generation: view.client_generation,
+                        serial: generation,
                         task,
                         unlisted_since: Some(SystemTime::now()),
                     },
@@ -1482,7 +1500,8 @@ impl Live {
                 }
                 Action::Offer { clusters, .. } => clusters.iter().collect(),
                 Action::Requeue { reason, .. } if *reason == reason::REMOTE_DELETED => {
-                    before.cluster.iter().collect()
+                    // Asked whether the copy is there after all: see `copy_still_there`.
+                    before.cluster.iter().chain(&before.offers).collect()
                 }
                 _ => vec![],
             };
@@ -2054,17 +2073,32 @@ impl JobWriter<'_> {
         }
     }
 
-    /// Whether the Job's copy (ours, by origin uid, not being deleted) is in its worker after
-    /// all; when it is, it is handed to the World as if just created.
-    /// `None` when the worker could not say (an error, a timeout).
+    /// Whether a copy of the Job (ours, by origin uid, not being deleted) is in its worker, or
+    /// in one of the workers it is offered to, after all; each one found is handed to the
+    /// World as if just created. `None` when a worker could not say (an error, a timeout) and
+    /// none had it.
     async fn copy_still_there(&mut self, clients: &HashMap<String, Target>) -> Option<bool> {
-        let Some(cluster) = self.job.cluster.clone() else {
-            return Some(false);
+        let clusters: Vec<String> = match &self.job.cluster {
+            Some(c) => vec![c.clone()],
+            None => self.job.offers.clone(),
         };
+        let mut answer = Some(false);
+        for cluster in clusters {
+            match self.copy_in(&cluster, clients).await {
+                Some(true) => answer = Some(true),
+                None if answer == Some(false) => answer = None,
+                _ => {}
+            }
+        }
+        answer
+    }
+
+    /// [`JobWriter::copy_still_there`] for one worker.
+    async fn copy_in(&mut self, cluster: &str, clients: &HashMap<String, Target>) -> Option<bool> {
         let Some(Target {
             client: Some(client),
             ..
-        }) = clients.get(&cluster)
+        }) = clients.get(cluster)
         else {
             return Some(false);
         };
@@ -2079,10 +2113,10 @@ impl JobWriter<'_> {
             }
         };
         let value = to_json(found);
-        let ours = remote::parse_copy(self.job.kind(), &cluster, &value)
+        let ours = remote::parse_copy(self.job.kind(), cluster, &value)
             .is_some_and(|c| c.origin_uid == self.job.uid && !c.deleting);
         if ours {
-            self.done.created.push((cluster, value));
+            self.done.created.push((cluster.to_string(), value));
         }
         Some(ours)
     }

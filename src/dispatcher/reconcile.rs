@@ -419,6 +419,18 @@ impl<'a> Step<'a> {
                 None => {}
             }
         }
+        // Created a moment ago, or a worker could not say whether its copy is there: looked
+        // at again after the wait (see `copy_missing`).
+        let retry = world
+            .state
+            .writes
+            .create_attempted
+            .get(&job.uid)
+            .map(|t| *t + world.config.create_retry_after)
+            .filter(|t| *t > self.now);
+        if let (0, Some(t)) = (alive, retry) {
+            return self.at(t);
+        }
         if alive == 0 {
             return self.take_back(TakeBack::uncounted(
                 reason::REMOTE_DELETED,
