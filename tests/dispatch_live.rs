@@ -1952,6 +1952,22 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
 
 /// Puts the Job's copy in east, unseen by the dispatcher, and has east answer no read of its
 /// Jobs (lists and gets answered 500).
+/// Waits until the dispatcher asked east for its copy of `train` and east answered `code`,
+/// then until the dispatcher settled.
+async fn east_asked_for_train(fleet: &Fleet, d: &Running, code: u16) {
+    eventually(
+        10,
+        &format!("the dispatcher asked east for train's copy, answered {code}"),
+        || {
+            fleet.workers["east"].recorded().iter().any(|r| {
+                r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(code)
+            })
+        },
+    )
+    .await;
+    d.settled().await;
+}
+
 fn copy_in_east_that_east_cannot_read(fleet: &Fleet, stored: &Value) {
     let copy =
         switchyard::dispatcher::remote::copy_of(stored, "switchyard", Default::default()).unwrap();
@@ -1990,17 +2006,7 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     running["spec"]["suspend"] = json!(false);
     copy_in_east_that_east_cannot_read(&fleet, &running);
     fleet.submit(running);
-    eventually(
-        10,
-        "the dispatcher asked east whether the copy is there",
-        || {
-            fleet.workers["east"].recorded().iter().any(|r| {
-                r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(500)
-            })
-        },
-    )
-    .await;
-    d.settled().await;
+    east_asked_for_train(&fleet, &d, 500).await;
     assert_eq!(
         annotation(&fleet.job("train"), CLAIM),
         Some("east"),
@@ -2012,14 +2018,7 @@ async fn a_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     );
     // East answers again: the copy is found and kept.
     fleet.workers["east"].clear_refusals();
-    eventually(10, "the copy in east is found", || {
-        fleet.workers["east"]
-            .recorded()
-            .iter()
-            .any(|r| r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(200))
-    })
-    .await;
-    d.settled().await;
+    east_asked_for_train(&fleet, &d, 200).await;
     assert_eq!(annotation(&fleet.job("train"), CLAIM), Some("east"));
     let copies = fleet.copies("train");
     assert_eq!(copies.len(), 1, "{copies:?}");
@@ -2144,17 +2143,7 @@ async fn an_offered_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     offered["spec"]["suspend"] = json!(false);
     copy_in_east_that_east_cannot_read(&fleet, &offered);
     fleet.submit(offered);
-    eventually(
-        10,
-        "the dispatcher asked east whether the copy is there",
-        || {
-            fleet.workers["east"].recorded().iter().any(|r| {
-                r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(500)
-            })
-        },
-    )
-    .await;
-    d.settled().await;
+    east_asked_for_train(&fleet, &d, 500).await;
     let j = fleet.job("train");
     assert_eq!(
         annotation(&j, "switchyard.dev/offered-to"),
@@ -2168,14 +2157,7 @@ async fn an_offered_copy_the_worker_cannot_confirm_is_not_taken_for_deleted() {
     );
     // East answers again: the copy is found and kept.
     fleet.workers["east"].clear_refusals();
-    eventually(10, "the copy in east is found", || {
-        fleet.workers["east"]
-            .recorded()
-            .iter()
-            .any(|r| r.method == "GET" && r.uri.contains("/jobs/train") && r.status == Some(200))
-    })
-    .await;
-    d.settled().await;
+    east_asked_for_train(&fleet, &d, 200).await;
     assert!(condition(&fleet.job("train"), "Requeued").is_none());
     assert_eq!(fleet.copies("train").len(), 1);
 }
