@@ -522,15 +522,9 @@ fn explain_shows_hints_merged_hint_verdict_and_score() {
     let text = stdout_of(
         switchyard()
             .args(["explain", "--inventory"])
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/examples/inventory.yaml"
-            ))
+            .arg(example("inventory.yaml"))
             .arg("--pod")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/examples/gpu-pod.yaml"
-            ))
+            .arg(example("gpu-pod.yaml"))
             .args(["--node", "eu-1-gpu-a"]),
     );
     for part in [
@@ -559,26 +553,19 @@ fn explain_judges_a_cluster_as_its_virtual_node_is_judged() {
     // The example GPU pod, sent to virtual nodes the usual way.
     let dir = tempfile::tempdir().unwrap();
     let pod = dir.path().join("pod.yaml");
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/gpu-pod.yaml"
-    ))
-    .unwrap();
+    let gpu_pod = std::fs::read_to_string(example("gpu-pod.yaml")).unwrap();
     let explain = |pod_text: String| {
         std::fs::write(&pod, pod_text).unwrap();
         stdout_of(
             switchyard()
                 .args(["explain", "--inventory"])
-                .arg(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/examples/inventory.yaml"
-                ))
+                .arg(example("inventory.yaml"))
                 .arg("--pod")
                 .arg(&pod)
                 .args(["--cluster", "eu-1"]),
         )
     };
-    let gang_of_one = example.replace("gang-size: \"2\"", "gang-size: \"1\"");
+    let gang_of_one = gpu_pod.replace("gang-size: \"2\"", "gang-size: \"1\"");
     let selecting = |selector: &str| {
         gang_of_one.replace(
             "spec:\n  tolerations:",
@@ -1033,15 +1020,18 @@ fn simulate_report_to_a_path_that_cannot_be_written_says_so_before_running() {
 }
 
 /// `switchyard simulate --scenario examples/<scenario>` with `args`.
+/// A file of the bundled `examples/`.
+fn example(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+}
+
 fn simulate_example(scenario: &str, args: &[&str]) -> String {
     stdout_of(
         switchyard()
             .args(["simulate", "--scenario"])
-            .arg(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("examples")
-                    .join(scenario),
-            )
+            .arg(example(scenario))
             .args(args),
     )
 }

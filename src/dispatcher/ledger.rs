@@ -108,12 +108,12 @@ impl Charge {
         } else {
             if lingering {
                 c.usage = job.total_request();
-                c.lingering = true;
             }
             if job.is_pending() {
                 c.pending = Some((job.class(), job.rank()));
             }
         }
+        c.lingering = lingering;
         c
     }
 }
@@ -156,14 +156,14 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// Counts `job` as it is now (`lingering`: see [`Charge::of`]), replacing how its
-    /// earlier state `old` counted.
+    /// Counts `job` as it is now (`lingering`: see [`Charge::of`]; never true of a Job that
+    /// holds quota), replacing how its earlier state `old` counted.
     pub(super) fn recount(&mut self, old: Option<&Job>, job: &Job, lingering: bool) {
         // Most changes (a status mirrored, an annotation, a copy's status) leave the queue's
         // totals alone.
         let kept = self.charges.get(&job.key);
         if old.is_some_and(|old| charged_alike(old, job))
-            && kept.is_some_and(|c| c.lingering == (lingering && !job.holds_quota()))
+            && kept.is_some_and(|c| c.lingering == lingering)
         {
             // What `charged_alike` compares must be all that a charge reads.
             debug_assert_eq!(kept, Some(&Charge::of(job, lingering)));

@@ -272,9 +272,13 @@ impl State {
                 .is_some_and(|w| w.connected && !w.copies_synced())
         };
         job.avoid.as_deref().is_some_and(unknown)
-            || self
-                .copies_of(&job.uid)
-                .any(|c| !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected))
+            || self.copies_of(&job.uid).any(|c| self.alive_in_reach(c))
+    }
+
+    /// The copy is not being deleted and its worker answers (a copy in a worker that does
+    /// not is given up for lost).
+    fn alive_in_reach(&self, c: &WorkerCopy) -> bool {
+        !c.deleting && self.workers.get(&c.cluster).is_some_and(|w| w.connected)
     }
 
     /// A Job that holds no quota of its own (taken back, deactivated, deleted) while a copy
@@ -282,20 +286,15 @@ impl State {
     /// copy is gone. Copies in a worker that does not answer are given up for lost.
     pub(crate) fn runs_unclaimed(&self, job: &Job) -> bool {
         !job.holds_quota()
-            && self.copies_of(&job.uid).any(|c| {
-                !c.deleting
-                    && c.status.terminal().is_none()
-                    && self.workers.get(&c.cluster).is_some_and(|w| w.connected)
-            })
+            && self
+                .copies_of(&job.uid)
+                .any(|c| self.alive_in_reach(c) && c.status.terminal().is_none())
     }
 
     /// A copy of the Job alive in a worker that answers, other than `kept`.
     pub(crate) fn still_running_elsewhere(&self, job: &Job, kept: &[impl AsRef<str>]) -> bool {
-        self.copies_of(&job.uid).any(|c| {
-            !c.deleting
-                && !kept.iter().any(|k| k.as_ref() == c.cluster)
-                && self.workers.get(&c.cluster).is_some_and(|w| w.connected)
-        })
+        self.copies_of(&job.uid)
+            .any(|c| !kept.iter().any(|k| k.as_ref() == c.cluster) && self.alive_in_reach(c))
     }
 
     /// The copy of a Job with another uid holding `key`'s name in `cluster` (an earlier Job

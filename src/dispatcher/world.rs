@@ -173,7 +173,7 @@ impl World {
                 .capacity_changed(&worker.name, &self.state.queues);
         }
         let name = worker.name.clone();
-        self.state.workers.insert(worker.name.clone(), worker);
+        self.state.workers.insert(name.clone(), worker);
         if changed {
             self.recount_copies_in(&name);
         }
