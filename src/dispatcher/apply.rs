@@ -117,9 +117,10 @@ fn done(world: &mut World, action: &Action, now: SystemTime, gives_back: bool) {
         Action::Release { job_uid } => world.release(job_uid),
         Action::DeleteCopy {
             cluster,
+            uid,
             origin_uid,
             ..
-        } => world.remove_copy(cluster, origin_uid),
+        } => world.forget_copy(cluster, origin_uid, uid),
         _ => {}
     }
     let Some(job) = action.job().and_then(|k| world.state.jobs.get(k)) else {

@@ -1055,7 +1055,7 @@ impl Live {
                     }
                     self.gone_copies
                         .insert((cluster.to_string(), c.uid.clone()));
-                    self.world.remove_copy(cluster, &c.origin_uid);
+                    self.world.forget_copy(cluster, &c.origin_uid, &c.uid);
                 }
             }
         }

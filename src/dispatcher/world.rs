@@ -152,6 +152,22 @@ impl World {
         self.recount_copies_of(origin_uid);
     }
 
+    /// The copy `uid` (of the Job `origin_uid`) is gone from `cluster`: removed as asked, or
+    /// its watch said so. Forgotten, unless another copy of the Job has taken its place there
+    /// since: the answer to a removal can come after the Job was dispatched to the same
+    /// worker again and its new copy seen, and forgetting that one would leave it running
+    /// there, unknown, whatever becomes of the Job.
+    pub(crate) fn forget_copy(&mut self, cluster: &str, origin_uid: &str, uid: &str) {
+        if self
+            .state
+            .copy_in(origin_uid, cluster)
+            .is_some_and(|c| c.uid != uid)
+        {
+            return;
+        }
+        self.remove_copy(cluster, origin_uid);
+    }
+
     /// Replaces every copy known in `cluster` (after a relist).
     /// The copies of `kind` in `cluster` are `copies`.
     pub(crate) fn replace_copies(&mut self, cluster: &str, kind: Kind, copies: Vec<WorkerCopy>) {

@@ -107,6 +107,65 @@ fn pods_never_ready_requeue_with_exponential_backoff_then_deactivate_at_the_limi
     assert!(env.refused.is_empty(), "{:?}", env.refused);
 }
 
+/// The answer to a copy's removal comes late: after the Job, requeued, was dispatched to the
+/// same worker again and its new copy seen. Only the removed copy is forgotten; the new one is
+/// still known, and goes when the Job is given up. (A fault schedule once forgot it: the new
+/// copy ran on in its worker after the Job was deactivated.)
+#[test]
+fn a_late_answer_to_a_copys_removal_forgets_only_that_copy() {
+    let mut env = Env::new(
+        roomy(),
+        vec![queue(
+            "q",
+            "clusters: [a]\nwaitForPodsReady:\n  enabled: true\n  timeout: 5m\n  requeuing: {backoffBase: 60s, limit: 1}",
+        )],
+    );
+    env.submit(job("slow").build());
+    env.settle();
+    let uid = env.job("slow").uid.clone();
+    let first = env.remote_copy("slow", "a").expect("dispatched").uid.clone();
+
+    // Not Ready in time: requeued. The first copy's removal lands in the worker and its watch
+    // tells, but the answer to the DELETE is late.
+    env.advance(mins(5));
+    let mut late = None;
+    for _ in 0..5 {
+        for a in env.plan().actions {
+            match a {
+                Action::DeleteCopy { .. } => late = Some(a),
+                other => env.execute(&other, true),
+            }
+        }
+        if late.is_some() {
+            break;
+        }
+    }
+    let late = late.expect("the first copy's removal");
+    env.remote.get_mut("a").expect("worker").remove(&uid);
+    env.world.forget_copy("a", &uid, &first);
+
+    // Dispatched to the same worker after its back-off: a second copy.
+    env.advance(secs(60));
+    env.settle();
+    let second = env.remote_copy("slow", "a").expect("dispatched again").uid.clone();
+    assert_ne!(first, second);
+    apply(&mut env.world, &late, Outcome::Done, env.now);
+    assert_eq!(
+        env.world.state.copy_in(&uid, "a").map(|c| c.uid.clone()),
+        Some(second),
+        "the second copy is still known"
+    );
+
+    // Not Ready in time again: given up, and the second copy goes too.
+    env.advance(mins(5));
+    env.settle();
+    assert!(env.job("slow").deactivated.is_some());
+    assert!(
+        env.remote_copy("slow", "a").is_none(),
+        "the second copy runs on in the worker of a Job given up"
+    );
+}
+
 #[test]
 fn an_offered_job_that_times_out_tries_other_workers_next() {
     // Offered to two of three equal workers; one copy is deleted there, the other never
