@@ -526,13 +526,24 @@ struct Memo {
 /// hundreds of KB, which a count alone would let fill gigabytes, are dropped first.
 const MEMO_BYTES: u64 = 32 * 1024 * 1024;
 
+/// And the most entries each may hold, however small the pods: moka's bookkeeping (its
+/// frequency sketch and hash table) is sized by the most entries a cache ever held and is
+/// not handed back when they go, so a burst of tiny pods (a fuzzer's, a few hundred bytes
+/// each: 100,000 of them in 32 MiB) would leave it larger for good. 8,192 is more pods than
+/// a scheduler has between filter and bind, and than it filters in the memo's 30 s at
+/// 250 pods a second. Enforced by weighing each entry at least `MEMO_BYTES / MEMO_ENTRIES`
+/// (4 KiB), since moka bounds one measure only.
+const MEMO_ENTRIES: u64 = 8192;
+
 /// How often [`Extender::housekeep`] holds the pod caches to their bounds.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 
 fn memo_weight(key_bytes: usize, memo: &Memo) -> u32 {
+    const FLOOR: u32 = (MEMO_BYTES / MEMO_ENTRIES) as u32;
     u32::try_from(key_bytes)
         .unwrap_or(u32::MAX)
         .saturating_add(memo.bytes)
+        .max(FLOOR)
 }
 
 /// The nodes a filter passed and their scores: the names in one string, each entry
@@ -1526,5 +1537,36 @@ mod tests {
             .memo
             .contains_key(&("small".to_string(), "1".to_string())));
         assert!(extender.by_uid.contains_key("small"));
+    }
+
+    /// Tiny pods, however many, fill neither cache past [`MEMO_ENTRIES`] entries: what moka
+    /// keeps for a cache's bookkeeping follows the most entries it ever held, and is not
+    /// given back (a fuzz campaign of small bodies once left the heap 0.5 MiB larger).
+    #[test]
+    fn the_pod_caches_hold_a_bounded_number_of_tiny_pods() {
+        let store = Arc::new(InventoryStore::new(
+            parse_yaml("clusters:\n  - name: eu-1\n    nodes:\n      - {name: a, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n")
+                .unwrap(),
+        ));
+        let extender = Extender::new(store, ExtenderConfig::default(), None);
+        let n = MEMO_ENTRIES as usize * 2 + 500;
+        for i in 0..n {
+            let body = format!(
+                r#"{{"Pod":{{"metadata":{{"uid":"u{i}","resourceVersion":"1"}},"spec":{{"containers":[{{"name":"c"}}]}}}},"NodeNames":["a"]}}"#
+            );
+            extender.filter(body.as_bytes(), Instant::now()).unwrap();
+        }
+        extender.memo.run_pending_tasks();
+        extender.by_uid.run_pending_tasks();
+        for (name, count) in [
+            ("memo", extender.memo.entry_count()),
+            ("by_uid", extender.by_uid.entry_count()),
+        ] {
+            assert!(
+                count <= MEMO_ENTRIES,
+                "{name}: {count} of {n} tiny pods kept"
+            );
+            assert!(count > MEMO_ENTRIES / 2, "{name}: only {count} kept");
+        }
     }
 }
