@@ -572,15 +572,21 @@ pub enum ExtenderError {
     BadRequest(String),
 }
 
+/// A parser's error about part of a request, cut short: it can quote a string of the request
+/// whole, and a filter repeats a Pod's for every node it fails.
+fn parse_error(what: &str, e: serde_json::Error) -> ExtenderError {
+    let e = crate::text::shorten(&e.to_string(), 256);
+    ExtenderError::BadRequest(format!("{what}: {e}"))
+}
+
 /// The top-level keys of an extender request, lower-cased, each value still the request's
 /// own bytes.
 type Fields<'b> = HashMap<String, &'b RawValue>;
 
 /// Reads the top-level keys of an extender request in any casing.
 fn fields(body: &[u8]) -> Result<Fields<'_>, ExtenderError> {
-    let map: BTreeMap<String, &RawValue> = serde_json::from_slice(body).map_err(|e| {
-        ExtenderError::BadRequest(format!("body is not a JSON extender request: {e}"))
-    })?;
+    let map: BTreeMap<String, &RawValue> = serde_json::from_slice(body)
+        .map_err(|e| parse_error("body is not a JSON extender request", e))?;
     Ok(map
         .into_iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
@@ -649,8 +655,7 @@ impl<'b> Candidates<'b> {
 }
 
 fn read_node_names(raw: &str) -> Result<Vec<Name<'_>>, ExtenderError> {
-    serde_json::from_str(raw)
-        .map_err(|e| ExtenderError::BadRequest(format!("NodeNames is not a list of names: {e}")))
+    serde_json::from_str(raw).map_err(|e| parse_error("NodeNames is not a list of names", e))
 }
 
 fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
@@ -659,11 +664,10 @@ fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
     }
     if let Some(raw) = field(f, "nodes") {
         let list: BTreeMap<String, &'b RawValue> = serde_json::from_str(raw.get())
-            .map_err(|e| ExtenderError::BadRequest(format!("Nodes is not a NodeList: {e}")))?;
+            .map_err(|e| parse_error("Nodes is not a NodeList", e))?;
         let items: Vec<&'b RawValue> = match list.get("items") {
-            Some(v) if v.get().trim() != "null" => serde_json::from_str(v.get()).map_err(|e| {
-                ExtenderError::BadRequest(format!("Nodes.items is not a list: {e}"))
-            })?,
+            Some(v) if v.get().trim() != "null" => serde_json::from_str(v.get())
+                .map_err(|e| parse_error("Nodes.items is not a list", e))?,
             _ => Vec::new(),
         };
         let names = items
@@ -803,8 +807,8 @@ impl Extender {
     fn pod(&self, f: &Fields<'_>) -> Result<Arc<Memo>, ExtenderError> {
         let raw = field(f, "pod")
             .ok_or_else(|| ExtenderError::BadRequest("request has no Pod".into()))?;
-        let view: PodView = serde_json::from_str(raw.get())
-            .map_err(|e| ExtenderError::BadRequest(format!("Pod could not be read: {e}")))?;
+        let view: PodView =
+            serde_json::from_str(raw.get()).map_err(|e| parse_error("Pod could not be read", e))?;
         let key = view
             .metadata
             .uid
@@ -1038,7 +1042,7 @@ impl Extender {
             let raw = field(&f, k)
                 .ok_or_else(|| ExtenderError::BadRequest(format!("binding request has no {k}")))?;
             serde_json::from_str::<String>(raw.get())
-                .map_err(|e| ExtenderError::BadRequest(format!("binding field {k}: {e}")))
+                .map_err(|e| parse_error(&format!("binding field {k}"), e))
         };
         let (name, namespace, uid, node) = (
             text("podname")?,

@@ -21,7 +21,9 @@ impl Milli {
 
 /// Parses a quantity. Fractions below a milli-unit round up, as Kubernetes does for requests.
 pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
-    let err = || QuantityError(text.to_string());
+    // The error quotes the text, cut short: it is repeated for every node a filter fails,
+    // and a real quantity is a few bytes.
+    let err = || QuantityError(crate::text::shorten(text, 64));
     let s = text.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))

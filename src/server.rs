@@ -7,6 +7,7 @@ use crate::config::{ServeSettings, TlsSource};
 use crate::inventory::InventoryStore;
 use crate::metrics::Metrics;
 use crate::namespaces::NamespaceLabels;
+use crate::text::Clipped;
 use crate::tls::{self, CertificateStore};
 use crate::webhook::{self, AdmissionPolicy, BadReview, Decision, Denial, Hook, Kind};
 use crate::wellknown::{
@@ -769,11 +770,13 @@ async fn review(
     let review = match webhook::parse(&body, kind) {
         Ok(r) => r,
         Err(BadReview::Unreadable(line)) => {
+            let line = crate::text::shorten(&line, crate::text::REQUEST_MESSAGE_BYTES);
             tracing::warn!(hook = hook_name, reason = %line, "refused: unreadable review");
             return plain(StatusCode::BAD_REQUEST, outcome("bad_request"), line);
         }
         Err(BadReview::Rejected { envelope, message }) => {
-            tracing::warn!(hook = hook_name, uid = %envelope.uid, reason = %message, "denied: malformed request");
+            let message = crate::text::shorten(&message, crate::text::REQUEST_MESSAGE_BYTES);
+            tracing::warn!(hook = hook_name, uid = %Clipped(&envelope.uid), reason = %message, "denied: malformed request");
             let d = Decision::deny(Denial::bad_request(message));
             return reply(&envelope.into(), &d, outcome("bad_request"));
         }
@@ -796,21 +799,21 @@ async fn review(
     match &decision.denial {
         Some(d) => tracing::info!(
             hook = hook_name,
-            uid = %review.envelope.uid,
-            namespace = review.namespace.as_deref().unwrap_or(""),
-            name = review.object_name(),
+            uid = %Clipped(&review.envelope.uid),
+            namespace = %Clipped(review.namespace.as_deref().unwrap_or("")),
+            name = %Clipped(review.object_name()),
             operation = review.operation.as_str(),
-            user = %review.username,
+            user = %Clipped(&review.username),
             dry_run = review.dry_run,
             code = d.code,
-            reason = %d.message,
+            reason = %Clipped(&d.message),
             "denied"
         ),
         None => tracing::debug!(
             hook = hook_name,
-            uid = %review.envelope.uid,
-            namespace = review.namespace.as_deref().unwrap_or(""),
-            name = review.object_name(),
+            uid = %Clipped(&review.envelope.uid),
+            namespace = %Clipped(review.namespace.as_deref().unwrap_or("")),
+            name = %Clipped(review.object_name()),
             operation = review.operation.as_str(),
             mutated = decision.mutated(),
             "allowed"

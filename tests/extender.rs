@@ -281,6 +281,51 @@ async fn a_refused_binding_is_reported_in_error() {
     running.shutdown().await;
 }
 
+/// A reason never repeats a huge request back, nor once per node: a body that is a 200 KB
+/// string gets a 400 of a few hundred bytes, and a Pod that is one, or a 100 KB quantity, a
+/// short reason on each node it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasons_about_huge_input_stay_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let huge = "x".repeat(200 * 1024);
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &json!(huge)).await;
+    let text = reply.as_str().unwrap_or_default();
+    assert_eq!(status, 400, "{}", &text[..text.len().min(300)]);
+    assert!(
+        text.contains("not a JSON extender request"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(text.len() < 600, "a reply of {} bytes", text.len());
+
+    let nodes = json!(["eu-1-a", "eu-1-b", "eu-1-c"]);
+    let mut quantity = fixture("extender-filter-nodenames");
+    quantity["Pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+        json!("9".repeat(100 * 1024) + "q");
+    quantity["NodeNames"] = nodes.clone();
+    let cases = [
+        (
+            json!({"Pod": huge, "NodeNames": nodes}),
+            "Pod could not be read",
+        ),
+        (quantity, "is not a Kubernetes quantity"),
+    ];
+    for (body, says) in cases {
+        let (status, reply) = call(&mut conn, "/scheduler/filter", &body).await;
+        let shown = reply.to_string();
+        assert_eq!(status, 200, "{}", &shown[..shown.len().min(300)]);
+        let failed = reply["FailedAndUnresolvableNodes"].as_object().unwrap();
+        assert_eq!(failed.len(), 3, "{}", &shown[..shown.len().min(300)]);
+        for why in failed.values() {
+            let why = why.as_str().unwrap();
+            assert!(why.contains(says), "{}", &why[..why.len().min(300)]);
+            assert!(why.len() < 400, "a reason of {} bytes", why.len());
+        }
+    }
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_400_with_a_reason_and_any_casing_is_accepted() {
     let dir = tempfile::tempdir().unwrap();

@@ -420,7 +420,7 @@ impl Ctx {
             },
             reason: reason.to_string(),
             // events.k8s.io/v1 caps the note at 1 kB.
-            note: Some(truncate(note, 1000)),
+            note: Some(crate::text::shorten(&note, 1000)),
             action: action.to_string(),
             secondary: None,
         };
@@ -430,17 +430,6 @@ impl Ctx {
             }
         });
     }
-}
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 struct Live {

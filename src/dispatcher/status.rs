@@ -96,17 +96,7 @@ pub(crate) fn deactivated(status: &Status, message: &str, now: SystemTime) -> St
     )
 }
 
-/// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
-pub(crate) fn shorten(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &s[..cut])
-}
+pub(crate) use crate::text::shorten;
 
 /// Every dispatch annotation as the Job's state says it should be (`None`: absent), for the
 /// live executor's patches: a patch always carries all of them, so it is right whatever

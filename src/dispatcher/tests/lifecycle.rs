@@ -123,7 +123,11 @@ fn a_late_answer_to_a_copys_removal_forgets_only_that_copy() {
     env.submit(job("slow").build());
     env.settle();
     let uid = env.job("slow").uid.clone();
-    let first = env.remote_copy("slow", "a").expect("dispatched").uid.clone();
+    let first = env
+        .remote_copy("slow", "a")
+        .expect("dispatched")
+        .uid
+        .clone();
 
     // Not Ready in time: requeued. The first copy's removal lands in the worker and its watch
     // tells, but the answer to the DELETE is late.
@@ -147,7 +151,11 @@ fn a_late_answer_to_a_copys_removal_forgets_only_that_copy() {
     // Dispatched to the same worker after its back-off: a second copy.
     env.advance(secs(60));
     env.settle();
-    let second = env.remote_copy("slow", "a").expect("dispatched again").uid.clone();
+    let second = env
+        .remote_copy("slow", "a")
+        .expect("dispatched again")
+        .uid
+        .clone();
     assert_ne!(first, second);
     apply(&mut env.world, &late, Outcome::Done, env.now);
     assert_eq!(

@@ -1,0 +1,68 @@
+//! Text helpers shared by the surfaces.
+
+use std::fmt;
+
+/// The most of a message about a client's request that is logged and sent back, and of any
+/// string from a request in a log line. Such text can be as long as the request (a parser's
+/// error quotes the string it could not take): a client must not make the server write
+/// lines of hundreds of KB, nor the logger's per-thread buffer (kept at its largest) grow to
+/// that size and stay.
+pub(crate) const REQUEST_MESSAGE_BYTES: usize = 1024;
+
+/// The longest start of `s` of at most `max` bytes that ends on a character boundary.
+fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked with "…" when cut.
+pub(crate) fn shorten(s: &str, max: usize) -> String {
+    let h = head(s, max);
+    match h.len() == s.len() {
+        true => s.to_string(),
+        false => format!("{h}…"),
+    }
+}
+
+/// A string from a request as a log field: at most [`REQUEST_MESSAGE_BYTES`] of it, marked
+/// with "…" when cut; nothing is copied.
+pub(crate) struct Clipped<'a>(pub &'a str);
+
+impl fmt::Display for Clipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = head(self.0, REQUEST_MESSAGE_BYTES);
+        f.write_str(h)?;
+        if h.len() < self.0.len() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_cuts_on_a_character_boundary_and_says_so() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        // "é" is two bytes: a cut inside it moves before it.
+        assert_eq!(shorten("aé", 2), "a…");
+    }
+
+    #[test]
+    fn a_clipped_field_shows_at_most_the_bound() {
+        let long = "x".repeat(REQUEST_MESSAGE_BYTES * 100);
+        let shown = Clipped(&long).to_string();
+        assert_eq!(shown.len(), REQUEST_MESSAGE_BYTES + "…".len());
+        assert!(shown.ends_with('…'));
+        assert_eq!(Clipped("uid-1").to_string(), "uid-1");
+    }
+}
