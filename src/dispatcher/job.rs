@@ -302,6 +302,19 @@ pub fn rfc3339(t: SystemTime) -> String {
     super::mirror::to_timestamp(t).to_string()
 }
 
+/// `t` in RFC 3339 to the millisecond, for the times only Switchyard reads back: a deadline
+/// counted from one read back (the PodsReady timeout from `admitted-at`, after a restart or a
+/// watch event) is then not up to a second early, as it would be from [`rfc3339`]'s seconds.
+pub(crate) fn rfc3339_millis(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
 /// Reads [`rfc3339`] (and any RFC 3339 time).
 pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     s.parse::<k8s_openapi::jiff::Timestamp>()

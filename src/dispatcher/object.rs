@@ -268,6 +268,35 @@ mod tests {
         })
     }
 
+    /// The admission time written in `admitted-at` reads back to the millisecond: the
+    /// PodsReady timeout counted from it after a restart is not up to a second early.
+    #[test]
+    fn admitted_at_reads_back_to_the_millisecond() {
+        let p = Priorities::default();
+        let mut j = parse_job(Kind::Job, &job(), None, &p).unwrap();
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_795_000_000_987);
+        j.admitted_at = Some(at);
+        let mut obj = job();
+        for (k, v) in status::annotations(&j) {
+            obj["metadata"]["annotations"][k] = json!(v);
+        }
+        let written = obj["metadata"]["annotations"][crate::dispatcher::ADMITTED_AT_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(written, "2026-11-18T11:06:40.987Z");
+        let back = parse_job(Kind::Job, &obj, None, &p).unwrap();
+        assert_eq!(back.admitted_at, Some(at));
+        // Written by an earlier version, to the second: still read.
+        obj["metadata"]["annotations"][crate::dispatcher::ADMITTED_AT_ANNOTATION] =
+            json!("2026-11-18T11:06:40Z");
+        let old = parse_job(Kind::Job, &obj, None, &p).unwrap();
+        assert_eq!(
+            old.admitted_at,
+            Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000))
+        );
+    }
+
     #[test]
     fn a_manager_job_is_read_with_its_dispatch_state_and_priority() {
         let p = Priorities {

@@ -110,7 +110,10 @@ pub(crate) fn annotations(job: &Job) -> Vec<(&'static str, Option<String>)> {
             OFFERED_ANNOTATION,
             (!job.offers.is_empty()).then(|| job.offers.join(",")),
         ),
-        (ADMITTED_AT_ANNOTATION, time(job.admitted_at)),
+        (
+            ADMITTED_AT_ANNOTATION,
+            job.admitted_at.map(super::job::rfc3339_millis),
+        ),
         (
             REQUEUES_ANNOTATION,
             (job.requeues > 0).then(|| job.requeues.to_string()),
