@@ -1492,16 +1492,21 @@ mod tests {
         assert!(passed > 100 && passed < 1500, "{passed}");
     }
 
+    /// An extender of one worker with one node, `a`.
+    fn one_node_extender() -> Extender {
+        let store = Arc::new(InventoryStore::new(
+            parse_yaml("clusters:\n  - name: eu-1\n    nodes:\n      - {name: a, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n")
+                .unwrap(),
+        ));
+        Extender::new(store, ExtenderConfig::default(), None)
+    }
+
     /// Large pods (hundreds of KB of tolerations, which the analysis keeps) do not fill the
     /// pod caches past their byte bound, however many of them come; ordinary pods are still
     /// remembered.
     #[test]
     fn the_pod_caches_are_bounded_by_bytes_not_only_by_count() {
-        let store = Arc::new(InventoryStore::new(
-            parse_yaml("clusters:\n  - name: eu-1\n    nodes:\n      - {name: a, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n")
-                .unwrap(),
-        ));
-        let extender = Extender::new(store, ExtenderConfig::default(), None);
+        let extender = one_node_extender();
         let filter = |uid: &str, tolerations: &serde_json::Value| {
             let body = serde_json::json!({"Pod": {
                 "metadata": {"name": uid, "namespace": "default", "uid": uid, "resourceVersion": "1"},
@@ -1545,14 +1550,11 @@ mod tests {
 
     /// Tiny pods, however many, fill neither cache past [`MEMO_ENTRIES`] entries: what moka
     /// keeps for a cache's bookkeeping follows the most entries it ever held, and is not
-    /// given back (a fuzz campaign of small bodies once left the heap 0.5 MiB larger).
+    /// given back (about 120 KB a cache for 8,192 entries; a fuzzer's tiny pods would make it
+    /// ten times that).
     #[test]
     fn the_pod_caches_hold_a_bounded_number_of_tiny_pods() {
-        let store = Arc::new(InventoryStore::new(
-            parse_yaml("clusters:\n  - name: eu-1\n    nodes:\n      - {name: a, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}\n")
-                .unwrap(),
-        ));
-        let extender = Extender::new(store, ExtenderConfig::default(), None);
+        let extender = one_node_extender();
         let n = MEMO_ENTRIES as usize * 2 + 500;
         for i in 0..n {
             let body = format!(
