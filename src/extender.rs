@@ -572,10 +572,13 @@ pub enum ExtenderError {
     BadRequest(String),
 }
 
-/// A parser's error about part of a request, cut short: it can quote a string of the request
-/// whole, and a filter repeats a Pod's for every node it fails.
+/// The most of a parser's error about part of a request that is kept: it can quote a string
+/// of the request whole, and a filter repeats a Pod's for every node it fails.
+const PARSE_ERROR_BYTES: usize = 256;
+
+/// A parser's error about part of a request, cut to [`PARSE_ERROR_BYTES`].
 fn parse_error(what: &str, e: serde_json::Error) -> ExtenderError {
-    let e = crate::text::shorten(&e.to_string(), 256);
+    let e = crate::text::shorten(&e.to_string(), PARSE_ERROR_BYTES);
     ExtenderError::BadRequest(format!("{what}: {e}"))
 }
 

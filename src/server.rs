@@ -770,12 +770,12 @@ async fn review(
     let review = match webhook::parse(&body, kind) {
         Ok(r) => r,
         Err(BadReview::Unreadable(line)) => {
-            let line = crate::text::shorten(&line, crate::text::REQUEST_MESSAGE_BYTES);
+            let line = crate::text::about_request(&line);
             tracing::warn!(hook = hook_name, reason = %line, "refused: unreadable review");
             return plain(StatusCode::BAD_REQUEST, outcome("bad_request"), line);
         }
         Err(BadReview::Rejected { envelope, message }) => {
-            let message = crate::text::shorten(&message, crate::text::REQUEST_MESSAGE_BYTES);
+            let message = crate::text::about_request(&message);
             tracing::warn!(hook = hook_name, uid = %Clipped(&envelope.uid), reason = %message, "denied: malformed request");
             let d = Decision::deny(Denial::bad_request(message));
             return reply(&envelope.into(), &d, outcome("bad_request"));

@@ -30,6 +30,12 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
     }
 }
 
+/// A message about a client's request as it is logged and sent back: at most
+/// [`REQUEST_MESSAGE_BYTES`] of it.
+pub(crate) fn about_request(message: &str) -> String {
+    shorten(message, REQUEST_MESSAGE_BYTES)
+}
+
 /// A string from a request as a log field: at most [`REQUEST_MESSAGE_BYTES`] of it, marked
 /// with "…" when cut; nothing is copied.
 pub(crate) struct Clipped<'a>(pub &'a str);

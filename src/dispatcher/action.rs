@@ -5,8 +5,9 @@
 use super::job::{rfc3339, Job, JobKey, JobResult, WorkerRefusal};
 use super::kind::Status;
 use super::ledger::Hold;
-use super::status::{admitted, deactivated, requeued, shorten, waiting, with_condition};
+use super::status::{admitted, deactivated, requeued, waiting, with_condition};
 use super::{condition, reason};
+use crate::text::shorten;
 use std::time::SystemTime;
 
 /// What the dispatcher asks for. Carried out by the live executor against the API servers,

@@ -210,7 +210,8 @@ enum Input {
     Copies {
         cluster: String,
         kind: Kind,
-        generation: u64,
+        /// The serial of the watch that saw it (see [`CopyWatch::serial`]).
+        serial: u64,
         change: Change<Value>,
     },
     Done(Box<Done>),
@@ -795,9 +796,9 @@ impl Live {
             Input::Copies {
                 cluster,
                 kind,
-                generation,
+                serial,
                 change,
-            } => self.copies_changed(&cluster, kind, generation, change),
+            } => self.copies_changed(&cluster, kind, serial, change),
             Input::Done(done) => self.writes_landed(*done),
             Input::Kueue {
                 cluster,
@@ -1002,17 +1003,11 @@ impl Live {
         }
     }
 
-    fn copies_changed(
-        &mut self,
-        cluster: &str,
-        kind: Kind,
-        generation: u64,
-        change: Change<Value>,
-    ) {
+    fn copies_changed(&mut self, cluster: &str, kind: Kind, serial: u64, change: Change<Value>) {
         let Some(w) = self.copy_watches.get_mut(&(cluster.to_string(), kind)) else {
             return;
         };
-        if w.serial != generation {
+        if w.serial != serial {
             return;
         }
         match change {
@@ -1211,7 +1206,7 @@ impl Live {
                     .list_semantic(watcher::ListSemantic::MostRecent);
                 let cluster = name.to_string();
                 self.copy_watch_serial += 1;
-                let generation = self.copy_watch_serial;
+                let serial = self.copy_watch_serial;
                 let task = forward(
                     watcher::watcher(api, cfg)
                         .default_backoff()
@@ -1221,7 +1216,7 @@ impl Live {
                     move |change| Input::Copies {
                         cluster: cluster.clone(),
                         kind,
-                        generation,
+                        serial,
                         change,
                     },
                 );
@@ -1229,7 +1224,7 @@ impl Live {
                     id,
                     CopyWatch {
                         client_generation: view.client_generation,
-                        serial: generation,
+                        serial,
                         task,
                         unlisted_since: Some(SystemTime::now()),
                     },

@@ -96,8 +96,6 @@ pub(crate) fn deactivated(status: &Status, message: &str, now: SystemTime) -> St
     )
 }
 
-pub(crate) use crate::text::shorten;
-
 /// Every dispatch annotation as the Job's state says it should be (`None`: absent), for the
 /// live executor's patches: a patch always carries all of them, so it is right whatever
 /// state the object was in.

@@ -44,7 +44,7 @@ async fn handle(
         Verb::Bind => BIND_PATH,
     };
     let bad = |line: String| {
-        let line = crate::text::shorten(&line, crate::text::REQUEST_MESSAGE_BYTES);
+        let line = crate::text::about_request(&line);
         tracing::warn!(path, reason = %line, "extender request refused");
         plain(
             StatusCode::BAD_REQUEST,
