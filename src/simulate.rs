@@ -736,10 +736,15 @@ impl Simulation {
         let j = &self.jobs[i];
         let origin = format!("job-{i}");
         let keep_off: Arc<[Arc<str>]> = self.world.ledger.keep_off(&origin, cluster).into();
+        // The copy's pod templates name the queue's placement strategy (see `remote::copy_of`).
+        let queue_strategy = (self.world.state.queues.get(&j.queue))
+            .and_then(|q| q.settings.as_ref().ok())
+            .map_or(crate::placement::Strategy::LeastAllocated, |s| s.strategy);
         let behaviour =
             |shape: &Arc<crate::placement::PodShape>, parallelism, completions| Behaviour {
                 shape: shape.clone(),
                 keep_off: keep_off.clone(),
+                strategy: shape.strategy(queue_strategy),
                 parallelism,
                 completions,
                 duration: j.duration,

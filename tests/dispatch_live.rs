@@ -153,6 +153,35 @@ async fn a_queued_job_runs_in_exactly_one_worker_and_its_status_comes_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copys_pods_carry_their_queues_placement_strategy_to_the_worker() {
+    let fleet = Fleet::start(
+        &two_small_one_big(),
+        queue(
+            "research",
+            &["small-a", "big", "small-b"],
+            json!({"placement": {"strategy": "MostAllocated"}}),
+        ),
+    )
+    .await;
+    let _d = fleet.dispatcher(true);
+    let mut submitted = job("train", "research", 1, 2);
+    submitted["spec"]["template"]["metadata"]["annotations"] = json!({"team": "ml"});
+    fleet.submit(submitted);
+    eventually(10, "the Job is dispatched", || {
+        dispatched_to(&fleet, "train").is_some()
+    })
+    .await;
+    let copies = fleet.copies("train");
+    assert_eq!(copies.len(), 1);
+    // A worker whose scheduler asks Switchyard's extender ranks the nodes as the queue says.
+    let annotations = &copies[0].1["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(
+        annotations,
+        &json!({"team": "ml", "switchyard.dev/placement-strategy": "MostAllocated"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_refuses_the_job_gives_it_back_and_another_takes_it() {
     let workers = vec![
         WorkerSpec {

@@ -651,6 +651,51 @@ fn a_worker_with_a_numa_aware_scheduler_runs_the_gang_its_default_scheduler_cann
     );
 }
 
+/// One worker of two 4-GPU nodes; SCHEDULER is its `schedulerName` line or nothing,
+/// STRATEGY its queue's placement strategy. Two 1-GPU Jobs that run an hour, then a Job that
+/// needs a whole node's GPUs.
+const TWO_GPU_NODES: &str = r#"
+clusters:
+  - name: gpu
+    SCHEDULER
+    nodes:
+      - {name: n1, allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "4", pods: "110"}}
+      - {name: n2, allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "4", pods: "110"}}
+queues:
+  - name: training
+    clusters: [gpu]
+    placement: {strategy: STRATEGY}
+jobs:
+  - {name: small-1, queue: training, submitAt: 0s, parallelism: 1, duration: 1h, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi, nvidia.com/gpu: "1"}}}]}}
+  - {name: small-2, queue: training, submitAt: 1s, parallelism: 1, duration: 1h, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi, nvidia.com/gpu: "1"}}}]}}
+  - {name: whole-node, queue: training, submitAt: 2m, parallelism: 1, duration: 10m, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "4", memory: 8Gi, nvidia.com/gpu: "4"}}}]}}
+"#;
+
+#[test]
+fn a_numa_aware_worker_places_pods_by_their_queues_placement_strategy() {
+    let scenario = |scheduler: &str, strategy: &str| {
+        TWO_GPU_NODES
+            .replace("SCHEDULER", scheduler)
+            .replace("STRATEGY", strategy)
+    };
+    let aware = "schedulerName: switchyard-scheduler";
+    let started = |r: &Report| seconds(&job(r, "whole-node").started);
+    // MostAllocated: the worker's extender puts the second small Job beside the first, and
+    // the other node stays whole for the Job that needs all of it.
+    let packed = run(&scenario(aware, "MostAllocated"), Strategy::Switchyard);
+    assert_eq!(started(&packed), 130.0, "submitted at 2m, Ready 10s later");
+    // LeastAllocated (the default): one small Job on each node; the big one waits an hour.
+    let spread = run(&scenario(aware, "LeastAllocated"), Strategy::Switchyard);
+    assert!(started(&spread) > 3600.0, "started at {}", started(&spread));
+    // The worker's default scheduler knows nothing of the strategy: it spreads on cpu and
+    // memory whatever the queue says.
+    let default = run(&scenario("", "MostAllocated"), Strategy::Switchyard);
+    assert!(started(&default) > 3600.0);
+    for r in [&packed, &spread, &default] {
+        assert_eq!(job(r, "whole-node").result, "Succeeded");
+    }
+}
+
 /// One worker with room for everything that fits at all: every time below follows from the
 /// Jobs' own delays and durations.
 const FOUR_KINDS_OF_JOBS: &str = r#"

@@ -210,7 +210,9 @@ impl Default for Requeuing {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
-    /// How clusters that fit the Job are ranked.
+    /// How clusters that fit the Job are ranked; also how nodes are ranked for its pods in a
+    /// worker whose scheduler asks Switchyard's extender (the copy's pod templates carry it as
+    /// the switchyard.dev/placement-strategy annotation, unless they name one).
     #[serde(default)]
     pub strategy: PlacementStrategy,
     /// How many of the best-ranked clusters the Job is offered to at once; the first that

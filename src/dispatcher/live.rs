@@ -1489,9 +1489,17 @@ impl Live {
                 }
                 _ => vec![],
             };
+            let strategy = self
+                .world
+                .state
+                .queues
+                .get(&before.queue)
+                .and_then(|q| q.settings.as_ref().ok())
+                .map(|s| s.strategy);
             for c in clusters {
                 if let Some(v) = self.views.get(c) {
                     let target = Target {
+                        strategy,
                         client: v.client.clone(),
                         scheduler_name: v.scheduler_name.clone(),
                         kueue: v.kueue.clone(),
@@ -1971,6 +1979,7 @@ impl JobWriter<'_> {
             scheduler_name,
             kueue,
             keep_off,
+            strategy,
         }) = target
         else {
             return Ok(false);
@@ -1979,6 +1988,7 @@ impl JobWriter<'_> {
             scheduler_name: scheduler_name.as_deref(),
             kueue_queue: kueue.as_deref(),
             keep_off,
+            strategy: *strategy,
         };
         let body =
             remote::copy_of(&self.raw, &self.ctx.manager_id, target).map_err(|e| e.to_string())?;
@@ -2256,6 +2266,8 @@ struct Target {
     kueue: Option<String>,
     /// The nodes the copy's pods are kept off (see [`super::ledger::Ledger::keep_off`]).
     keep_off: Vec<Arc<str>>,
+    /// The Job's queue's placement strategy, for its pods in the worker.
+    strategy: Option<crate::placement::Strategy>,
 }
 
 async fn write_job(

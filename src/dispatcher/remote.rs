@@ -7,7 +7,10 @@
 //! unsuspended, labels every pod template with the manager Job's uid, uses
 //! the WorkerCluster's scheduler profile when it names one, and keeps its pods off the nodes
 //! where room is kept for starving Jobs (a required node affinity on `metadata.name`), so that
-//! the worker's scheduler, which does not know of that room, leaves it alone too.
+//! the worker's scheduler, which does not know of that room, leaves it alone too. Its pod
+//! templates carry the queue's placement strategy (`switchyard.dev/placement-strategy`,
+//! unless the Job's template names one), so that a worker whose scheduler asks Switchyard's
+//! extender places the pods on nodes by the same ranking the dispatcher chose the worker by.
 
 use super::job::JobKey;
 use super::kind::{Kind, Status};
@@ -45,6 +48,8 @@ pub struct CopyTarget<'a> {
     /// The worker runs Kueue: the LocalQueue the copy enters (`WorkerCluster.spec.kueue`). The
     /// copy is then created suspended, for the worker's Kueue to admit.
     pub kueue_queue: Option<&'a str>,
+    /// The queue's `placement.strategy`, for the pod templates that name none.
+    pub strategy: Option<crate::placement::Strategy>,
 }
 
 /// The copy to create in a worker for the manager Job `job`, of the kind its `apiVersion` and
@@ -94,8 +99,13 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     spec.insert("suspend".into(), target.kueue_queue.is_some().into());
     for template in kind.prepare_copy(spec) {
         // Lets a worker's inventory tell which pods belong to which dispatched Job.
-        let labels = object(object(template, "metadata"), "labels");
-        labels.insert(ORIGIN_UID_LABEL.into(), uid.clone().into());
+        let metadata = object(template, "metadata");
+        object(metadata, "labels").insert(ORIGIN_UID_LABEL.into(), uid.clone().into());
+        if let Some(strategy) = target.strategy {
+            object(metadata, "annotations")
+                .entry(crate::placement::STRATEGY_ANNOTATION)
+                .or_insert_with(|| strategy.as_str().into());
+        }
         let pod = object(template, "spec");
         if let Some(name) = target.scheduler_name {
             pod.insert("schedulerName".into(), name.into());
@@ -179,7 +189,7 @@ pub(crate) fn object<'a>(
 mod tests {
     use super::*;
     use crate::inventory::parse_yaml;
-    use crate::placement::{fit::node_accepts, PodShape, PodView};
+    use crate::placement::{fit::node_accepts, PodShape, PodView, Strategy};
     use std::sync::Arc;
 
     /// A Job as the manager's API server returns it (defaulted, with its uid and status).
@@ -281,5 +291,77 @@ mod tests {
                 ["preferredDuringSchedulingIgnoredDuringExecution"]
         );
         assert_eq!(accepted(&copy, &["n1", "n2"]), [false, true]);
+    }
+    /// The strategy the worker's extender ranks nodes by for the copy's pods (its own default
+    /// being `worker_default`).
+    fn worker_strategy(template: &Value, worker_default: Strategy) -> Strategy {
+        let view: PodView = serde_json::from_value(template.clone()).unwrap();
+        PodShape::from_view(&view).unwrap().strategy(worker_default)
+    }
+
+    #[test]
+    fn a_copys_pods_are_ranked_in_the_worker_by_the_queues_placement_strategy() {
+        let job = stored_job();
+        let target = CopyTarget {
+            strategy: Some(Strategy::MostAllocated),
+            ..Default::default()
+        };
+        let copy = copy_of(&job, "m", target).unwrap();
+        let template = &copy["spec"]["template"];
+        assert_eq!(
+            worker_strategy(template, Strategy::LeastAllocated),
+            Strategy::MostAllocated
+        );
+        // The template's own annotations stay beside it.
+        let before = job["spec"]["template"]["metadata"]["annotations"].as_object();
+        for (k, v) in before.into_iter().flatten() {
+            assert_eq!(&template["metadata"]["annotations"][k], v);
+        }
+        // Without a queue's strategy the worker's own default applies.
+        let plain = copy_of(&job, "m", CopyTarget::default()).unwrap();
+        assert_eq!(
+            worker_strategy(&plain["spec"]["template"], Strategy::BalancedAllocation),
+            Strategy::BalancedAllocation
+        );
+    }
+
+    #[test]
+    fn a_strategy_the_jobs_template_names_is_kept() {
+        let mut job = stored_job();
+        job["spec"]["template"]["metadata"]["annotations"] =
+            serde_json::json!({"switchyard.dev/placement-strategy": "LeastNUMANodes"});
+        let target = CopyTarget {
+            strategy: Some(Strategy::MostAllocated),
+            ..Default::default()
+        };
+        let copy = copy_of(&job, "m", target).unwrap();
+        assert_eq!(
+            worker_strategy(&copy["spec"]["template"], Strategy::LeastAllocated),
+            Strategy::LeastNumaNodes
+        );
+    }
+
+    #[test]
+    fn every_pod_template_of_a_jobset_copy_names_the_strategy() {
+        let path = format!(
+            "{}/tests/fixtures/kube-api/jobset/get_jobset_queued.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let jobset = serde_json::from_str::<Value>(&text).unwrap()["response"]["body"].clone();
+        let target = CopyTarget {
+            strategy: Some(Strategy::BalancedAllocation),
+            ..Default::default()
+        };
+        let copy = copy_of(&jobset, "m", target).unwrap();
+        let replicated = copy["spec"]["replicatedJobs"].as_array().unwrap();
+        assert_eq!(replicated.len(), 2);
+        for r in replicated {
+            let template = &r["template"]["spec"]["template"];
+            assert_eq!(
+                worker_strategy(template, Strategy::LeastAllocated),
+                Strategy::BalancedAllocation
+            );
+        }
     }
 }

@@ -20,6 +20,18 @@ pub enum Strategy {
     LeastNumaNodes,
 }
 
+impl Strategy {
+    /// The name the API and the `switchyard.dev/placement-strategy` annotation use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeastAllocated => "LeastAllocated",
+            Self::MostAllocated => "MostAllocated",
+            Self::BalancedAllocation => "BalancedAllocation",
+            Self::LeastNumaNodes => "LeastNUMANodes",
+        }
+    }
+}
+
 impl FromStr for Strategy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

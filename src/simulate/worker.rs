@@ -26,6 +26,7 @@ use crate::inventory::{Cluster, Node, ResourceTable};
 use crate::placement::inflight::Take;
 use crate::placement::{
     fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape,
+    Strategy,
 };
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -43,6 +44,9 @@ pub(crate) struct Behaviour {
     /// Nodes the copy's pods may not go to (its required node affinity on `metadata.name`:
     /// room kept there for other Jobs).
     pub(crate) keep_off: Arc<[Arc<str>]>,
+    /// How a NUMA-aware worker ranks nodes for the pods: the strategy the copy's pod template
+    /// names (its queue's, unless the Job's own template names one).
+    pub(crate) strategy: Strategy,
     pub(crate) parallelism: u32,
     pub(crate) completions: u32,
     pub(crate) duration: Duration,
@@ -754,7 +758,8 @@ impl SimWorker {
             }
             let (pod, bound, off) = (&job.behaviour.shape, &job.bound, &job.behaviour.keep_off);
             let picked = if self.numa_aware {
-                pick_aligned_node(cluster, &self.rows, table, pod, bound, off)
+                let strategy = job.behaviour.strategy;
+                pick_aligned_node(cluster, &self.rows, table, pod, bound, off, strategy)
             } else {
                 pick_node(cluster, &self.rows, table, pod, bound, off)
             };
@@ -1124,7 +1129,7 @@ fn has_room(
 /// The NUMA-aware scheduler's choice for one pod (the worker's second scheduler, with
 /// Switchyard's extender): only nodes whose kubelet would admit it, by the same Topology
 /// Manager check under the node's own policy, the one the extender's prioritize scores
-/// highest, the first in node order on a tie. `None`: the pod waits for room, as it does when
+/// highest under `strategy` (the copy's annotation), the first in node order on a tie. `None`: the pod waits for room, as it does when
 /// the extender filters every node out.
 fn pick_aligned_node(
     cluster: &Cluster,
@@ -1133,11 +1138,12 @@ fn pick_aligned_node(
     shape: &PodShape,
     pod: &BoundPod,
     keep_off: &[Arc<str>],
+    strategy: Strategy,
 ) -> Option<usize> {
     let pods = table.id("pods");
     let request = node_request(pod)?;
     let config = EngineConfig::default();
-    let mut judge = NodeJudge::new(table, shape, pod, &config, shape.strategy(config.strategy));
+    let mut judge = NodeJudge::new(table, shape, pod, &config, strategy);
     let mut best: Option<(i64, usize)> = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         // The node-level check from the table first: most nodes of a busy worker fail it,
