@@ -736,6 +736,8 @@ impl Simulation {
         let j = &self.jobs[i];
         let origin = format!("job-{i}");
         let keep_off: Arc<[Arc<str>]> = self.world.ledger.keep_off(&origin, cluster).into();
+        // The copy's pods prefer the nodes of the Job's placement (see `remote::copy_of`).
+        let prefer: Arc<[Arc<str>]> = self.world.ledger.placed_on(&origin, cluster).into();
         // The copy's pod templates name the queue's placement strategy (see `remote::copy_of`).
         let queue_strategy = (self.world.state.queues.get(&j.queue))
             .and_then(|q| q.settings.as_ref().ok())
@@ -744,6 +746,7 @@ impl Simulation {
             |shape: &Arc<crate::placement::PodShape>, parallelism, completions| Behaviour {
                 shape: shape.clone(),
                 keep_off: keep_off.clone(),
+                prefer: prefer.clone(),
                 strategy: shape.strategy(queue_strategy),
                 parallelism,
                 completions,

@@ -153,7 +153,7 @@ async fn a_queued_job_runs_in_exactly_one_worker_and_its_status_comes_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copys_pods_carry_their_queues_placement_strategy_to_the_worker() {
+async fn a_copys_pods_carry_their_queues_placement_strategy_and_prefer_their_placement() {
     let fleet = Fleet::start(
         &two_small_one_big(),
         queue(
@@ -178,6 +178,20 @@ async fn a_copys_pods_carry_their_queues_placement_strategy_to_the_worker() {
     assert_eq!(
         annotations,
         &json!({"team": "ml", "switchyard.dev/placement-strategy": "MostAllocated"})
+    );
+    // And they prefer the node the dispatcher's fit found for them there.
+    let worker = &copies[0].0;
+    let preferred = &copies[0].1["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
+    let nodes = &preferred[0]["preference"]["matchFields"][0];
+    assert_eq!(preferred[0]["weight"], 100);
+    assert_eq!(nodes["key"], "metadata.name");
+    assert_eq!(nodes["operator"], "In");
+    let nodes = nodes["values"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "one pod, one node: {nodes:?}");
+    assert!(
+        nodes[0].as_str().unwrap().starts_with(worker.as_str()),
+        "a node of {worker}: {nodes:?}"
     );
 }
 

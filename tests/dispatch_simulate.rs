@@ -613,42 +613,54 @@ jobs:
 "#;
 
 #[test]
-fn a_worker_with_a_numa_aware_scheduler_runs_the_gang_its_default_scheduler_cannot() {
-    // The dispatcher sends the gang to the worker either way: two of its nodes can hold it
-    // NUMA-aligned. Its default scheduler only looks at free CPUs and memory, puts each pod
-    // on `wide`, and the kubelet there rejects it, again at every replacement, until the Job
-    // controller gives up.
-    let default = run(
+fn a_gangs_pods_go_where_the_dispatchers_fit_put_them_even_under_a_default_scheduler() {
+    // Two of the worker's nodes can hold the gang NUMA-aligned. Its default scheduler only
+    // looks at free CPUs and memory: left to itself it puts each pod on `wide`, and the
+    // kubelet there rejects it, again at every replacement, until the Job controller gives
+    // up. That is what happens to a strategy that sends the Job without a placement.
+    let blind = run(
         &ONE_NUMA_WORKER.replace("SCHEDULER", ""),
-        Strategy::Switchyard,
+        Strategy::SumAggregate,
     );
-    let train = job(&default, "train");
+    let train = job(&blind, "train");
     assert_eq!(train.cluster.as_deref(), Some("gpu"));
     assert_eq!(train.result, "Failed");
     let every_pod_failure = u64::from(BACKOFF_LIMIT) + 1;
     assert_eq!(
-        default.summary.topology_affinity_errors, every_pod_failure,
+        blind.summary.topology_affinity_errors, every_pod_failure,
         "each pod failure was a TopologyAffinityError"
     );
     assert_eq!(
-        default.summary.topology_affinity_errors_by_cluster["gpu"],
-        default.summary.topology_affinity_errors
+        blind.summary.topology_affinity_errors_by_cluster["gpu"],
+        blind.summary.topology_affinity_errors
     );
 
-    // The same Jobs on the same worker with `schedulerName`: each pod goes to a node whose
-    // kubelet admits it.
-    let aware = run(
-        &ONE_NUMA_WORKER.replace("SCHEDULER", "schedulerName: switchyard-scheduler"),
+    // Switchyard's copy prefers the nodes its exact fit found, and the default scheduler's
+    // NodeAffinity score outweighs its resource score: the pods land where the kubelet
+    // admits them.
+    let preferred = run(
+        &ONE_NUMA_WORKER.replace("SCHEDULER", ""),
         Strategy::Switchyard,
     );
-    let train = job(&aware, "train");
+    let train = job(&preferred, "train");
     assert_eq!(train.result, "Succeeded");
     assert_eq!(seconds(&train.finished), 630.0, "30s to start, 10m to run");
-    assert_eq!(aware.summary.topology_affinity_errors, 0);
-    assert_eq!(
-        aware.summary.topology_affinity_errors_by_cluster,
-        [("gpu".to_string(), 0)].into()
-    );
+    assert_eq!(preferred.summary.topology_affinity_errors, 0);
+
+    // With `schedulerName` the worker's NUMA-aware scheduler aligns the pods either way.
+    for strategy in [Strategy::Switchyard, Strategy::SumAggregate] {
+        let aware = run(
+            &ONE_NUMA_WORKER.replace("SCHEDULER", "schedulerName: switchyard-scheduler"),
+            strategy,
+        );
+        let train = job(&aware, "train");
+        assert_eq!(train.result, "Succeeded", "{strategy:?}");
+        assert_eq!(seconds(&train.finished), 630.0);
+        assert_eq!(
+            aware.summary.topology_affinity_errors_by_cluster,
+            [("gpu".to_string(), 0)].into()
+        );
+    }
 }
 
 /// One worker of two 4-GPU nodes; SCHEDULER is its `schedulerName` line or nothing,
@@ -672,7 +684,7 @@ jobs:
 "#;
 
 #[test]
-fn a_numa_aware_worker_places_pods_by_their_queues_placement_strategy() {
+fn pods_are_packed_where_the_dispatcher_placed_them_or_as_the_queues_strategy_says() {
     let scenario = |scheduler: &str, strategy: &str| {
         TWO_GPU_NODES
             .replace("SCHEDULER", scheduler)
@@ -680,18 +692,27 @@ fn a_numa_aware_worker_places_pods_by_their_queues_placement_strategy() {
     };
     let aware = "schedulerName: switchyard-scheduler";
     let started = |r: &Report| seconds(&job(r, "whole-node").started);
-    // MostAllocated: the worker's extender puts the second small Job beside the first, and
-    // the other node stays whole for the Job that needs all of it.
-    let packed = run(&scenario(aware, "MostAllocated"), Strategy::Switchyard);
-    assert_eq!(started(&packed), 130.0, "submitted at 2m, Ready 10s later");
-    // LeastAllocated (the default): one small Job on each node; the big one waits an hour.
-    let spread = run(&scenario(aware, "LeastAllocated"), Strategy::Switchyard);
+    let at_once = 130.0; // submitted at 2m, Ready 10s later
+                         // Without a placement from the dispatcher (sum-aggregate), a NUMA-aware worker ranks
+                         // nodes by the queue's strategy, which the copy's pods carry. MostAllocated puts the
+                         // second small Job beside the first, and the other node stays whole for the Job that
+                         // needs all of it; LeastAllocated puts one on each node, and the big one waits an hour.
+    let packed = run(&scenario(aware, "MostAllocated"), Strategy::SumAggregate);
+    assert_eq!(started(&packed), at_once);
+    let spread = run(&scenario(aware, "LeastAllocated"), Strategy::SumAggregate);
     assert!(started(&spread) > 3600.0, "started at {}", started(&spread));
-    // The worker's default scheduler knows nothing of the strategy: it spreads on cpu and
-    // memory whatever the queue says.
-    let default = run(&scenario("", "MostAllocated"), Strategy::Switchyard);
-    assert!(started(&default) > 3600.0);
-    for r in [&packed, &spread, &default] {
+    // The default scheduler knows nothing of the strategy: it spreads by cpu and memory.
+    let blind = run(&scenario("", "MostAllocated"), Strategy::SumAggregate);
+    assert!(started(&blind) > 3600.0, "started at {}", started(&blind));
+    // Switchyard's pods prefer the nodes of its fit, which fills each node in the worker's
+    // order as far as it goes: the second small Job goes beside the first under either
+    // scheduler and either strategy.
+    for (scheduler, strategy) in [("", "LeastAllocated"), (aware, "LeastAllocated")] {
+        let r = run(&scenario(scheduler, strategy), Strategy::Switchyard);
+        assert_eq!(started(&r), at_once, "{scheduler:?} {strategy}");
+        assert_eq!(job(&r, "whole-node").result, "Succeeded");
+    }
+    for r in [&packed, &spread, &blind] {
         assert_eq!(job(r, "whole-node").result, "Succeeded");
     }
 }

@@ -327,6 +327,19 @@ impl Ledger {
         nodes
     }
 
+    /// The nodes of `job_uid`'s own placement in `cluster`, by name: the nodes its copy's pods
+    /// there prefer.
+    pub(crate) fn placed_on(&self, job_uid: &str, cluster: &str) -> Vec<Arc<str>> {
+        let mut nodes: Vec<Arc<str>> = self
+            .hold_of(job_uid)
+            .filter(|h| h.cluster == cluster)
+            .map(|h| h.takes.iter().map(|t| t.node.clone()).collect())
+            .unwrap_or_default();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    }
+
     /// The nominated placements, by Job uid.
     pub(crate) fn nominations(&self) -> impl Iterator<Item = &Hold> + '_ {
         self.nominated.iter().filter_map(|uid| self.hold_of(uid))

@@ -1504,6 +1504,7 @@ impl Live {
                         scheduler_name: v.scheduler_name.clone(),
                         kueue: v.kueue.clone(),
                         keep_off: self.world.ledger.keep_off(&before.uid, c),
+                        prefer: self.world.ledger.placed_on(&before.uid, c),
                     };
                     clients.insert(c.clone(), target);
                 }
@@ -1979,6 +1980,7 @@ impl JobWriter<'_> {
             scheduler_name,
             kueue,
             keep_off,
+            prefer,
             strategy,
         }) = target
         else {
@@ -1988,6 +1990,7 @@ impl JobWriter<'_> {
             scheduler_name: scheduler_name.as_deref(),
             kueue_queue: kueue.as_deref(),
             keep_off,
+            prefer,
             strategy: *strategy,
         };
         let body =
@@ -2266,6 +2269,8 @@ struct Target {
     kueue: Option<String>,
     /// The nodes the copy's pods are kept off (see [`super::ledger::Ledger::keep_off`]).
     keep_off: Vec<Arc<str>>,
+    /// The nodes of the Job's placement there (see [`super::ledger::Ledger::placed_on`]).
+    prefer: Vec<Arc<str>>,
     /// The Job's queue's placement strategy, for its pods in the worker.
     strategy: Option<crate::placement::Strategy>,
 }

@@ -7,7 +7,12 @@
 //! unsuspended, labels every pod template with the manager Job's uid, uses
 //! the WorkerCluster's scheduler profile when it names one, and keeps its pods off the nodes
 //! where room is kept for starving Jobs (a required node affinity on `metadata.name`), so that
-//! the worker's scheduler, which does not know of that room, leaves it alone too. Its pod
+//! the worker's scheduler, which does not know of that room, leaves it alone too. Its pods
+//! prefer the nodes of the placement the dispatcher found for it (a preferred node affinity of
+//! the highest weight): a default kube-scheduler knows nothing of NUMA zones, and left to
+//! itself spreads the pods by CPU and memory onto nodes whose kubelet may reject them
+//! (TopologyAffinityError) and across the NUMA zones bigger Jobs need whole. A preference, not
+//! a requirement, so that a pod whose node went away or filled up still goes elsewhere. Its pod
 //! templates carry the queue's placement strategy (`switchyard.dev/placement-strategy`,
 //! unless the Job's template names one), so that a worker whose scheduler asks Switchyard's
 //! extender places the pods on nodes by the same ranking the dispatcher chose the worker by.
@@ -45,6 +50,8 @@ pub struct CopyTarget<'a> {
     pub scheduler_name: Option<&'a str>,
     /// Nodes the copy's pods must not go to (room kept there for other Jobs).
     pub keep_off: &'a [std::sync::Arc<str>],
+    /// The nodes of the placement the dispatcher found for the Job there: its pods prefer them.
+    pub prefer: &'a [std::sync::Arc<str>],
     /// The worker runs Kueue: the LocalQueue the copy enters (`WorkerCluster.spec.kueue`). The
     /// copy is then created suspended, for the worker's Kueue to admit.
     pub kueue_queue: Option<&'a str>,
@@ -113,6 +120,9 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
         if !target.keep_off.is_empty() {
             keep_off(pod, target.keep_off);
         }
+        if !target.prefer.is_empty() {
+            prefer(pod, target.prefer);
+        }
     }
     Ok(copy)
 }
@@ -139,6 +149,25 @@ fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
         let term = term.as_object_mut().expect("just made an object");
         array(term, "matchFields").push(field.clone());
     }
+}
+
+/// kube-scheduler's highest weight for a preferred node affinity term: with the NodeAffinity
+/// plugin's default weight (2) it outweighs the resource scores.
+const PREFERRED_WEIGHT: i64 = 100;
+
+/// Adds a preferred node affinity term for `nodes` (by `metadata.name`), after the pod's own.
+fn prefer(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
+    let term = serde_json::json!({
+        "weight": PREFERRED_WEIGHT,
+        "preference": {"matchFields": [{
+            "key": "metadata.name",
+            "operator": "In",
+            "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
+        }]},
+    });
+    let affinity = object(pod, "affinity");
+    let node = object(affinity, "nodeAffinity");
+    array(node, "preferredDuringSchedulingIgnoredDuringExecution").push(term);
 }
 
 /// The copy as the dispatcher tracks it, from a worker object of `kind` labelled with our
@@ -363,5 +392,38 @@ mod tests {
                 Strategy::BalancedAllocation
             );
         }
+    }
+    #[test]
+    fn a_copys_pods_prefer_the_nodes_of_its_placement_after_their_own_preferences() {
+        let mut job = stored_job();
+        let own = serde_json::json!([
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}
+        ]);
+        job["spec"]["template"]["spec"]["affinity"] = serde_json::json!({"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": own.clone()
+        }});
+        let prefer: Vec<Arc<str>> = vec!["n2".into(), "n3".into()];
+        let target = CopyTarget {
+            prefer: &prefer,
+            ..Default::default()
+        };
+        let copy = copy_of(&job, "m", target).unwrap();
+        let affinity = &copy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];
+        let preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .unwrap();
+        assert_eq!(preferred.len(), 2);
+        assert_eq!(preferred[0], own[0]);
+        assert_eq!(
+            preferred[1],
+            serde_json::json!({"weight": 100, "preference": {"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n2", "n3"]}
+            ]}})
+        );
+        // A preference, not a requirement: the pods may still go to any node.
+        assert!(affinity
+            .get("requiredDuringSchedulingIgnoredDuringExecution")
+            .is_none());
+        assert_eq!(accepted(&copy, &["n1", "n2"]), [true, true]);
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct Behaviour {
     /// Nodes the copy's pods may not go to (its required node affinity on `metadata.name`:
     /// room kept there for other Jobs).
     pub(crate) keep_off: Arc<[Arc<str>]>,
+    /// Nodes the copy's pods prefer (its preferred node affinity on `metadata.name`: the
+    /// nodes of the placement the dispatcher found for it).
+    pub(crate) prefer: Arc<[Arc<str>]>,
     /// How a NUMA-aware worker ranks nodes for the pods: the strategy the copy's pod template
     /// names (its queue's, unless the Job's own template names one).
     pub(crate) strategy: Strategy,
@@ -756,12 +759,10 @@ impl SimWorker {
                 still.push_back(uid);
                 continue;
             }
-            let (pod, bound, off) = (&job.behaviour.shape, &job.bound, &job.behaviour.keep_off);
             let picked = if self.numa_aware {
-                let strategy = job.behaviour.strategy;
-                pick_aligned_node(cluster, &self.rows, table, pod, bound, off, strategy)
+                pick_aligned_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
             } else {
-                pick_node(cluster, &self.rows, table, pod, bound, off)
+                pick_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
             };
             let Some(n) = picked else {
                 unplaceable.push(shape);
@@ -1067,10 +1068,10 @@ fn pick_node(
     cluster: &Cluster,
     rows: &Rows,
     table: &ResourceTable,
-    shape: &PodShape,
+    behaviour: &Behaviour,
     pod: &BoundPod,
-    keep_off: &[Arc<str>],
 ) -> Option<usize> {
+    let (shape, keep_off, prefer) = (&behaviour.shape, &behaviour.keep_off, &behaviour.prefer);
     let pods = table.id("pods");
     let request = node_request(pod)?;
     let scored = [table.id("cpu"), table.id("memory")].map(|r| {
@@ -1088,9 +1089,10 @@ fn pick_node(
         if !has_room(alloc, requested, &request, pods) {
             continue;
         }
-        let score = least_allocated(alloc, requested, &scored);
-        // Taints, selectors and affinity are only looked at for a node that would be chosen.
         let node = &cluster.nodes[i];
+        let score = least_allocated(alloc, requested, &scored)
+            + NODE_AFFINITY_WEIGHT * preferred_score(prefer, node);
+        // Taints, selectors and affinity are only looked at for a node that would be chosen.
         if best.is_none_or(|(s, _)| score > s)
             && !kept_off(keep_off, node)
             && node_accepts(shape, node).is_ok()
@@ -1135,15 +1137,14 @@ fn pick_aligned_node(
     cluster: &Cluster,
     rows: &Rows,
     table: &ResourceTable,
-    shape: &PodShape,
+    behaviour: &Behaviour,
     pod: &BoundPod,
-    keep_off: &[Arc<str>],
-    strategy: Strategy,
 ) -> Option<usize> {
+    let (shape, keep_off, prefer) = (&behaviour.shape, &behaviour.keep_off, &behaviour.prefer);
     let pods = table.id("pods");
     let request = node_request(pod)?;
     let config = EngineConfig::default();
-    let mut judge = NodeJudge::new(table, shape, pod, &config, strategy);
+    let mut judge = NodeJudge::new(table, shape, pod, &config, behaviour.strategy);
     let mut best: Option<(i64, usize)> = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         // The node-level check from the table first: most nodes of a busy worker fail it,
@@ -1155,14 +1156,29 @@ fn pick_aligned_node(
         let Ok(score) = judge.verdict(node) else {
             continue;
         };
+        // NodeAffinity's score outweighs the extender's (0 – 10 × its weight of 1).
+        let score = score + NODE_AFFINITY_WEIGHT * preferred_score(prefer, node);
         if best.is_none_or(|(s, _)| score > s) {
             best = Some((score, i));
-            if score >= MAX_NODE_SCORE {
+            if score >= MAX_NODE_SCORE && prefer.is_empty() {
                 break;
             }
         }
     }
     best.map(|(_, i)| i)
+}
+
+/// kube-scheduler's default weight for the NodeAffinity score plugin.
+const NODE_AFFINITY_WEIGHT: i64 = 2;
+
+/// NodeAffinity's normalized score for the pod's preferred node affinity (see
+/// [`Behaviour::prefer`]: one term on `metadata.name`): 100 on those nodes, 0 elsewhere.
+fn preferred_score(prefer: &[Arc<str>], node: &Node) -> i64 {
+    if kept_off(prefer, node) {
+        100
+    } else {
+        0
+    }
 }
 
 /// Whether the pod's required node affinity keeps it off `node` (see [`Behaviour::keep_off`]).
