@@ -1987,9 +1987,12 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
         &json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": room}]}]),
         "{message}"
     );
-    // `run`'s copy was made before any room was kept: nothing was added to it.
+    // `run`'s copy was made before any room was kept: it is kept off no node (it only
+    // prefers its own placement's).
     let run = fleet.copies("run");
-    assert!(run[0].1["spec"]["template"]["spec"]["affinity"].is_null());
+    let affinity = &run[0].1["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];
+    assert!(affinity["requiredDuringSchedulingIgnoredDuringExecution"].is_null());
+    assert!(affinity["preferredDuringSchedulingIgnoredDuringExecution"].is_array());
     assert_eq!(dispatched_to(&fleet, "big"), None);
 }
 
