@@ -410,6 +410,124 @@ pub async fn deleting_a_managers_job_deletes_its_copy(suite: Arc<Suite>) {
     .await;
 }
 
+/// The nodes a copy's pods prefer (its preferred node affinity on `metadata.name`).
+fn preferred_nodes(copy: &Job) -> Vec<String> {
+    let copy = serde_json::to_value(copy).unwrap();
+    let terms = &copy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
+    terms
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| {
+            t["preference"]["matchFields"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|f| f["key"] == "metadata.name" && f["operator"] == "In")
+        .flat_map(|f| f["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The node each Running pod of Job `name` in `plane` is bound to.
+async fn pod_nodes(plane: &ControlPlane, ns: &str, name: &str) -> Result<Vec<String>, String> {
+    Ok(running_pods(plane, ns)
+        .await?
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("job-name"))
+                .map(String::as_str)
+                == Some(name)
+        })
+        .filter_map(|p| p.spec.and_then(|s| s.node_name))
+        .collect())
+}
+
+/// w1's real default kube-scheduler puts the pods of two one-GPU Jobs on the node the
+/// dispatcher's fit chose for both (the first of w1's nodes with room), though left to itself
+/// it would spread the second to an emptier node: the copies' preferred node affinity
+/// outweighs its resource scores.
+pub async fn a_workers_default_scheduler_puts_the_pods_where_the_dispatcher_placed_them(
+    suite: Arc<Suite>,
+) {
+    let env = suite.fleet().await;
+    // Alone, so that no other scenario's pods fill the node between fit and schedule.
+    let _alone = env.exclusive.write().await;
+    let ns = "prefer";
+    env.namespace(ns, &["w1"]).await;
+    env.queue(ns, &["w1"], json!({})).await;
+    let manager = jobs(&env.manager.admin, ns);
+    let w1 = &env.worker("w1").plane;
+    let w1_nodes: BTreeSet<String> = Api::<Node>::all(w1.admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("w1's nodes")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let mut placed = Vec::new();
+    for name in ["first", "second"] {
+        manager
+            .create(&PostParams::default(), &job(name, ns, 1, "2", 1, None))
+            .await
+            .expect("the Job is created");
+        let copy = wait_running_copy(&env, "w1", ns, name).await;
+        let preferred = preferred_nodes(&copy);
+        assert_eq!(
+            preferred.len(),
+            1,
+            "{name}: one pod, one node: {preferred:?}"
+        );
+        assert!(
+            w1_nodes.contains(&preferred[0]),
+            "{preferred:?} of {w1_nodes:?}"
+        );
+        let bound = pod_nodes(w1, ns, name).await.expect("the pods");
+        assert_eq!(
+            bound, preferred,
+            "{name}'s pod is bound where its copy prefers"
+        );
+        placed.push(preferred[0].clone());
+    }
+    assert_eq!(
+        placed[0], placed[1],
+        "the fit fills a node before the next; the default scheduler alone would spread"
+    );
+    for name in ["first", "second"] {
+        let background = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        manager
+            .delete(name, &background)
+            .await
+            .expect("the Job is deleted");
+    }
+    eventually(
+        "the copies of prefer/* gone from w1",
+        Duration::from_secs(60),
+        || async {
+            let api: Api<Pod> = Api::namespaced(w1.admin.clone(), ns);
+            let pods = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            if pods.items.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} pods left", pods.items.len()))
+            }
+        },
+    )
+    .await;
+}
+
 /// w2 partitioned (its API server stopped) for longer than the queue's workerLostTimeout:
 /// the Job is requeued, not before the timeout; once w2 answers again, the stale copy is
 /// deleted and the Job dispatched again, with one copy and one running pod.
