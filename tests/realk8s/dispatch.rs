@@ -395,16 +395,7 @@ pub async fn deleting_a_managers_job_deletes_its_copy(suite: Arc<Suite>) {
             if let Some(c) = copy(w1, ns, "long").await? {
                 return Err(format!("the copy is still there: {}", summary(&c)));
             }
-            let api: Api<Pod> = Api::namespaced(w1.admin.clone(), ns);
-            let pods = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            if pods.items.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{} pods left", pods.items.len()))
-            }
+            no_pods_left(w1, ns).await
         },
     )
     .await;
@@ -510,22 +501,25 @@ pub async fn a_workers_default_scheduler_puts_the_pods_where_the_dispatcher_plac
             .expect("the Job is deleted");
     }
     eventually(
-        "the copies of prefer/* gone from w1",
+        "the pods of prefer/* gone from w1",
         Duration::from_secs(60),
-        || async {
-            let api: Api<Pod> = Api::namespaced(w1.admin.clone(), ns);
-            let pods = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            if pods.items.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{} pods left", pods.items.len()))
-            }
-        },
+        || no_pods_left(w1, ns),
     )
     .await;
+}
+
+/// `Ok` once namespace `ns` of `plane` has no pod left.
+async fn no_pods_left(plane: &ControlPlane, ns: &str) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(plane.admin.clone(), ns);
+    let pods = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    if pods.items.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} pods left", pods.items.len()))
+    }
 }
 
 /// w2 partitioned (its API server stopped) for longer than the queue's workerLostTimeout:
