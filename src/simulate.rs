@@ -739,9 +739,10 @@ impl Simulation {
         // The copy's pods prefer the nodes of the Job's placement (see `remote::copy_of`).
         let prefer: Arc<[Arc<str>]> = self.world.ledger.placed_on(&origin, cluster).into();
         // The copy's pod templates name the queue's placement strategy (see `remote::copy_of`).
-        let queue_strategy = (self.world.state.queues.get(&j.queue))
-            .and_then(|q| q.settings.as_ref().ok())
-            .map_or(crate::placement::Strategy::LeastAllocated, |s| s.strategy);
+        let queue_strategy = (self.world.state.settings(&j.queue))
+            .map_or(crate::placement::EngineConfig::default().strategy, |s| {
+                s.strategy
+            });
         let behaviour =
             |shape: &Arc<crate::placement::PodShape>, parallelism, completions| Behaviour {
                 shape: shape.clone(),

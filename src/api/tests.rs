@@ -169,10 +169,10 @@ fn placement_strategies_are_the_engines() {
         ("LeastNUMANodes", PlacementStrategy::LeastNumaNodes),
     ] {
         assert_eq!(serde_json::to_value(api).unwrap(), json!(name));
-        assert_eq!(
-            crate::placement::Strategy::from(api),
-            crate::placement::Strategy::from_str(name).unwrap()
-        );
+        let engine = crate::placement::Strategy::from(api);
+        assert_eq!(engine, crate::placement::Strategy::from_str(name).unwrap());
+        // The name a copy's pods carry in their annotation is the one a pod's is read as.
+        assert_eq!(engine.as_str(), name);
     }
 }
 

@@ -867,11 +867,7 @@ impl<'w> Pass<'w> {
         if verdict.hold_quota {
             self.resources.add(&mut self.queues[slot].held, job);
         }
-        let strict = self
-            .state
-            .queues
-            .get(&job.queue)
-            .and_then(|q| q.settings.as_ref().ok())
+        let strict = (self.state.settings(&job.queue))
             .is_some_and(|s| s.queueing == QueueingStrategy::StrictFIFO);
         let queue = &mut self.queues[slot];
         if strict && queue.blocked_by.is_none() && holds_back(verdict.reason) {
@@ -1080,9 +1076,7 @@ fn namespace_allowed(job: &Job, settings: &QueueSettings) -> bool {
 
 fn blocks_admission(state: &State, job: &Job) -> bool {
     state
-        .queues
-        .get(&job.queue)
-        .and_then(|q| q.settings.as_ref().ok())
+        .settings(&job.queue)
         .and_then(|s| s.wait_for_pods_ready.as_ref())
         .is_some_and(|w| w.block_admission)
 }
@@ -1106,7 +1100,7 @@ pub(crate) fn hold_for(
 ) -> Option<Hold> {
     let shape = job.pod.as_ref().ok()?;
     let c = state.inventory.cluster(cluster)?;
-    let settings = state.queues.get(&job.queue)?.settings.as_ref().ok()?;
+    let settings = state.settings(&job.queue)?;
     let class = job.class();
     let gang = Gang {
         class: &class,

@@ -309,17 +309,13 @@ impl Ledger {
     /// nodes of that Job's own placement there (it was found to fit beside the room): the
     /// nodes its copy's pods are kept off, by name.
     pub(crate) fn keep_off(&self, job_uid: &str, cluster: &str) -> Vec<Arc<str>> {
-        let own: Vec<&Arc<str>> = self
-            .hold_of(job_uid)
-            .filter(|h| h.cluster == cluster)
-            .map(|h| h.takes.iter().map(|t| &t.node).collect())
-            .unwrap_or_default();
+        let own = self.placed_on(job_uid, cluster);
         let mut nodes: Vec<Arc<str>> = self
             .holds_in(cluster)
             .filter(|h| h.nominated().is_some() && h.job_uid != job_uid)
             .flat_map(|h| &h.takes)
             .map(|t| &t.node)
-            .filter(|n| !own.contains(n))
+            .filter(|n| own.binary_search(n).is_err())
             .cloned()
             .collect();
         nodes.sort();

@@ -1489,13 +1489,7 @@ impl Live {
                 }
                 _ => vec![],
             };
-            let strategy = self
-                .world
-                .state
-                .queues
-                .get(&before.queue)
-                .and_then(|q| q.settings.as_ref().ok())
-                .map(|s| s.strategy);
+            let strategy = self.world.state.settings(&before.queue).map(|s| s.strategy);
             for c in clusters {
                 if let Some(v) = self.views.get(c) {
                     let target = Target {

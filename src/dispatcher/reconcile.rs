@@ -90,12 +90,7 @@ impl<'a> Step<'a> {
         if job.finished() {
             return self.finish(live);
         }
-        let settings = self
-            .world
-            .state
-            .queues
-            .get(&job.queue)
-            .and_then(|q| q.settings.as_ref().ok());
+        let settings = self.world.state.settings(&job.queue);
         if job.cluster.is_none() && !job.offers.is_empty() {
             return self.offered(live, settings);
         }

@@ -130,11 +130,7 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
 /// Adds `metadata.name NotIn nodes` to every required node selector term of the pod spec (the
 /// terms are ORed: each must keep off them), or a term of its own when there is none.
 fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
-    let field = serde_json::json!({
-        "key": "metadata.name",
-        "operator": "NotIn",
-        "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
-    });
+    let field = name_field("NotIn", nodes);
     let affinity = object(pod, "affinity");
     let node = object(affinity, "nodeAffinity");
     let required = object(node, "requiredDuringSchedulingIgnoredDuringExecution");
@@ -151,6 +147,15 @@ fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
     }
 }
 
+/// A node selector requirement on the node's name (`matchFields`, the only field it may name).
+fn name_field(operator: &str, nodes: &[std::sync::Arc<str>]) -> Value {
+    serde_json::json!({
+        "key": "metadata.name",
+        "operator": operator,
+        "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
+    })
+}
+
 /// kube-scheduler's highest weight for a preferred node affinity term: with the NodeAffinity
 /// plugin's default weight (2) it outweighs the resource scores.
 const PREFERRED_WEIGHT: i64 = 100;
@@ -159,11 +164,7 @@ const PREFERRED_WEIGHT: i64 = 100;
 fn prefer(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
     let term = serde_json::json!({
         "weight": PREFERRED_WEIGHT,
-        "preference": {"matchFields": [{
-            "key": "metadata.name",
-            "operator": "In",
-            "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
-        }]},
+        "preference": {"matchFields": [name_field("In", nodes)]},
     });
     let affinity = object(pod, "affinity");
     let node = object(affinity, "nodeAffinity");
@@ -321,6 +322,7 @@ mod tests {
         );
         assert_eq!(accepted(&copy, &["n1", "n2"]), [false, true]);
     }
+
     /// The strategy the worker's extender ranks nodes by for the copy's pods (its own default
     /// being `worker_default`).
     fn worker_strategy(template: &Value, worker_default: Strategy) -> Strategy {
@@ -393,6 +395,7 @@ mod tests {
             );
         }
     }
+
     #[test]
     fn a_copys_pods_prefer_the_nodes_of_its_placement_after_their_own_preferences() {
         let mut job = stored_job();

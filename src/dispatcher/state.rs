@@ -151,6 +151,11 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// The settings of queue `name`, when it exists and its spec is valid.
+    pub(crate) fn settings(&self, name: &str) -> Option<&QueueSettings> {
+        self.queues.get(name)?.settings.as_ref().ok()
+    }
+
     /// Adds or replaces a manager Job; returns the one it replaces.
     pub(super) fn put_job(&mut self, job: Job) -> Option<Job> {
         match self.jobs.get(&job.key) {

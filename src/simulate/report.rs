@@ -446,9 +446,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
             .collect();
         let explicit = world
             .state
-            .queues
-            .get(queue)
-            .and_then(|q| q.settings.as_ref().ok())
+            .settings(queue)
             .is_some_and(|s| s.quota.is_some());
         let m: BTreeMap<String, Value> = per
             .iter()

@@ -1094,7 +1094,7 @@ fn pick_node(
             + NODE_AFFINITY_WEIGHT * preferred_score(prefer, node);
         // Taints, selectors and affinity are only looked at for a node that would be chosen.
         if best.is_none_or(|(s, _)| score > s)
-            && !kept_off(keep_off, node)
+            && !named_in(keep_off, node)
             && node_accepts(shape, node).is_ok()
         {
             best = Some((score, i));
@@ -1130,9 +1130,10 @@ fn has_room(
 
 /// The NUMA-aware scheduler's choice for one pod (the worker's second scheduler, with
 /// Switchyard's extender): only nodes whose kubelet would admit it, by the same Topology
-/// Manager check under the node's own policy, the one the extender's prioritize scores
-/// highest under `strategy` (the copy's annotation), the first in node order on a tie. `None`: the pod waits for room, as it does when
-/// the extender filters every node out.
+/// Manager check under the node's own policy; of those, the nodes the pod prefers, then the
+/// one the extender's prioritize scores highest under the copy's strategy, the first in node
+/// order on a tie. `None`: the pod waits for room, as it does when the extender filters every
+/// node out.
 fn pick_aligned_node(
     cluster: &Cluster,
     rows: &Rows,
@@ -1145,12 +1146,19 @@ fn pick_aligned_node(
     let request = node_request(pod)?;
     let config = EngineConfig::default();
     let mut judge = NodeJudge::new(table, shape, pod, &config, behaviour.strategy);
+    // No later node can beat one that scores this.
+    let ceiling = MAX_NODE_SCORE
+        + if prefer.is_empty() {
+            0
+        } else {
+            NODE_AFFINITY_WEIGHT * PREFERRED_SCORE
+        };
     let mut best: Option<(i64, usize)> = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         // The node-level check from the table first: most nodes of a busy worker fail it,
         // and it costs less than the Topology Manager's.
         let (alloc, requested) = rows.row(i);
-        if !has_room(alloc, requested, &request, pods) || kept_off(keep_off, node) {
+        if !has_room(alloc, requested, &request, pods) || named_in(keep_off, node) {
             continue;
         }
         let Ok(score) = judge.verdict(node) else {
@@ -1160,7 +1168,7 @@ fn pick_aligned_node(
         let score = score + NODE_AFFINITY_WEIGHT * preferred_score(prefer, node);
         if best.is_none_or(|(s, _)| score > s) {
             best = Some((score, i));
-            if score >= MAX_NODE_SCORE && prefer.is_empty() {
+            if score >= ceiling {
                 break;
             }
         }
@@ -1171,19 +1179,23 @@ fn pick_aligned_node(
 /// kube-scheduler's default weight for the NodeAffinity score plugin.
 const NODE_AFFINITY_WEIGHT: i64 = 2;
 
+/// NodeAffinity's normalized score on a node the pod's one preferred term names.
+const PREFERRED_SCORE: i64 = 100;
+
 /// NodeAffinity's normalized score for the pod's preferred node affinity (see
-/// [`Behaviour::prefer`]: one term on `metadata.name`): 100 on those nodes, 0 elsewhere.
+/// [`Behaviour::prefer`]: one term on `metadata.name`).
 fn preferred_score(prefer: &[Arc<str>], node: &Node) -> i64 {
-    if kept_off(prefer, node) {
-        100
+    if named_in(prefer, node) {
+        PREFERRED_SCORE
     } else {
         0
     }
 }
 
-/// Whether the pod's required node affinity keeps it off `node` (see [`Behaviour::keep_off`]).
-fn kept_off(keep_off: &[Arc<str>], node: &Node) -> bool {
-    keep_off
+/// Whether `node` is one of `names` (a `metadata.name` term of the pod's node affinity: its
+/// required `NotIn`, see [`Behaviour::keep_off`], or its preferred `In`).
+fn named_in(names: &[Arc<str>], node: &Node) -> bool {
+    names
         .iter()
         .any(|n| Arc::ptr_eq(n, &node.name) || **n == *node.name)
 }

@@ -178,14 +178,7 @@ pub(crate) async fn wait_running_copy(env: &Env, worker: &str, ns: &str, name: &
                     return Err(format!("no copy; manager's Job: {}", summary(&job)));
                 };
                 let running = running_pods(plane, ns).await?;
-                if running.iter().any(|p| {
-                    p.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("job-name"))
-                        .map(String::as_str)
-                        == Some(name)
-                }) {
+                if running.iter().any(|p| is_pod_of(p, name)) {
                     Ok(copy)
                 } else {
                     Err("a copy, no Running pod yet".into())
@@ -427,16 +420,18 @@ async fn pod_nodes(plane: &ControlPlane, ns: &str, name: &str) -> Result<Vec<Str
     Ok(running_pods(plane, ns)
         .await?
         .into_iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("job-name"))
-                .map(String::as_str)
-                == Some(name)
-        })
+        .filter(|p| is_pod_of(p, name))
         .filter_map(|p| p.spec.and_then(|s| s.node_name))
         .collect())
+}
+
+/// Whether `pod` is one of Job `name`'s (the Job controller's `job-name` label).
+fn is_pod_of(pod: &Pod, name: &str) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("job-name"))
+        .is_some_and(|n| n == name)
 }
 
 /// w1's real default kube-scheduler puts the pods of two one-GPU Jobs on the node the

@@ -56,13 +56,7 @@ fn check_invariants(env: &Env, quotas: &BTreeMap<String, BTreeMap<String, i64>>,
             })
             .map(|(c, _)| c)
             .collect();
-        let fanout = env
-            .world
-            .state
-            .queues
-            .get(&j.queue)
-            .and_then(|q| q.settings.as_ref().ok())
-            .map_or(1, |s| s.fanout.max(1));
+        let fanout = (env.world.state.settings(&j.queue)).map_or(1, |s| s.fanout.max(1));
         assert!(
             running.len() <= fanout,
             "{step}: {} runs pods in {running:?} (fanout {fanout}, claimed for {:?}, offered to {:?})",
