@@ -123,6 +123,11 @@ struct QueueState {
     quota: Option<Arc<Quota>>,
     /// Its workers (by position in its list) that may take Jobs in the pass, found once.
     usable: Option<Arc<[usize]>>,
+    /// The first of its workers whose copies are not listed yet (by position in its list),
+    /// and until when that is waited for, found once.
+    unlisted: Option<Option<(usize, SystemTime)>>,
+    /// Whether one of its workers runs a Kueue, found once.
+    kueue: Option<bool>,
 }
 
 /// A worker that fits the gang, as admission ranks them.
@@ -299,7 +304,7 @@ impl<'w> Pass<'w> {
         if let Some(wait) = self.behind_older(job, settings, slot) {
             return Attempt::Wait(wait);
         }
-        if let Some(wait) = self.uncounted(job, settings) {
+        if let Some(wait) = self.uncounted(job, settings, slot) {
             return Attempt::Wait(wait);
         }
         let starving = match settings.starvation_after {
@@ -441,13 +446,21 @@ impl<'w> Pass<'w> {
     /// Why the queue admits nothing now, if a worker of it answers but its copies are not
     /// listed (for less than [`DispatchConfig::unlisted_grace`]; the plan looks again when
     /// the grace ends): what they use of the queue's quota is not known.
-    fn uncounted(&mut self, job: &Job, settings: &QueueSettings) -> Option<Verdict> {
-        let grace = self.config.unlisted_grace;
-        let (name, until) = settings.clusters.iter().find_map(|name| {
-            let w = self.state.workers.get(name).filter(|w| w.connected)?;
-            let until = w.copies_unlisted_since? + grace;
-            (until > self.now).then_some((name, until))
-        })?;
+    fn uncounted(&mut self, job: &Job, settings: &QueueSettings, slot: usize) -> Option<Verdict> {
+        let (state, now, grace) = (self.state, self.now, self.config.unlisted_grace);
+        let unlisted = self.queues[slot].unlisted.get_or_insert_with(|| {
+            settings
+                .clusters
+                .iter()
+                .enumerate()
+                .find_map(|(order, name)| {
+                    let w = state.workers.get(name).filter(|w| w.connected)?;
+                    let until = w.copies_unlisted_since? + grace;
+                    (until > now).then_some((order, until))
+                })
+        });
+        let (order, until) = (*unlisted)?;
+        let name = &settings.clusters[order];
         self.out.wake(until);
         Some(Verdict::wait(reason::QUOTA_NOT_COUNTED, self.say(|| format!(
             "queue {:?} admits nothing until the Jobs in worker {name} are listed: a copy of a Job taken back may still run there and use the queue's quota",
@@ -540,10 +553,7 @@ impl<'w> Pass<'w> {
         // from some worker for a reason of its own.
         let may_be_kept = !job.refusals.is_empty()
             || self.state.has_foreign_copy(&job.key, &job.uid)
-            || settings
-                .clusters
-                .iter()
-                .any(|c| self.state.workers.get(c).is_some_and(|w| w.kueue.is_some()));
+            || self.has_kueue_worker(settings, look.slot);
         let room_in = room.map(|h| h.cluster.as_str());
         let to_ask: Vec<&'w str> = now
             .usable
@@ -968,6 +978,15 @@ impl<'w> Pass<'w> {
                     .push(job.total_request());
             }
         }
+    }
+
+    /// Whether a worker of the queue runs a Kueue, whose quota may keep a Job from it.
+    fn has_kueue_worker(&mut self, settings: &QueueSettings, slot: usize) -> bool {
+        let state = self.state;
+        *self.queues[slot].kueue.get_or_insert_with(|| {
+            (settings.clusters.iter())
+                .any(|c| state.workers.get(c).is_some_and(|w| w.kueue.is_some()))
+        })
     }
 
     /// Why the worker's own Kueue would not admit the Job now, when the worker runs one (see
