@@ -342,7 +342,7 @@ impl<'w> Pass<'w> {
         // at every look. So is a Job kept from some worker for a reason of its own: its
         // class's last verdict does not know that reason (and would hide it from the user).
         let may_keep = starving && (room.is_some() || self.room_bound(settings, slot).is_none());
-        let judged_alone = may_keep || self.has_own_blocker(job, &settings.clusters);
+        let judged_alone = may_keep || self.has_own_blocker(job, settings, slot);
         let look = Look {
             gang: Gang {
                 class,
@@ -555,12 +555,12 @@ impl<'w> Pass<'w> {
             || self.state.has_foreign_copy(&job.key, &job.uid)
             || self.has_kueue_worker(settings, look.slot);
         let room_in = room.map(|h| h.cluster.as_str());
-        let to_ask: Vec<&'w str> = now
+        let to_ask: Vec<(usize, &'w str)> = now
             .usable
             .iter()
-            .map(|&i| settings.clusters[i].as_str())
-            .filter(|name| Some(*name) != room_in)
-            .filter(|name| !may_be_kept || self.own_blocker(job, name).is_none())
+            .map(|&i| (i, settings.clusters[i].as_str()))
+            .filter(|(_, name)| Some(*name) != room_in)
+            .filter(|(_, name)| !may_be_kept || self.own_blocker(job, name).is_none())
             .collect();
         oracle.prepare(gang, now, &to_ask);
 
@@ -955,8 +955,11 @@ impl<'w> Pass<'w> {
     }
 
     /// Whether some worker of the queue is kept from this Job alone.
-    fn has_own_blocker(&self, job: &Job, workers: &[String]) -> bool {
-        if workers.iter().any(|c| self.kueue_blocker(job, c).is_some()) {
+    fn has_own_blocker(&mut self, job: &Job, settings: &QueueSettings, slot: usize) -> bool {
+        let workers = &settings.clusters;
+        if self.has_kueue_worker(settings, slot)
+            && workers.iter().any(|c| self.kueue_blocker(job, c).is_some())
+        {
             return true;
         }
         if job.refusals.is_empty() && !self.state.has_foreign_copy(&job.key, &job.uid) {

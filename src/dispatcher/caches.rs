@@ -99,18 +99,22 @@ impl HeldView {
 }
 
 /// Whether a class would fit in a worker once it drains (its score if so), found on nodes
-/// with the worker's capacity fingerprint then.
+/// with the worker's capacity fingerprint then, under a queues generation (it is kept by
+/// the worker's position in its queue's list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DrainedFit {
     pub(crate) capacity_fingerprint: u64,
+    pub(crate) queues: u64,
     pub(crate) score: Option<i64>,
 }
 
 /// What one pass found that is worth keeping (see [`Caches::keep`]).
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
-    pub(crate) misfits: Vec<(ClassKey, String, KnownMisfit)>,
-    pub(crate) drained: Vec<(ClassKey, String, DrainedFit)>,
+    /// By the worker's position in the list of the class's queue.
+    pub(crate) misfits: Vec<(ClassKey, usize, KnownMisfit)>,
+    /// By the worker's position in the list of the class's queue.
+    pub(crate) drained: Vec<(ClassKey, usize, DrainedFit)>,
     pub(crate) held_views: Vec<(String, HeldView)>,
     pub(crate) verdicts: Vec<(ClassKey, ClassMemo)>,
     pub(crate) shape_rooms: ShapeRooms,
@@ -152,13 +156,16 @@ pub(crate) struct Caches {
     queues_of: (u64, HashMap<String, Arc<[String]>>),
     /// Why each class of pending Jobs last fit no worker, and under which epochs.
     verdicts: HashMap<ClassKey, ClassMemo>,
-    /// Misfits of a class in a worker, with the epochs they were found at.
-    misfits: HashMap<ClassKey, HashMap<String, KnownMisfit>>,
+    /// Misfits of a class in a worker, with the epochs they were found at. By the worker's
+    /// position in the list of the class's queue (a class has one queue): a misfit found
+    /// under another list of workers lapses (see [`KnownMisfit::queues`]).
+    misfits: HashMap<ClassKey, Vec<Option<KnownMisfit>>>,
     /// Per worker, bumped whenever a placement held there is added or released.
     hold_versions: HashMap<String, u64>,
     /// Per worker, its cluster with the placements held there taken off.
     held_views: HashMap<String, HeldView>,
-    drained: HashMap<ClassKey, HashMap<String, DrainedFit>>,
+    /// By the worker's position in the list of the class's queue, as `misfits`.
+    drained: HashMap<ClassKey, Vec<Option<DrainedFit>>>,
     /// The workers that held stale copies at the last admission pass.
     stale_when_judged: Vec<String>,
 }
@@ -295,15 +302,12 @@ impl Caches {
         for (cluster, view) in found.held_views {
             self.held_views.insert(cluster, view);
         }
-        for (class, cluster, misfit) in found.misfits {
-            self.misfits
-                .entry(class)
-                .or_default()
-                .insert(cluster, misfit);
+        for (class, order, misfit) in found.misfits {
+            set_at(self.misfits.entry(class).or_default(), order, misfit);
         }
         prune(&mut self.misfits, pending);
-        for (class, cluster, fit) in found.drained {
-            self.drained.entry(class).or_default().insert(cluster, fit);
+        for (class, order, fit) in found.drained {
+            set_at(self.drained.entry(class).or_default(), order, fit);
         }
         prune(&mut self.drained, pending);
         for (class, memo) in found.verdicts {
@@ -389,12 +393,12 @@ impl Caches {
         self.verdicts.get(class)
     }
 
-    pub(crate) fn misfits_of(&self, class: &ClassKey) -> Option<&HashMap<String, KnownMisfit>> {
-        self.misfits.get(class)
+    pub(crate) fn misfits_of(&self, class: &ClassKey) -> Option<&[Option<KnownMisfit>]> {
+        self.misfits.get(class).map(Vec::as_slice)
     }
 
-    pub(crate) fn drained_of(&self, class: &ClassKey) -> Option<&HashMap<String, DrainedFit>> {
-        self.drained.get(class)
+    pub(crate) fn drained_of(&self, class: &ClassKey) -> Option<&[Option<DrainedFit>]> {
+        self.drained.get(class).map(Vec::as_slice)
     }
 
     pub(crate) fn held_view(&self, cluster: &str) -> Option<&HeldView> {
@@ -428,6 +432,14 @@ fn prune<V>(memos: &mut HashMap<ClassKey, V>, pending: &BTreeMap<ClassKey, impl 
     if memos.len() > 4 * (pending.len() + 1) {
         memos.retain(|class, _| pending.contains_key(class));
     }
+}
+
+/// Sets `by_order[order]`, growing it as needed.
+fn set_at<T: Clone>(by_order: &mut Vec<Option<T>>, order: usize, value: T) {
+    if by_order.len() <= order {
+        by_order.resize(order + 1, None);
+    }
+    by_order[order] = Some(value);
 }
 
 /// Bumps `key`'s counter in `epochs`.

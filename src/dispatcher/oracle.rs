@@ -77,17 +77,19 @@ pub(crate) struct Circumstances<'a> {
 /// Admission's questions. One oracle serves one admission pass; `'w` is the lifetime of the
 /// state the pass reads.
 pub(crate) trait Oracle<'w> {
-    /// Admission is about to ask about `gang`, which `now` describes, in `workers` (the
-    /// oracle may answer them all at once). Called once per judgement, before any question.
-    fn prepare(&mut self, _gang: &Gang, _now: &Circumstances, _workers: &[&'w str]) {}
+    /// Admission is about to ask about `gang`, which `now` describes, in `workers` (by
+    /// position in the queue's list, and name; the oracle may answer them all at once).
+    /// Called once per judgement, before any question.
+    fn prepare(&mut self, _gang: &Gang, _now: &Circumstances, _workers: &[(usize, &'w str)]) {}
 
     /// Whether the whole gang fits in `worker`, the queue's worker at position `order` in
     /// its list, as the pass sees it now (placements held and handed out earlier in the pass
     /// taken off).
     fn fit(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit;
 
-    /// Whether the gang would fit in `worker` were its nodes empty; the score there if so.
-    fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64>;
+    /// Whether the gang would fit in `worker`, the queue's worker at position `order` in its
+    /// list, were its nodes empty; the score there if so.
+    fn fit_drained(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Option<i64>;
 
     /// Places the gang in `worker`, where [`Oracle::fit`] just found it fits: the pass's view
     /// of the worker loses the room, and the placement is returned node by node, to hold.
@@ -252,7 +254,7 @@ impl<'w> Oracle<'w> for PlainOracle<'w> {
         }
     }
 
-    fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64> {
+    fn fit_drained(&mut self, gang: &Gang, worker: &'w str, _order: usize) -> Option<i64> {
         let base = self.view.state().inventory.cluster(worker)?;
         view::fit_drained(
             base,

@@ -227,7 +227,7 @@ pub(super) fn could_hold<'w>(
         .copied()
         .filter(|&i| {
             oracle
-                .fit_drained(&look.gang, &look.settings.clusters[i])
+                .fit_drained(&look.gang, &look.settings.clusters[i], i)
                 .is_some()
         })
         .collect()

@@ -102,7 +102,7 @@ impl<'w> Pass<'w> {
             }
             let unusable = self.unusable(name);
             let seen = self.state.inventory.cluster(name).is_some();
-            if seen && oracle.fit_drained(gang, name).is_none() {
+            if seen && oracle.fit_drained(gang, name, i).is_none() {
                 continue;
             }
             match unusable {

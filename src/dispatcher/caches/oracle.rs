@@ -75,7 +75,8 @@ impl QueueMemo {
 struct Judging<'w> {
     /// The pass's slot of the class's queue.
     slot: usize,
-    misfits: Option<&'w HashMap<String, KnownMisfit>>,
+    /// By the worker's position in the queue's list.
+    misfits: Option<&'w [Option<KnownMisfit>]>,
     /// Whether the pass found fits of the class before.
     may_know: bool,
     bound: Option<Arc<BoundPod>>,
@@ -158,9 +159,10 @@ impl<'w> CachedOracle<'w> {
             .get_or_insert_with(|| QueueMemo::new(state, caches, config, now))
     }
 
-    /// The misfit of the class being judged in `worker`, found in an earlier pass under the
-    /// current queues (and described, when messages are asked for).
-    fn known_misfit(&self, worker: &str) -> Option<&'w KnownMisfit> {
+    /// The misfit of the class being judged in `worker` (at `order` in its queue's list),
+    /// found in an earlier pass under the current queues (and described, when messages are
+    /// asked for).
+    fn known_misfit(&self, worker: &str, order: usize) -> Option<&'w KnownMisfit> {
         if self.gained.contains(&worker) {
             return None;
         }
@@ -168,7 +170,8 @@ impl<'w> CachedOracle<'w> {
         let describe = self.config.describe;
         self.judging
             .misfits?
-            .get(worker)
+            .get(order)?
+            .as_ref()
             .filter(|m| m.queues == queues && (!describe || !m.reason.is_empty()))
     }
 
@@ -254,8 +257,8 @@ impl<'w> CachedOracle<'w> {
         // The misfits remembered are judged again on one pod shape: a gang of several is
         // searched afresh every time.
         let one_shape = gang.extra.is_empty();
-        if let Some(known) = self.known_misfit(worker).filter(|_| one_shape) {
-            if let Some(stands) = self.misfit_stands(gang, worker, known, epoch) {
+        if let Some(known) = self.known_misfit(worker, order).filter(|_| one_shape) {
+            if let Some(stands) = self.misfit_stands(gang, worker, order, known, epoch) {
                 return stands;
             }
         }
@@ -264,9 +267,7 @@ impl<'w> CachedOracle<'w> {
         };
         let fit = self.remember_fit(gang.class, worker, fit);
         if let Some(known) = self.misfit_found(&fit, epoch).filter(|_| one_shape) {
-            self.found
-                .misfits
-                .push((gang.class.clone(), worker.to_string(), known));
+            self.found.misfits.push((gang.class.clone(), order, known));
         }
         Fit::of(&fit, self.config.describe)
     }
@@ -277,6 +278,7 @@ impl<'w> CachedOracle<'w> {
         &mut self,
         gang: &Gang,
         worker: &'w str,
+        order: usize,
         known: &'w KnownMisfit,
         epoch: u64,
     ) -> Option<Fit> {
@@ -354,7 +356,7 @@ impl<'w> CachedOracle<'w> {
         if known.epoch != epoch {
             self.found.misfits.push((
                 gang.class.clone(),
-                worker.to_string(),
+                order,
                 KnownMisfit {
                     epoch,
                     counts,
@@ -542,30 +544,32 @@ impl<'w> CachedOracle<'w> {
 
     /// The workers nothing is known about yet are judged all at once, across the cores,
     /// when they have enough nodes between them.
-    fn judge_unknown_at_once(&mut self, gang: &Gang, workers: &[&'w str]) {
+    fn judge_unknown_at_once(&mut self, gang: &Gang, workers: &[(usize, &'w str)]) {
         let parallel_from = 2 * PARALLEL_NODES;
-        let mut todo: Vec<&'w str> = Vec::new();
+        let mut todo: Vec<(usize, &'w str)> = Vec::new();
         let mut nodes = 0;
-        for &name in workers {
+        for &(order, name) in workers {
             let Some(c) = self.state.inventory.cluster(name) else {
                 continue;
             };
-            if self.known_fit(gang.class, name).is_some() || self.known_misfit(name).is_some() {
+            if self.known_fit(gang.class, name).is_some()
+                || self.known_misfit(name, order).is_some()
+            {
                 continue;
             }
             nodes += c.nodes.len();
-            todo.push(name);
+            todo.push((order, name));
         }
         if todo.len() < 2 || nodes < parallel_from {
             return;
         }
-        for name in &todo {
+        for (_, name) in &todo {
             self.cluster(name);
         }
         let Some(bound) = self.judging.bound.clone() else {
             return;
         };
-        let clusters: Vec<&Cluster> = todo.iter().filter_map(|n| self.view.peek(n)).collect();
+        let clusters: Vec<&Cluster> = todo.iter().filter_map(|(_, n)| self.view.peek(n)).collect();
         if clusters.len() != todo.len() {
             return;
         }
@@ -578,12 +582,10 @@ impl<'w> CachedOracle<'w> {
             &self.config.engine,
             gang.strategy,
         );
-        for (name, fit) in todo.iter().zip(found) {
+        for (&(order, name), fit) in todo.iter().zip(found) {
             let epoch = self.caches.capacity_epoch(name);
             if let Some(known) = self.misfit_found(&fit, epoch) {
-                self.found
-                    .misfits
-                    .push((gang.class.clone(), name.to_string(), known));
+                self.found.misfits.push((gang.class.clone(), order, known));
             }
             self.remember_fit(gang.class, name, fit);
         }
@@ -600,7 +602,7 @@ impl<'w> CachedOracle<'w> {
 }
 
 impl<'w> Oracle<'w> for CachedOracle<'w> {
-    fn prepare(&mut self, gang: &Gang, now: &Circumstances, workers: &[&'w str]) {
+    fn prepare(&mut self, gang: &Gang, now: &Circumstances, workers: &[(usize, &'w str)]) {
         self.judging = Judging {
             slot: now.queue_slot,
             misfits: self.caches.misfits_of(gang.class),
@@ -626,24 +628,26 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         }
     }
 
-    fn fit_drained(&mut self, gang: &Gang, worker: &'w str) -> Option<i64> {
+    fn fit_drained(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Option<i64> {
         let inventory = &self.state.inventory;
         let base = inventory.cluster(worker)?;
         let fingerprint = base.summary.capacity_fingerprint;
+        let queues = self.caches.queues_generation();
         let known = self
             .caches
             .drained_of(gang.class)
-            .and_then(|d| d.get(worker))
-            .filter(|d| d.capacity_fingerprint == fingerprint);
+            .and_then(|d| d.get(order)?.as_ref())
+            .filter(|d| d.capacity_fingerprint == fingerprint && d.queues == queues);
         if let Some(known) = known {
             return known.score;
         }
         let score = fit_drained(base, gang, inventory, &self.config.engine);
         self.found.drained.push((
             gang.class.clone(),
-            worker.to_string(),
+            order,
             DrainedFit {
                 capacity_fingerprint: fingerprint,
+                queues,
                 score,
             },
         ));
