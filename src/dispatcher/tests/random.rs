@@ -185,6 +185,14 @@ fn the_caches_change_no_decision_in_random_runs() {
     }
 }
 
+/// The random runs' queue "q", its workers in `order`: the runs reorder them now and then.
+fn queue_q(order: &str) -> Queue {
+    queue(
+        "q",
+        &format!("clusters: [{order}]\nquota: {{cpu: \"20\", nvidia.com/gpu: \"4\"}}\nworkerLostTimeout: 5m\nstarvationAfter: 4m\nwaitForPodsReady:\n  enabled: true\n  timeout: 3m\n  recoveryTimeout: 2m\n  requeuing: {{backoffBase: 30s, backoffMax: 2m, limit: 3}}"),
+    )
+}
+
 fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
     let mut rng = Rng::new(seed + 1);
     let inv = InventoryBuilder::default()
@@ -196,15 +204,8 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
         .cluster("c")
         .node("c-0", 8, 0)
         .build();
-    // Queue "q" in its workers' order: the run reorders them now and then.
-    let q = |order: &str| {
-        queue(
-            "q",
-            &format!("clusters: [{order}]\nquota: {{cpu: \"20\", nvidia.com/gpu: \"4\"}}\nworkerLostTimeout: 5m\nstarvationAfter: 4m\nwaitForPodsReady:\n  enabled: true\n  timeout: 3m\n  recoveryTimeout: 2m\n  requeuing: {{backoffBase: 30s, backoffMax: 2m, limit: 3}}"),
-        )
-    };
     let queues = vec![
-        q("a, b, c"),
+        queue_q("a, b, c"),
         queue(
             "wide",
             "clusters: [a, b, c]\nquota: {cpu: \"12\"}\nplacement: {fanout: 2}\nworkerLostTimeout: 3m\nwaitForPodsReady: {enabled: true, blockAdmission: true, timeout: 4m}",
@@ -379,7 +380,8 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                 // Someone reorders queue "q"'s workers: what was found of its classes, by
                 // position in that list, must not be taken for another worker.
                 let orders = ["a, b, c", "c, a, b", "b, c, a", "c, b, a"];
-                env.world.upsert_queue(q(orders[rng.below(4) as usize]));
+                env.world
+                    .upsert_queue(queue_q(orders[rng.below(4) as usize]));
             }
             _ => env.advance(secs(1 + rng.below(90))),
         }
