@@ -18,6 +18,9 @@
 //! - Rooms that stand ([`RoomStands`]): room kept for a starving Job that no room freeing
 //!   sooner could replace, kept while its worker's nodes (any touch), holds and the room
 //!   itself stay as they were.
+//! - Rooms that do not take their gang yet ([`RoomMisfit`]): the starving Job's gang did not
+//!   fit its room's worker with the room given back; kept under the same key as a room that
+//!   stands, with the Job's class and the queues generation.
 //! - Placement verdicts ([`ClassMemo`]): why a class fits no worker, kept while its queue's
 //!   workers keep their state ([`Caches::worker_changed`]), the workers it was judged
 //!   against keep their capacity, the workers it may use are the same, the queues stay as
@@ -119,6 +122,7 @@ pub(crate) struct Findings {
     pub(crate) verdicts: Vec<(ClassKey, ClassMemo)>,
     pub(crate) shape_rooms: ShapeRooms,
     pub(crate) rooms_stand: Vec<(String, RoomStands)>,
+    pub(crate) room_misfits: Vec<(String, RoomMisfit)>,
 }
 
 /// Room kept for a starving Job that no room freeing sooner could replace, and the state of
@@ -130,6 +134,20 @@ pub(crate) struct RoomStands {
     pub(crate) epoch: u64,
     pub(crate) touches: u64,
     pub(crate) holds: u64,
+}
+
+/// A starving Job's gang did not fit the worker of the room kept for it, with the room given
+/// back: while the room stands unchanged ([`RoomStands`]) and the Job's class and the queues
+/// are the same, a search there finds the same.
+#[derive(Debug, Clone)]
+pub(crate) struct RoomMisfit {
+    pub(crate) stands: RoomStands,
+    pub(crate) class: ClassKey,
+    pub(crate) queues: u64,
+    /// Whether the reason was written (messages asked for).
+    pub(crate) describe: bool,
+    pub(crate) reason: String,
+    pub(crate) never: bool,
 }
 
 /// What is kept across passes, and the epochs that tell when it lapses.
@@ -149,6 +167,8 @@ pub(crate) struct Caches {
     kept_generation: u64,
     /// By Job uid: room kept for it that no room freeing sooner could replace.
     rooms_stand: HashMap<String, RoomStands>,
+    /// By Job uid: its gang did not fit its room's worker with the room given back.
+    room_misfits: HashMap<String, RoomMisfit>,
     /// Per queue, bumped whenever its Jobs may have become admissible because one of its
     /// workers changed state (or as a whole).
     queue_epochs: HashMap<String, u64>,
@@ -319,6 +339,14 @@ impl Caches {
             self.rooms_stand
                 .retain(|uid, r| ledger.hold_of(uid).is_some_and(|h| h.serial == r.serial));
         }
+        self.room_misfits.extend(found.room_misfits);
+        if self.room_misfits.len() > 2 * ledger.nominations().count() + 16 {
+            self.room_misfits.retain(|uid, r| {
+                ledger
+                    .hold_of(uid)
+                    .is_some_and(|h| h.serial == r.stands.serial)
+            });
+        }
     }
 
     /// Keeps what a pass brought up to date, less the workers the inventory no longer has
@@ -387,6 +415,10 @@ impl Caches {
 
     pub(crate) fn room_stands(&self, job_uid: &str) -> Option<&RoomStands> {
         self.rooms_stand.get(job_uid)
+    }
+
+    pub(crate) fn room_misfit(&self, job_uid: &str) -> Option<&RoomMisfit> {
+        self.room_misfits.get(job_uid)
     }
 
     pub(crate) fn verdict(&self, class: &ClassKey) -> Option<&ClassMemo> {

@@ -123,11 +123,7 @@ pub(crate) trait Oracle<'w> {
     /// Whether the gang fits in `worker` with `room`, kept for its Job there, counted as
     /// free.
     fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {
-        let describe = self.context().1.describe;
-        match self.search_with_room(gang, worker, room) {
-            None => Fit::not_in_inventory(),
-            Some((_, found)) => Fit::of(&found.fit, describe),
-        }
+        fit_with_room(self, gang, worker, room)
     }
 
     /// Places the gang in `worker`, where [`Oracle::fit_with_room`] just found it fits: the
@@ -197,6 +193,20 @@ pub(crate) trait Oracle<'w> {
     /// get them.
     fn keep(&mut self, worker: &'w str, takes: &[Take]) {
         self.view_mut().take(worker, takes);
+    }
+}
+
+/// [`Oracle::fit_with_room`], answered afresh.
+pub(crate) fn fit_with_room<'w, O: Oracle<'w> + ?Sized>(
+    oracle: &mut O,
+    gang: &Gang,
+    worker: &'w str,
+    room: &Hold,
+) -> Fit {
+    let describe = oracle.context().1.describe;
+    match oracle.search_with_room(gang, worker, room) {
+        None => Fit::not_in_inventory(),
+        Some((_, found)) => Fit::of(&found.fit, describe),
     }
 }
 

@@ -8,12 +8,16 @@
 //! are searched across the cores at once (`prepare`); a class's verdict stands while nothing
 //! it depended on changed (`recall`).
 
-use super::{Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, ShapeRoom};
+use super::{
+    Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, RoomMisfit, ShapeRoom,
+};
 use crate::dispatcher::job::ClassKey;
 use crate::dispatcher::ledger::Hold;
 use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::oracle::view::{fit_drained, node_of, search, takes_of, PassView};
-use crate::dispatcher::oracle::{freer_room, Circumstances, Fit, Gang, Oracle, Room, Verdict};
+use crate::dispatcher::oracle::{
+    fit_with_room, freer_room, Circumstances, Fit, Gang, Oracle, Room, Verdict,
+};
 use crate::dispatcher::state::State;
 use crate::dispatcher::world::{DispatchConfig, Placement};
 use crate::inventory::{Cluster, Node};
@@ -591,6 +595,12 @@ impl<'w> CachedOracle<'w> {
         }
     }
 
+    /// Whether the pass has neither placed nor given back anything in `worker` so far: it
+    /// sees the worker as earlier passes left it.
+    fn untouched(&self, worker: &str) -> bool {
+        self.view.version(worker) == 0 && !self.gained.contains(&worker)
+    }
+
     /// `shape` (whose key is `key`) bound to the inventory's resource table, once per pass.
     fn bind(&mut self, key: u64, shape: &PodShape) -> Arc<BoundPod> {
         let table = &self.state.inventory.resources;
@@ -754,9 +764,40 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         &mut self.view
     }
 
+    fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {
+        let untouched = self.untouched(worker);
+        let stands = self.caches.room_stands_key(worker, room.serial);
+        let (queues, describe) = (self.caches.queues_generation(), self.config.describe);
+        let known = self.caches.room_misfit(&room.job_uid).filter(|m| {
+            m.stands == stands
+                && m.class == *gang.class
+                && m.queues == queues
+                && m.describe == describe
+        });
+        if let Some(m) = known.filter(|_| untouched) {
+            return Fit::Misfit {
+                reason: m.reason.clone(),
+                never: m.never,
+            };
+        }
+        let fit = fit_with_room(self, gang, worker, room);
+        if let (true, Fit::Misfit { reason, never }) = (untouched, &fit) {
+            let found = RoomMisfit {
+                stands,
+                class: gang.class.clone(),
+                queues,
+                describe,
+                reason: reason.clone(),
+                never: *never,
+            };
+            self.found.room_misfits.push((room.job_uid.clone(), found));
+        }
+        fit
+    }
+
     fn freer_room(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
         let worker = room.cluster.as_str();
-        let untouched = self.view.version(worker) == 0 && !self.gained.contains(&worker);
+        let untouched = self.untouched(worker);
         let key = self.caches.room_stands_key(worker, room.serial);
         if untouched && self.caches.room_stands(&room.job_uid) == Some(&key) {
             return None;
