@@ -10,7 +10,9 @@
 //!   worker when it changed as a whole ([`Caches::capacity_changed`]).
 //! - Room per pod shape ([`ShapeRoom`]): per worker, an upper bound of the pods of a shape
 //!   its nodes can take; brought up to date from the log of nodes whose room changed either
-//!   way ([`Caches::node_lost_room`], [`Caches::capacity_changed_on`]).
+//!   way ([`Caches::node_lost_room`], [`Caches::capacity_changed_on`]). Beside it, how free
+//!   each node is for the shape ([`room::NodeFreeness`]), which orders the nodes room is
+//!   kept on, brought up to date from the same log.
 //! - Drained fits: whether a class would fit a worker once it drains, kept while the worker's
 //!   nodes have the same allocatable (the inventory's capacity fingerprint).
 //! - Held views ([`HeldView`]): a worker with the placements held there taken off, kept

@@ -218,13 +218,36 @@ pub(crate) fn freer_room<'w, O: Oracle<'w> + ?Sized>(
 ) -> Option<Room> {
     let (state, config) = oracle.context();
     let current = view::with_room(oracle.current(&room.cluster)?, room);
-    let table = &state.inventory.resources;
-    if !view::freer_nodes_than(&current, gang, table, &room.takes) {
+    let bound = gang.shape.bind(&state.inventory.resources);
+    let freeness = view::node_freeness(&current, &bound);
+    freer_room_in(&current, gang, &bound, room, &freeness, state, config)
+}
+
+/// [`freer_room`] in `current`, the room's worker as the pass sees it with the room given
+/// back, whose nodes are as free as `freeness` says (see [`view::node_freeness`]).
+pub(crate) fn freer_room_in(
+    current: &Cluster,
+    gang: &Gang,
+    bound: &crate::placement::BoundPod,
+    room: &Hold,
+    freeness: &[i64],
+    state: &State,
+    config: &DispatchConfig,
+) -> Option<Room> {
+    if !view::freer_nodes_than(current, freeness, &room.takes) {
         return None;
     }
-    let now = view::shortfall(&current, &room.takes);
-    view::room_in(&current, gang, &state.inventory, &config.engine)
-        .filter(|better| better.shortfall < now)
+    let now = view::shortfall(current, &room.takes);
+    let order = view::freest_first(freeness);
+    view::room_in_order(
+        current,
+        gang,
+        bound,
+        &state.inventory,
+        &config.engine,
+        &order,
+    )
+    .filter(|better| better.shortfall < now)
 }
 
 /// Answers every question afresh, from the placement engine, on the pass's view of the

@@ -14,9 +14,12 @@ use super::{
 use crate::dispatcher::job::ClassKey;
 use crate::dispatcher::ledger::Hold;
 use crate::dispatcher::ledger::Ledger;
-use crate::dispatcher::oracle::view::{fit_drained, node_of, search, takes_of, PassView};
+use crate::dispatcher::oracle::view::{
+    fit_drained, freeness, freest_first, node_freeness, node_of, room_in_order, search, takes_of,
+    with_room, PassView,
+};
 use crate::dispatcher::oracle::{
-    fit_with_room, freer_room, Circumstances, Fit, Gang, Oracle, Room, Verdict,
+    fit_with_room, freer_room_in, Circumstances, Fit, Gang, Oracle, Room, Verdict,
 };
 use crate::dispatcher::state::State;
 use crate::dispatcher::world::{DispatchConfig, Placement};
@@ -546,6 +549,76 @@ impl<'w> CachedOracle<'w> {
         fitted
     }
 
+    /// How free each node of `current` (the pass's view of `worker`, maybe with room given
+    /// back) is for the gang's pods, by position (see [`node_freeness`]). A node the view
+    /// shares with the inventory is as free as the worker's
+    /// [`NodeFreeness`](super::room::NodeFreeness) says, brought up to date from the touch log
+    /// here; the others are read.
+    fn node_freeness(&mut self, worker: &str, current: &Cluster, gang: &Gang) -> Vec<i64> {
+        let bound = self.bind(gang.class.shape, gang.shape);
+        let caches = self.caches;
+        let Some(base) = self.state.inventory.cluster(worker) else {
+            return node_freeness(current, &bound);
+        };
+        let by_shape = match self.found.shape_rooms.get_mut(worker) {
+            Some(m) => m,
+            None => self
+                .found
+                .shape_rooms
+                .entry(worker.to_string())
+                .or_default(),
+        };
+        let known = &mut by_shape.entry(gang.class.shape).or_default().freeness;
+        let touched = caches
+            .touches(worker, known.pos)
+            .filter(|_| known.of.len() == base.nodes.len());
+        match touched {
+            Some((nodes, end)) => {
+                for &i in nodes {
+                    if let (Some(node), Some(f)) = (base.nodes.get(i), known.of.get_mut(i)) {
+                        *f = freeness(node, &bound);
+                    }
+                }
+                known.pos = end;
+            }
+            None => {
+                known.pos = caches.touches_end(worker);
+                known.of = base.nodes.iter().map(|n| freeness(n, &bound)).collect();
+            }
+        }
+        let of = &known.of;
+        let found: Vec<i64> = current
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| match base.nodes.get(i) {
+                Some(b) if Arc::ptr_eq(b, node) => of[i],
+                _ => freeness(node, &bound),
+            })
+            .collect();
+        // Every change to a node's room reaches the touch log (or marks the whole worker).
+        debug_assert_eq!(found, node_freeness(current, &bound), "{worker}");
+        found
+    }
+
+    /// [`freer_room`], with the nodes' freeness from [`CachedOracle::node_freeness`].
+    fn freer_room_afresh(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
+        let worker = room.cluster.as_str();
+        self.cluster(worker)?;
+        let current = with_room(self.view.peek(worker)?, room);
+        let freeness = self.node_freeness(worker, &current, gang);
+        let bound = self.bind(gang.class.shape, gang.shape);
+        freer_room_in(
+            &current,
+            gang,
+            &bound,
+            room,
+            &freeness,
+            self.state,
+            self.config,
+        )
+    }
+
     /// The workers nothing is known about yet are judged all at once, across the cores,
     /// when they have enough nodes between them.
     fn judge_unknown_at_once(&mut self, gang: &Gang, workers: &[(usize, &'w str)]) {
@@ -764,6 +837,23 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         &mut self.view
     }
 
+    fn room_for(&mut self, gang: &Gang, worker: &'w str, own: Option<&Hold>) -> Option<Room> {
+        self.cluster(worker)?;
+        let view = self.view.peek_arc(worker)?;
+        let with_own;
+        let current: &Cluster = match own.filter(|h| h.cluster == worker) {
+            Some(own) => {
+                with_own = with_room(&view, own);
+                &with_own
+            }
+            None => &view,
+        };
+        let order = freest_first(&self.node_freeness(worker, current, gang));
+        let bound = self.bind(gang.class.shape, gang.shape);
+        let (inventory, engine) = (&self.state.inventory, &self.config.engine);
+        room_in_order(current, gang, &bound, inventory, engine, &order)
+    }
+
     fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {
         let untouched = self.untouched(worker);
         let stands = self.caches.room_stands_key(worker, room.serial);
@@ -802,7 +892,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         if untouched && self.caches.room_stands(&room.job_uid) == Some(&key) {
             return None;
         }
-        let found = freer_room(self, gang, room);
+        let found = self.freer_room_afresh(gang, room);
         if untouched && found.is_none() {
             self.found.rooms_stand.push((room.job_uid.clone(), key));
         }

@@ -92,6 +92,19 @@ pub(crate) struct ShapeRoom {
     pub(crate) cap: usize,
     pub(crate) counts: Vec<u32>,
     pub(crate) total: usize,
+    pub(crate) freeness: NodeFreeness,
+}
+
+/// How free each node of a worker is for pods of one shape (see
+/// [`freeness`](crate::dispatcher::oracle::view::freeness)), found on the inventory's nodes
+/// and brought up to date from the touch log as [`ShapeRoom`]'s counts are: the order in
+/// which room is kept is found without reading every node again.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeFreeness {
+    /// The worker's touch log position `of` is up to date with.
+    pub(crate) pos: u64,
+    /// By node index.
+    pub(crate) of: Vec<i64>,
 }
 
 /// [`ShapeRoom`]s by worker, then shape key.

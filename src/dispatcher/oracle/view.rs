@@ -6,7 +6,7 @@ use crate::dispatcher::ledger::{Hold, Ledger};
 use crate::dispatcher::state::State;
 use crate::inventory::{Cluster, Inventory, Node};
 use crate::placement::inflight::Take;
-use crate::placement::{fit_cluster, fit_node, ClusterFit, EngineConfig, NodeState};
+use crate::placement::{fit_cluster, fit_node, BoundPod, ClusterFit, EngineConfig, NodeState};
 use crate::quantity::{display, Milli};
 use foldhash::{HashMap, HashMapExt as _};
 use std::collections::BTreeMap;
@@ -65,6 +65,11 @@ impl<'a> PassView<'a> {
     /// The worker as the pass sees it, if already looked at.
     pub(crate) fn peek(&self, name: &str) -> Option<&Cluster> {
         self.clusters.get(name).map(Arc::as_ref)
+    }
+
+    /// [`PassView::peek`], shared.
+    pub(crate) fn peek_arc(&self, name: &str) -> Option<Arc<Cluster>> {
+        self.clusters.get(name).cloned()
     }
 
     /// How many placements the pass took from the worker so far: what was found there
@@ -366,21 +371,50 @@ pub(crate) fn room_in(
     inventory: &Inventory,
     engine: &EngineConfig,
 ) -> Option<Room> {
+    let bound = gang.shape.bind(&inventory.resources);
+    let order = freest_first(&node_freeness(current, &bound));
+    room_in_order(current, gang, &bound, inventory, engine, &order)
+}
+
+/// [`freeness`] of every node of `current`, by position.
+pub(crate) fn node_freeness(current: &Cluster, bound: &BoundPod) -> Vec<i64> {
+    current.nodes.iter().map(|n| freeness(n, bound)).collect()
+}
+
+/// Node positions, freest first (by [`node_freeness`]), then in the worker's order.
+pub(crate) fn freest_first(freeness: &[i64]) -> Vec<usize> {
+    let mut keyed: Vec<(std::cmp::Reverse<i64>, usize)> = freeness
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| (std::cmp::Reverse(f), i))
+        .collect();
+    // Every key is unique (the position breaks ties): the order a stable sort by freeness
+    // alone gives.
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// [`room_in`] with the nodes taken in `order` (see [`freest_first`]).
+pub(crate) fn room_in_order(
+    current: &Cluster,
+    gang: &Gang,
+    bound: &BoundPod,
+    inventory: &Inventory,
+    engine: &EngineConfig,
+    order: &[usize],
+) -> Option<Room> {
     let table = &inventory.resources;
-    let bound = gang.shape.bind(table);
     let n = current.nodes.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_cached_key(|&i| (std::cmp::Reverse(freeness(&current.nodes[i], &bound)), i));
     // The search takes nodes in order until the gang fits: on the first nodes of the order
     // it places the gang exactly as on all of them, so only as many are drained as it needs
     // (first as many as there are pods, doubling).
     let mut first = gang.all_pods().clamp(1, n.max(1)).min(n);
     loop {
         let empty = drained_in(current, &order[..first], table.len());
-        let found = search(&empty, table, gang, &bound, engine);
+        let found = search(&empty, table, gang, bound, engine);
         if found.fit.fits() {
             let score = found.fit.score;
-            let mut takes = found.takes(&empty, gang, &bound, engine, table);
+            let mut takes = found.takes(&empty, gang, bound, engine, table);
             for t in &mut takes {
                 t.index = order[t.index];
             }
@@ -399,7 +433,7 @@ pub(crate) fn room_in(
 
 /// How free a node is for pods of this shape: the least free share (thousandths) of the
 /// resources a pod asks for; -1 for a node without one of them.
-fn freeness(node: &Node, pod: &crate::placement::BoundPod) -> i64 {
+pub(crate) fn freeness(node: &Node, pod: &crate::placement::BoundPod) -> i64 {
     pod.node_request
         .iter()
         .filter(|(_, _, q)| *q > 0)
@@ -440,27 +474,17 @@ pub(crate) fn shortfall(current: &Cluster, takes: &[Take]) -> i64 {
 }
 
 /// Whether some node of `current` that the room `takes` is not on is freer for pods of the
-/// gang's shape than the least free node it is on: then a room found now might free sooner.
-pub(crate) fn freer_nodes_than(
-    current: &Cluster,
-    gang: &Gang,
-    table: &crate::inventory::ResourceTable,
-    takes: &[Take],
-) -> bool {
-    let bound = gang.shape.bind(table);
+/// gang's shape than the least free node it is on (`freeness` by node position, see
+/// [`node_freeness`]): then a room found now might free sooner.
+pub(crate) fn freer_nodes_than(current: &Cluster, freeness: &[i64], takes: &[Take]) -> bool {
     let on: Vec<usize> = takes.iter().filter_map(|t| node_of(current, t)).collect();
-    let Some(worst) = on
-        .iter()
-        .map(|&i| freeness(&current.nodes[i], &bound))
-        .min()
-    else {
+    let Some(worst) = on.iter().filter_map(|&i| freeness.get(i)).min() else {
         return true;
     };
-    current
-        .nodes
+    freeness
         .iter()
         .enumerate()
-        .any(|(i, n)| !on.contains(&i) && freeness(n, &bound) > worst)
+        .any(|(i, f)| f > worst && !on.contains(&i))
 }
 
 /// The cluster with nothing running: what it could hold once it drains.
