@@ -386,15 +386,7 @@ impl<'w> CachedOracle<'w> {
     ) -> Option<usize> {
         let caches = self.caches;
         let base = self.state.inventory.cluster(worker)?;
-        let by_shape = match self.found.shape_rooms.get_mut(worker) {
-            Some(m) => m,
-            None => self
-                .found
-                .shape_rooms
-                .entry(worker.to_string())
-                .or_default(),
-        };
-        let room: &mut ShapeRoom = by_shape.entry(shape).or_default();
+        let room = shape_room(&mut self.found.shape_rooms, worker, shape)?;
         let touched = caches
             .touches(worker, room.pos)
             .filter(|_| room.cap >= gang && room.counts.len() == base.nodes.len());
@@ -560,15 +552,10 @@ impl<'w> CachedOracle<'w> {
         let Some(base) = self.state.inventory.cluster(worker) else {
             return node_freeness(current, &bound);
         };
-        let by_shape = match self.found.shape_rooms.get_mut(worker) {
-            Some(m) => m,
-            None => self
-                .found
-                .shape_rooms
-                .entry(worker.to_string())
-                .or_default(),
+        let Some(room) = shape_room(&mut self.found.shape_rooms, worker, gang.class.shape) else {
+            return node_freeness(current, &bound);
         };
-        let known = &mut by_shape.entry(gang.class.shape).or_default().freeness;
+        let known = &mut room.freeness;
         let touched = caches
             .touches(worker, known.pos)
             .filter(|_| known.of.len() == base.nodes.len());
@@ -904,6 +891,20 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             self.gained.push(worker);
         }
     }
+}
+
+/// The [`ShapeRoom`] of `shape` in `worker`, made empty if there is none yet (the worker's
+/// name is copied only then).
+fn shape_room<'r>(
+    rooms: &'r mut super::ShapeRooms,
+    worker: &str,
+    shape: u64,
+) -> Option<&'r mut ShapeRoom> {
+    let by_shape = match rooms.contains_key(worker) {
+        true => rooms.get_mut(worker)?,
+        false => rooms.entry(worker.to_string()).or_default(),
+    };
+    Some(by_shape.entry(shape).or_default())
 }
 
 /// `base` with the placements held in it taken off, and the nodes they were taken from.
