@@ -842,7 +842,10 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
     }
 
     fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {
-        let untouched = self.untouched(worker);
+        // What earlier passes found holds only while this one has not changed the worker.
+        if !self.untouched(worker) {
+            return fit_with_room(self, gang, worker, room);
+        }
         let stands = self.caches.room_stands_key(worker, room.serial);
         let (queues, describe) = (self.caches.queues_generation(), self.config.describe);
         let known = self.caches.room_misfit(&room.job_uid).filter(|m| {
@@ -851,14 +854,14 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
                 && m.queues == queues
                 && m.describe == describe
         });
-        if let Some(m) = known.filter(|_| untouched) {
+        if let Some(m) = known {
             return Fit::Misfit {
                 reason: m.reason.clone(),
                 never: m.never,
             };
         }
         let fit = fit_with_room(self, gang, worker, room);
-        if let (true, Fit::Misfit { reason, never }) = (untouched, &fit) {
+        if let Fit::Misfit { reason, never } = &fit {
             let found = RoomMisfit {
                 stands,
                 class: gang.class.clone(),
