@@ -143,13 +143,19 @@ pub(crate) struct RoomStands {
 /// are the same, a search there finds the same.
 #[derive(Debug, Clone)]
 pub(crate) struct RoomMisfit {
+    pub(crate) key: RoomMisfitKey,
+    pub(crate) reason: String,
+    pub(crate) never: bool,
+}
+
+/// What a [`RoomMisfit`] was found under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RoomMisfitKey {
     pub(crate) stands: RoomStands,
     pub(crate) class: ClassKey,
     pub(crate) queues: u64,
     /// Whether the reason was written (messages asked for).
     pub(crate) describe: bool,
-    pub(crate) reason: String,
-    pub(crate) never: bool,
 }
 
 /// What is kept across passes, and the epochs that tell when it lapses.
@@ -337,18 +343,9 @@ impl Caches {
         }
         prune(&mut self.verdicts, pending);
         self.rooms_stand.extend(found.rooms_stand);
-        if self.rooms_stand.len() > 2 * ledger.nominations().count() + 16 {
-            self.rooms_stand
-                .retain(|uid, r| ledger.hold_of(uid).is_some_and(|h| h.serial == r.serial));
-        }
+        prune_rooms(&mut self.rooms_stand, ledger, |r| r.serial);
         self.room_misfits.extend(found.room_misfits);
-        if self.room_misfits.len() > 2 * ledger.nominations().count() + 16 {
-            self.room_misfits.retain(|uid, r| {
-                ledger
-                    .hold_of(uid)
-                    .is_some_and(|h| h.serial == r.stands.serial)
-            });
-        }
+        prune_rooms(&mut self.room_misfits, ledger, |r| r.key.stands.serial);
     }
 
     /// Keeps what a pass brought up to date, less the workers the inventory no longer has
@@ -465,6 +462,14 @@ impl Caches {
 fn prune<V>(memos: &mut HashMap<ClassKey, V>, pending: &BTreeMap<ClassKey, impl Sized>) {
     if memos.len() > 4 * (pending.len() + 1) {
         memos.retain(|class, _| pending.contains_key(class));
+    }
+}
+
+/// Drops, now and then, what is kept by Job uid for rooms no longer held under the serial it
+/// was found for (`serial`).
+fn prune_rooms<V>(memos: &mut HashMap<String, V>, ledger: &Ledger, serial: impl Fn(&V) -> u64) {
+    if memos.len() > 2 * ledger.nominations().count() + 16 {
+        memos.retain(|uid, v| ledger.hold_of(uid).is_some_and(|h| h.serial == serial(v)));
     }
 }
 

@@ -9,7 +9,8 @@
 //! it depended on changed (`recall`).
 
 use super::{
-    Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, RoomMisfit, ShapeRoom,
+    Caches, DrainedFit, Findings, HeldNode, HeldView, KnownMisfit, MemoKey, RoomMisfit,
+    RoomMisfitKey, ShapeRoom,
 };
 use crate::dispatcher::job::ClassKey;
 use crate::dispatcher::ledger::Hold;
@@ -846,15 +847,17 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         if !self.untouched(worker) {
             return fit_with_room(self, gang, worker, room);
         }
-        let stands = self.caches.room_stands_key(worker, room.serial);
-        let (queues, describe) = (self.caches.queues_generation(), self.config.describe);
-        let known = self.caches.room_misfit(&room.job_uid).filter(|m| {
-            m.stands == stands
-                && m.class == *gang.class
-                && m.queues == queues
-                && m.describe == describe
-        });
-        if let Some(m) = known {
+        let key = RoomMisfitKey {
+            stands: self.caches.room_stands_key(worker, room.serial),
+            class: gang.class.clone(),
+            queues: self.caches.queues_generation(),
+            describe: self.config.describe,
+        };
+        if let Some(m) = self
+            .caches
+            .room_misfit(&room.job_uid)
+            .filter(|m| m.key == key)
+        {
             return Fit::Misfit {
                 reason: m.reason.clone(),
                 never: m.never,
@@ -863,10 +866,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         let fit = fit_with_room(self, gang, worker, room);
         if let Fit::Misfit { reason, never } = &fit {
             let found = RoomMisfit {
-                stands,
-                class: gang.class.clone(),
-                queues,
-                describe,
+                key,
                 reason: reason.clone(),
                 never: *never,
             };
