@@ -57,18 +57,13 @@ pub(crate) struct KnownMisfit {
     pub(crate) never: bool,
     pub(crate) epoch: u64,
     pub(crate) queues: u64,
-    /// The nodes (by index) that had room for some pods of the gang, with how many. Each
-    /// node's room for identical pods is its own, so later the gang fits at most
-    /// [`KnownMisfit::fitted`], less what the nodes that gained room since had then, plus
-    /// what they have now.
+    /// At most this many pods of the gang fitted: the sum of `counts`.
+    pub(crate) fitted: usize,
+    /// The nodes (by index) that had room for some pods of the gang, with how many (at
+    /// most). Each node's room for identical pods is its own, so later the gang fits at
+    /// most `fitted`, less what the nodes that gained room since had then, plus what they
+    /// have now.
     pub(crate) counts: Arc<[(usize, usize)]>,
-}
-
-impl KnownMisfit {
-    /// At most this many pods of the gang fitted.
-    pub(crate) fn fitted(&self) -> usize {
-        self.counts.iter().map(|(_, c)| c).sum()
-    }
 }
 
 /// A worker's cluster with the placements held there taken off: what every admission pass

@@ -41,6 +41,21 @@ struct RoomCount {
     fits: usize,
 }
 
+/// What counting a misfit's worker again found.
+enum Recount {
+    /// The worker's capacity is what it was when the misfit was found.
+    AsFound,
+    /// Too little room in the whole worker even without what is held there: the misfit
+    /// stands, as it was found then.
+    TooLittleRoom,
+    /// At most `fitted` pods of the gang fit, on the nodes in `counts` (see
+    /// [`KnownMisfit::counts`]).
+    Counted {
+        fitted: usize,
+        counts: Arc<[(usize, usize)]>,
+    },
+}
+
 /// A node and a pod shape key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct NodeShape {
@@ -107,6 +122,9 @@ pub(crate) struct CachedOracle<'w> {
     changed: HashMap<(&'w str, u64), Option<Arc<[usize]>>>,
     /// How many pods of a shape fit on a node as this pass sees it, by worker.
     room: HashMap<&'w str, HashMap<NodeShape, RoomCount>>,
+    /// [`CachedOracle::room_of`] found in this pass, by worker and shape key: the largest
+    /// gang it was asked for, and the total.
+    room_totals: HashMap<(&'w str, u64), (usize, usize)>,
     /// Per worker not looked at whole yet, the placements held there by node (index).
     held_by_node: HashMap<&'w str, Vec<(usize, &'w Take)>>,
     /// Nodes of such workers with the placements held on them taken off.
@@ -144,6 +162,7 @@ impl<'w> CachedOracle<'w> {
             fits: HashMap::new(),
             changed: HashMap::new(),
             room: HashMap::new(),
+            room_totals: HashMap::new(),
             held_by_node: HashMap::new(),
             held_nodes: HashMap::new(),
             bound: HashMap::new(),
@@ -210,6 +229,7 @@ impl<'w> CachedOracle<'w> {
             never: m.unresolvable(),
             epoch,
             queues: self.caches.queues_generation(),
+            fitted: fit.placements.iter().map(|(_, c)| c).sum(),
             counts: fit.placements.as_slice().into(),
         })
     }
@@ -290,12 +310,68 @@ impl<'w> CachedOracle<'w> {
         known: &'w KnownMisfit,
         epoch: u64,
     ) -> Option<Fit> {
-        let stands = Fit::Misfit {
+        let recount = match known.epoch == epoch {
+            true => Recount::AsFound,
+            false => self.count_again(gang, worker, known)?,
+        };
+        let stands = match &recount {
+            Recount::AsFound => known.fitted < gang.pods,
+            Recount::TooLittleRoom => true,
+            Recount::Counted { fitted, .. } => *fitted < gang.pods,
+        };
+        if !stands {
+            return None;
+        }
+        // A misfit that stands is one a search now would find: checked in debug builds, so
+        // that room a node gained without saying so fails the tests.
+        if cfg!(debug_assertions) {
+            if let Some(now) = self.search(gang, worker) {
+                debug_assert!(
+                    !now.fits(),
+                    "{:?} fits in {worker}, yet its misfit stood",
+                    gang.class
+                );
+            }
+        }
+        if let Recount::Counted { fitted, counts } = recount {
+            self.found.misfits.push((
+                gang.class.clone(),
+                order,
+                KnownMisfit {
+                    epoch,
+                    fitted,
+                    counts,
+                    ..known.clone()
+                },
+            ));
+        }
+        Some(Fit::Misfit {
             reason: known.reason.clone(),
             never: known.never,
-        };
+        })
+    }
+
+    /// How many pods of the gang `worker`'s nodes can take now at most, for a misfit found
+    /// at an earlier capacity epoch (`known`), found without a search. `None` when the
+    /// worker is gone or may have changed anywhere.
+    fn count_again(
+        &mut self,
+        gang: &Gang,
+        worker: &'w str,
+        known: &KnownMisfit,
+    ) -> Option<Recount> {
         let bound = self.judging.bound.clone()?;
         let (inventory, engine) = (&self.state.inventory, &self.config.engine);
+        if inventory
+            .cluster(worker)
+            .is_some_and(|c| summary_shortfall(&c.summary, gang.shape, &bound).is_some())
+        {
+            // No node has room for one pod: none that gained some can add any.
+            return Some(Recount::Counted {
+                fitted: 0,
+                counts: Arc::from([]),
+            });
+        }
         let mut judge: Option<NodeJudge<'_>> = None;
         let mut count = |node: &Node, want: usize| {
             judge
@@ -310,75 +386,60 @@ impl<'w> CachedOracle<'w> {
                 })
                 .count(node, want)
         };
-        let full = || {
-            inventory
-                .cluster(worker)
-                .is_some_and(|c| summary_shortfall(&c.summary, gang.shape, &bound).is_some())
-        };
-        let counted = if known.epoch == epoch {
-            Some((known.fitted(), known.counts.clone()))
-        } else if full() {
-            // No node has room for one pod: none that gained some can add any.
-            Some((0, Arc::from([])))
-        } else if self
+        if self
             .room_of(worker, gang.class.shape, gang.pods, &mut count)
             .is_some_and(|room| room < gang.pods)
         {
-            // Too little room in the whole worker, even without what is held there: the
-            // misfit stands, as found then.
-            return Some(stands);
-        } else {
-            self.changes_since(worker, known.epoch).map(|nodes| {
-                // The nodes that gained room count for what they hold now, the others for
-                // what they held then (at most what they hold now).
-                let mut counts: Vec<(usize, usize)> = known
-                    .counts
-                    .iter()
-                    .filter(|(i, _)| nodes.binary_search(i).is_err())
-                    .copied()
-                    .collect();
-                let fitted = self.count_room(
-                    worker,
-                    &nodes,
-                    gang.class.shape,
-                    gang.pods,
-                    &mut counts,
-                    &mut count,
-                );
-                counts.sort_unstable();
-                (fitted, Arc::from(counts))
-            })
-        };
-        let (_, counts) = counted.filter(|(fitted, _)| *fitted < gang.pods)?;
-        // A misfit that stands is one a search now would find: checked in debug builds, so
-        // that room a node gained without saying so fails the tests.
-        if cfg!(debug_assertions) {
-            if let Some(now) = self.search(gang, worker) {
-                debug_assert!(
-                    !now.fits(),
-                    "{:?} fits in {worker}, yet its misfit stood",
-                    gang.class
-                );
-            }
+            return Some(Recount::TooLittleRoom);
         }
-        if known.epoch != epoch {
-            self.found.misfits.push((
-                gang.class.clone(),
-                order,
-                KnownMisfit {
-                    epoch,
-                    counts,
-                    ..known.clone()
-                },
-            ));
-        }
-        Some(stands)
+        let nodes = self.changes_since(worker, known.epoch)?;
+        // The nodes that gained room count for what they hold now, the others for what they
+        // held then (at most what they hold now).
+        let mut counts: Vec<(usize, usize)> = known
+            .counts
+            .iter()
+            .filter(|(i, _)| nodes.binary_search(i).is_err())
+            .copied()
+            .collect();
+        let fitted = self.count_room(
+            worker,
+            &nodes,
+            gang.class.shape,
+            gang.pods,
+            &mut counts,
+            &mut count,
+        );
+        counts.sort_unstable();
+        Some(Recount::Counted {
+            fitted,
+            counts: Arc::from(counts),
+        })
     }
 
     /// At most how many pods of shape `shape` the nodes of `worker` can take at once,
     /// counting up to `gang` per node (see [`ShapeRoom`]): only the nodes whose room changed
     /// since the last look are counted again. `None` when the inventory lacks the worker.
     fn room_of(
+        &mut self,
+        worker: &'w str,
+        shape: u64,
+        gang: usize,
+        count: impl FnMut(&Node, usize) -> usize,
+    ) -> Option<usize> {
+        // The inventory does not change during a pass: a total found for gangs of at least
+        // this size stands for the rest of it.
+        if let Some(&(cap, total)) = self.room_totals.get(&(worker, shape)) {
+            if cap >= gang {
+                return Some(total);
+            }
+        }
+        let total = self.room_brought_up_to_date(worker, shape, gang, count)?;
+        self.room_totals.insert((worker, shape), (gang, total));
+        Some(total)
+    }
+
+    /// [`CachedOracle::room_of`], from the worker's [`ShapeRoom`] brought up to date.
+    fn room_brought_up_to_date(
         &mut self,
         worker: &str,
         shape: u64,
