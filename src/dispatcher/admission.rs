@@ -107,7 +107,9 @@ enum Attempt {
 
 /// One queue during a pass.
 #[derive(Default)]
-struct QueueState {
+struct QueueState<'w> {
+    /// Its settings, found once (`None` inside: it does not exist or is not valid).
+    settings: Option<Option<&'w QueueSettings>>,
     /// What its admitted Jobs use, and what the pass admitted so far.
     usage: Amounts,
     /// Quota held for starving Jobs earlier in the order.
@@ -207,7 +209,7 @@ struct Pass<'w> {
     config: &'w DispatchConfig,
     now: SystemTime,
     /// By slot; a Job's queue's slot is found once per look.
-    queues: Vec<QueueState>,
+    queues: Vec<QueueState<'w>>,
     slots: HashMap<&'w str, usize>,
     resources: Resources<'w>,
     /// Per worker, why no Job may go there in this pass, found once.
@@ -817,10 +819,10 @@ impl<'w> Pass<'w> {
     /// Carries out what the attempt decided for the pass; returns whether the class moves on
     /// to its next Job.
     fn record(&mut self, job: &'w Job, class: &ClassKey, slot: usize, attempt: Attempt) -> bool {
-        let blocks = blocks_admission(self.state, job);
         match attempt {
             Attempt::Dispatch { cluster, takes } => {
                 self.sent(job, &cluster);
+                let blocks = self.blocks_admission(job, slot);
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
                 if blocks {
@@ -845,6 +847,7 @@ impl<'w> Pass<'w> {
                 for c in &clusters {
                     self.sent(job, c);
                 }
+                let blocks = self.blocks_admission(job, slot);
                 let queue = &mut self.queues[slot];
                 self.resources.add(&mut queue.usage, job);
                 if blocks {
@@ -877,12 +880,28 @@ impl<'w> Pass<'w> {
         if verdict.hold_quota {
             self.resources.add(&mut self.queues[slot].held, job);
         }
-        let strict = (self.state.settings(&job.queue))
-            .is_some_and(|s| s.queueing == QueueingStrategy::StrictFIFO);
+        let strict =
+            (self.settings(job, slot)).is_some_and(|s| s.queueing == QueueingStrategy::StrictFIFO);
         let queue = &mut self.queues[slot];
         if strict && queue.blocked_by.is_none() && holds_back(verdict.reason) {
             queue.blocked_by = Some(job.key.clone());
         }
+    }
+
+    /// The settings of the Job's queue (at `slot`), found once per pass: `None` when it does
+    /// not exist or is not valid.
+    fn settings(&mut self, job: &Job, slot: usize) -> Option<&'w QueueSettings> {
+        let state = self.state;
+        *self.queues[slot]
+            .settings
+            .get_or_insert_with(|| state.settings(&job.queue))
+    }
+
+    /// Whether the Job's queue admits one Job at a time until its pods are Ready.
+    fn blocks_admission(&mut self, job: &Job, slot: usize) -> bool {
+        (self.settings(job, slot))
+            .and_then(|s| s.wait_for_pods_ready.as_ref())
+            .is_some_and(|w| w.block_admission)
     }
 
     /// The queue's quota in force, found once per pass.
@@ -1094,13 +1113,6 @@ fn namespace_allowed(job: &Job, settings: &QueueSettings) -> bool {
             selector.matches(&labels)
         }
     }
-}
-
-fn blocks_admission(state: &State, job: &Job) -> bool {
-    state
-        .settings(&job.queue)
-        .and_then(|s| s.wait_for_pods_ready.as_ref())
-        .is_some_and(|w| w.block_admission)
 }
 
 fn join(reasons: &[WorkerReason]) -> String {
