@@ -40,7 +40,7 @@ use super::job::{rfc3339, ClassKey, Job, JobKey};
 use super::ledger::{Hold, HoldKind, Ledger};
 use super::oracle::{Circumstances, Fit, Gang, Oracle, Verdict};
 use super::reason;
-use super::state::State;
+use super::state::{Queue, State};
 use super::world::{DispatchConfig, Placement};
 use super::Action;
 use crate::api::{QueueSettings, QueueingStrategy};
@@ -108,8 +108,8 @@ enum Attempt {
 /// One queue during a pass.
 #[derive(Default)]
 struct QueueState<'w> {
-    /// Its settings, found once (`None` inside: it does not exist or is not valid).
-    settings: Option<Option<&'w QueueSettings>>,
+    /// The queue, found once (`None` inside: it does not exist).
+    queue: Option<Option<&'w Queue>>,
     /// What its admitted Jobs use, and what the pass admitted so far.
     usage: Amounts,
     /// Quota held for starving Jobs earlier in the order.
@@ -401,12 +401,12 @@ impl<'w> Pass<'w> {
     /// What is decided before quota and placement: the queue, the namespace, the pod
     /// template and the PodsReady gate.
     fn gates(
-        &self,
+        &mut self,
         job: &'w Job,
         slot: usize,
     ) -> Result<(&'w QueueSettings, &'w PodShape), Verdict> {
         let wait = |reason, message| Verdict::wait(reason, message);
-        let Some(queue) = self.state.queues.get(&job.queue) else {
+        let Some(queue) = self.queue(job, slot) else {
             return Err(wait(reason::QUEUE_NOT_FOUND, self.say(|| format!(
                 "queue {:?} does not exist: create a DispatchQueue named {:?}, or label the Job with an existing queue",
                 job.queue, job.queue
@@ -891,10 +891,15 @@ impl<'w> Pass<'w> {
     /// The settings of the Job's queue (at `slot`), found once per pass: `None` when it does
     /// not exist or is not valid.
     fn settings(&mut self, job: &Job, slot: usize) -> Option<&'w QueueSettings> {
+        self.queue(job, slot)?.settings.as_ref().ok()
+    }
+
+    /// The Job's queue (at `slot`), found once per pass.
+    fn queue(&mut self, job: &Job, slot: usize) -> Option<&'w Queue> {
         let state = self.state;
         *self.queues[slot]
-            .settings
-            .get_or_insert_with(|| state.settings(&job.queue))
+            .queue
+            .get_or_insert_with(|| state.queues.get(&job.queue))
     }
 
     /// Whether the Job's queue admits one Job at a time until its pods are Ready.
