@@ -386,6 +386,8 @@ impl<'w> CachedOracle<'w> {
                 })
                 .count(node, want)
         };
+        // Too little room in the whole worker even without what is held there: no need to
+        // know which nodes gained room.
         if self
             .room_of(worker, gang.class.shape, gang.pods, &mut count)
             .is_some_and(|room| room < gang.pods)
