@@ -338,10 +338,12 @@ impl<'w> CachedOracle<'w> {
                 gang.class.clone(),
                 order,
                 KnownMisfit {
+                    reason: known.reason.clone(),
+                    never: known.never,
                     epoch,
+                    queues: known.queues,
                     fitted,
                     counts,
-                    ..known.clone()
                 },
             ));
         }
