@@ -334,6 +334,7 @@ impl<'w> CachedOracle<'w> {
             }
         }
         if let Recount::Counted { fitted, counts } = recount {
+            debug_assert_eq!(fitted, counts.iter().map(|(_, c)| c).sum::<usize>());
             self.found.misfits.push((
                 gang.class.clone(),
                 order,
