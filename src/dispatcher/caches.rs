@@ -4,10 +4,10 @@
 //! module ([`Caches::worker_changed`], [`Caches::capacity_changed`], ...), listed below next
 //! to the memos they lapse.
 //!
-//! - Misfits ([`KnownMisfit`]): a class's gang did not fit a worker, with the nodes that had
-//!   room for some of its pods. It stands while the worker's nodes only lose room; a node
-//!   that may have gained room is counted again ([`Caches::capacity_changed_on`]), the whole
-//!   worker when it changed as a whole ([`Caches::capacity_changed`]).
+//! - Misfits ([`KnownMisfit`]): a class's gang did not fit a worker. It stands while the
+//!   worker's nodes only lose room (its capacity epoch stays: [`Caches::capacity_changed_on`]
+//!   and [`Caches::capacity_changed`] move it), or while the room per pod shape below,
+//!   with the placements held there taken off, is too little for the gang.
 //! - Room per pod shape ([`ShapeRoom`]): per worker, an upper bound of the pods of a shape
 //!   its nodes can take; brought up to date from the log of nodes whose room changed either
 //!   way ([`Caches::node_lost_room`], [`Caches::capacity_changed_on`]). Beside it, how free
@@ -57,13 +57,8 @@ pub(crate) struct KnownMisfit {
     pub(crate) never: bool,
     pub(crate) epoch: u64,
     pub(crate) queues: u64,
-    /// At most this many pods of the gang fitted: the sum of `counts`.
+    /// At most this many pods of the gang fitted at `epoch`.
     pub(crate) fitted: usize,
-    /// The nodes (by index) that had room for some pods of the gang, with how many (at
-    /// most). Each node's room for identical pods is its own, so later the gang fits at
-    /// most `fitted`, less what the nodes that gained room since had then, plus what they
-    /// have now.
-    pub(crate) counts: Arc<[(usize, usize)]>,
 }
 
 /// A worker's cluster with the placements held there taken off: what every admission pass
@@ -160,7 +155,7 @@ pub(crate) struct Caches {
     /// a placement held there was released): a misfit remembered at an epoch stays a misfit
     /// until the epoch moves.
     capacity: HashMap<String, u64>,
-    /// Per worker, when its nodes may last have gained room (see [`Changes`]).
+    /// Per worker, the log of the nodes whose room changed (see [`Changes`]).
     changes: HashMap<String, Changes>,
     /// Kept across passes (see [`ShapeRoom`]); a pass takes them while it runs.
     shape_rooms: ShapeRooms,
@@ -231,9 +226,11 @@ impl Caches {
     /// The worker may have gained room anywhere (its inventory, or its state, changed): its
     /// misfits are counted again whole, and its queues' verdicts lapse.
     pub(crate) fn capacity_changed(&mut self, cluster: &str, queues: &BTreeMap<String, Queue>) {
-        let epoch = self.next_epoch(cluster);
-        let c = self.changes.entry(cluster.to_string()).or_default();
-        c.whole_worker_changed(epoch);
+        self.next_epoch(cluster);
+        self.changes
+            .entry(cluster.to_string())
+            .or_default()
+            .whole_worker_changed();
         self.worker_changed(cluster, queues);
     }
 
@@ -242,11 +239,8 @@ impl Caches {
     /// [`ClassMemo::looked`]): its allocatable, and so its queues' automatic quota and
     /// whether a gang could ever fit there, stay as they were.
     pub(crate) fn capacity_changed_on(&mut self, cluster: &str, index: usize) {
-        let epoch = self.next_epoch(cluster);
-        self.changes
-            .entry(cluster.to_string())
-            .or_default()
-            .node_changed(index, epoch);
+        self.next_epoch(cluster);
+        self.node_lost_room(cluster, index);
     }
 
     /// Node `index` of the worker lost room (a pod was bound there): nothing waiting can go
@@ -429,12 +423,6 @@ impl Caches {
 
     pub(crate) fn held_view(&self, cluster: &str) -> Option<&HeldView> {
         self.held_views.get(cluster)
-    }
-
-    /// The nodes (by index) of the worker that may have gained room since `epoch`, when
-    /// known node by node; `None` when anything may have changed.
-    pub(crate) fn changes_since(&self, cluster: &str, epoch: u64) -> Option<Vec<usize>> {
-        self.changes.get(cluster)?.since(epoch)
     }
 
     /// The nodes of the worker whose room changed since position `since` of its log (some

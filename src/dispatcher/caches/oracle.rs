@@ -31,36 +31,14 @@ use crate::placement::{fit_clusters, BoundPod, ClusterFit, NodeJudge, PodShape};
 use foldhash::{HashMap, HashMapExt as _};
 use std::sync::Arc;
 
-/// How many pods of a shape fit on one node as the pass sees it.
+/// [`CachedOracle::view_room`] found in this pass for a worker and pod shape.
 #[derive(Clone, Copy)]
-struct RoomCount {
-    /// The worker's pass version when counted.
+struct ViewRoom {
+    /// The worker's pass version then.
     version: u64,
-    /// The most pods that were asked for.
-    asked: usize,
-    fits: usize,
-}
-
-/// What counting a misfit's worker again found.
-enum Recount {
-    /// The worker's capacity is what it was when the misfit was found.
-    AsFound,
-    /// Too little room in the whole worker even without what is held there: the misfit
-    /// stands, as it was found then.
-    TooLittleRoom,
-    /// At most `fitted` pods of the gang fit, on the nodes in `counts` (see
-    /// [`KnownMisfit::counts`]).
-    Counted {
-        fitted: usize,
-        counts: Arc<[(usize, usize)]>,
-    },
-}
-
-/// A node and a pod shape key.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct NodeShape {
-    node: usize,
-    shape: u64,
+    /// The `ShapeRoom` cap the nodes were counted up to.
+    cap: usize,
+    total: usize,
 }
 
 /// One queue's memo inputs, fixed for the pass.
@@ -117,18 +95,14 @@ pub(crate) struct CachedOracle<'w> {
     /// pass version then: the Jobs of a class are tried one after another, and only the
     /// worker the last one went to changed for the next.
     fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
-    /// The nodes of a worker that may have gained room since an epoch, found once per pass:
-    /// the misfits of most classes in a worker were found at the same epochs.
-    changed: HashMap<(&'w str, u64), Option<Arc<[usize]>>>,
-    /// How many pods of a shape fit on a node as this pass sees it, by worker.
-    room: HashMap<&'w str, HashMap<NodeShape, RoomCount>>,
+    /// [`CachedOracle::view_room`] found in this pass, by worker and shape key.
+    view_rooms: HashMap<(&'w str, u64), ViewRoom>,
     /// [`CachedOracle::room_of`] found in this pass, by worker and shape key: the largest
     /// gang it was asked for, and the total.
     room_totals: HashMap<(&'w str, u64), (usize, usize)>,
-    /// Per worker not looked at whole yet, the placements held there by node (index).
-    held_by_node: HashMap<&'w str, Vec<(usize, &'w Take)>>,
-    /// Nodes of such workers with the placements held on them taken off.
-    held_nodes: HashMap<&'w str, HashMap<usize, Node>>,
+    /// Per worker the pass has no view of, its nodes with placements held on them, with
+    /// those placements taken off (by index).
+    held_nodes: HashMap<&'w str, Arc<[(usize, Node)]>>,
     /// Pod shapes bound to the inventory's resource table, by shape key.
     bound: HashMap<u64, Arc<BoundPod>>,
     /// By the pass's queue slot.
@@ -160,10 +134,8 @@ impl<'w> CachedOracle<'w> {
                 ..Default::default()
             },
             fits: HashMap::new(),
-            changed: HashMap::new(),
-            room: HashMap::new(),
+            view_rooms: HashMap::new(),
             room_totals: HashMap::new(),
-            held_by_node: HashMap::new(),
             held_nodes: HashMap::new(),
             bound: HashMap::new(),
             queues: Vec::new(),
@@ -220,7 +192,7 @@ impl<'w> CachedOracle<'w> {
         fit
     }
 
-    /// A misfit found now, to remember: the nodes the gang's pods fitted on, at the worker's
+    /// A misfit found now, to remember: how many of the gang's pods fitted, at the worker's
     /// capacity `epoch`.
     fn misfit_found(&self, fit: &ClusterFit, epoch: u64) -> Option<KnownMisfit> {
         let m = fit.misfit.as_ref()?;
@@ -230,7 +202,6 @@ impl<'w> CachedOracle<'w> {
             epoch,
             queues: self.caches.queues_generation(),
             fitted: fit.placements.iter().map(|(_, c)| c).sum(),
-            counts: fit.placements.as_slice().into(),
         })
     }
 
@@ -300,8 +271,8 @@ impl<'w> CachedOracle<'w> {
         Fit::of(&fit, self.config.describe)
     }
 
-    /// The misfit, if it still stands: the nodes that gained room since it was found (if
-    /// any) cannot make up the difference.
+    /// The misfit, if it still stands: no node gained room since it was found, or the room
+    /// the worker's nodes have now cannot take the gang (see [`CachedOracle::room_bound`]).
     fn misfit_stands(
         &mut self,
         gang: &Gang,
@@ -310,18 +281,19 @@ impl<'w> CachedOracle<'w> {
         known: &'w KnownMisfit,
         epoch: u64,
     ) -> Option<Fit> {
-        let recount = match known.epoch == epoch {
-            true => Recount::AsFound,
-            false => self.count_again(gang, worker, known)?,
+        let counted = if known.epoch == epoch {
+            // No node gained room since it was found.
+            if known.fitted >= gang.pods {
+                return None;
+            }
+            None
+        } else {
+            let room = self.room_bound(gang, worker)?;
+            if room >= gang.pods {
+                return None;
+            }
+            Some(room)
         };
-        let stands = match &recount {
-            Recount::AsFound => known.fitted < gang.pods,
-            Recount::TooLittleRoom => true,
-            Recount::Counted { fitted, .. } => *fitted < gang.pods,
-        };
-        if !stands {
-            return None;
-        }
         // A misfit that stands is one a search now would find: checked in debug builds, so
         // that room a node gained without saying so fails the tests.
         if cfg!(debug_assertions) {
@@ -333,8 +305,8 @@ impl<'w> CachedOracle<'w> {
                 );
             }
         }
-        if let Recount::Counted { fitted, counts } = recount {
-            debug_assert_eq!(fitted, counts.iter().map(|(_, c)| c).sum::<usize>());
+        // Counted again: it stands at the epoch now.
+        if let Some(fitted) = counted {
             self.found.misfits.push((
                 gang.class.clone(),
                 order,
@@ -344,7 +316,6 @@ impl<'w> CachedOracle<'w> {
                     epoch,
                     queues: known.queues,
                     fitted,
-                    counts,
                 },
             ));
         }
@@ -354,26 +325,15 @@ impl<'w> CachedOracle<'w> {
         })
     }
 
-    /// How many pods of the gang `worker`'s nodes can take now at most, for a misfit found
-    /// at an earlier capacity epoch (`known`), found without a search. `None` when the
-    /// worker is gone or may have changed anywhere.
-    fn count_again(
-        &mut self,
-        gang: &Gang,
-        worker: &'w str,
-        known: &KnownMisfit,
-    ) -> Option<Recount> {
+    /// At most how many pods of the gang `worker` can take now, as the pass sees it, found
+    /// without a search: each node's room for the gang's pods is its own, so the gang fits
+    /// only if the nodes' counts add up to it. `None` when the inventory lacks the worker.
+    fn room_bound(&mut self, gang: &Gang, worker: &'w str) -> Option<usize> {
         let bound = self.judging.bound.clone()?;
         let (inventory, engine) = (&self.state.inventory, &self.config.engine);
-        if inventory
-            .cluster(worker)
-            .is_some_and(|c| summary_shortfall(&c.summary, gang.shape, &bound).is_some())
-        {
-            // No node has room for one pod: none that gained some can add any.
-            return Some(Recount::Counted {
-                fitted: 0,
-                counts: Arc::from([]),
-            });
+        if summary_shortfall(&inventory.cluster(worker)?.summary, gang.shape, &bound).is_some() {
+            // No node has room for one pod.
+            return Some(0);
         }
         let mut judge: Option<NodeJudge<'_>> = None;
         let mut count = |node: &Node, want: usize| {
@@ -389,36 +349,13 @@ impl<'w> CachedOracle<'w> {
                 })
                 .count(node, want)
         };
-        // Too little room in the whole worker even without what is held there: no need to
-        // know which nodes gained room.
-        if self
-            .room_of(worker, gang.class.shape, gang.pods, &mut count)
-            .is_some_and(|room| room < gang.pods)
-        {
-            return Some(Recount::TooLittleRoom);
+        // The room without what is held there first: it is kept across passes.
+        let shape = gang.class.shape;
+        let room = self.room_of(worker, shape, gang.pods, &mut count)?;
+        if room < gang.pods {
+            return Some(room);
         }
-        let nodes = self.changes_since(worker, known.epoch)?;
-        // The nodes that gained room count for what they hold now, the others for what they
-        // held then (at most what they hold now).
-        let mut counts: Vec<(usize, usize)> = known
-            .counts
-            .iter()
-            .filter(|(i, _)| nodes.binary_search(i).is_err())
-            .copied()
-            .collect();
-        let fitted = self.count_room(
-            worker,
-            &nodes,
-            gang.class.shape,
-            gang.pods,
-            &mut counts,
-            &mut count,
-        );
-        counts.sort_unstable();
-        Some(Recount::Counted {
-            fitted,
-            counts: Arc::from(counts),
-        })
+        self.view_room(worker, shape, &mut count)
     }
 
     /// At most how many pods of shape `shape` the nodes of `worker` can take at once,
@@ -493,119 +430,72 @@ impl<'w> CachedOracle<'w> {
         Some(room.total)
     }
 
-    /// [`Caches::changes_since`], found once per pass.
-    fn changes_since(&mut self, worker: &'w str, epoch: u64) -> Option<Arc<[usize]>> {
-        let caches = self.caches;
-        self.changed
-            .entry((worker, epoch))
-            .or_insert_with(|| caches.changes_since(worker, epoch).map(Arc::from))
-            .clone()
-    }
-
-    /// Counts how many pods of shape `shape` fit on each of `nodes` of `worker` as this pass
-    /// sees it, adding the nodes with room to `counts`, until what `counts` holds reaches
-    /// `gang`; returns what it holds then. A node's count is found once per pass and shared
-    /// by the classes of that shape. Where the nodes come from (the pass's view of the
-    /// worker, the held view, the inventory with the placements held there taken off) is
-    /// found once for them all.
-    fn count_room(
+    /// How many pods of shape `shape` the nodes of `worker` can take at once as this pass
+    /// sees it, each node counted up to the cap of the worker's [`ShapeRoom`] for the shape
+    /// (which [`CachedOracle::room_of`] brought up to date): its total, with the nodes the
+    /// pass sees otherwise than the inventory (placements held or handed out there) counted
+    /// again. Found once per pass and version of the worker. `None` when the `ShapeRoom` is
+    /// not up to date.
+    fn view_room(
         &mut self,
         worker: &'w str,
-        nodes: &[usize],
         shape: u64,
-        gang: usize,
-        counts: &mut Vec<(usize, usize)>,
         mut count: impl FnMut(&Node, usize) -> usize,
-    ) -> usize {
-        let mut fitted: usize = counts.iter().map(|(_, c)| c).sum();
+    ) -> Option<usize> {
         let (caches, ledger, inventory) = (self.caches, self.ledger, &self.state.inventory);
-        let version = self.view.version(worker);
-        let view: Option<&Cluster> = match self.view.peek(worker) {
-            Some(c) => Some(c),
-            None => inventory.cluster_arc(worker).and_then(|base| {
-                let holds = caches.hold_version(worker);
-                caches
-                    .held_view(worker)
-                    .filter(|v| v.is_current(base, holds))
-                    .map(|v| v.view.as_ref())
-            }),
-        };
-        let base = match view {
-            Some(_) => None,
-            None => inventory.cluster_arc(worker),
-        };
-        let held = match base {
-            Some(base) if ledger.holds_any_in(worker) => {
-                Some(&*self.held_by_node.entry(worker).or_insert_with(|| {
-                    let mut held: Vec<(usize, &Take)> = ledger
-                        .holds_in(worker)
-                        .flat_map(|h| &h.takes)
-                        .filter_map(|t| Some((node_of(base, t)?, t)))
-                        .collect();
-                    // Stable: a node's takes stay in the order they are held.
-                    held.sort_by_key(|(i, _)| *i);
-                    held
-                }))
-            }
-            _ => None,
-        };
-        let room = self.room.entry(worker).or_default();
-        let held_nodes = self.held_nodes.entry(worker).or_default();
-        for &i in nodes {
-            if fitted >= gang {
-                break;
-            }
-            let want = gang - fitted;
-            let key = NodeShape { node: i, shape };
-            let c = match room.get(&key) {
-                // A count below what was asked is all the room there is.
-                Some(r) if r.version == version && (r.fits < r.asked || want <= r.asked) => {
-                    r.fits.min(want)
-                }
-                _ => {
-                    let node: Option<&Node> = match (view, base, held) {
-                        (Some(v), _, _) => v.nodes.get(i).map(Arc::as_ref),
-                        (None, Some(base), None) => base.nodes.get(i).map(Arc::as_ref),
-                        (None, Some(base), Some(held)) => base.nodes.get(i).map(|node| {
-                            let from = held.partition_point(|(j, _)| *j < i);
-                            let mut on =
-                                held[from..].iter().take_while(|(j, _)| *j == i).peekable();
-                            if on.peek().is_none() {
-                                return node.as_ref();
-                            }
-                            held_nodes.entry(i).or_insert_with(|| {
-                                let mut n = Node::clone(node);
-                                for (_, t) in on {
-                                    t.apply_to(&mut n);
-                                }
-                                n
-                            })
-                        }),
-                        (None, None, _) => None,
-                    };
-                    match node {
-                        None => 0,
-                        Some(n) => {
-                            let fits = count(n, want);
-                            room.insert(
-                                key,
-                                RoomCount {
-                                    version,
-                                    asked: want,
-                                    fits,
-                                },
-                            );
-                            fits
-                        }
-                    }
-                }
-            };
-            if c > 0 {
-                counts.push((i, c));
-                fitted += c;
+        let base = inventory.cluster_arc(worker)?;
+        let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
+        if shared.pos != caches.touches_end(worker) || shared.counts.len() != base.nodes.len() {
+            return None;
+        }
+        let (version, cap) = (self.view.version(worker), shared.cap);
+        if let Some(known) = self.view_rooms.get(&(worker, shape)) {
+            if known.version == version && known.cap == cap {
+                return Some(known.total);
             }
         }
-        fitted
+        let mut total = shared.total;
+        let mut count_again = |i: usize, node: &Node| {
+            total = total - shared.counts[i] as usize + count(node, cap).min(cap);
+        };
+        // The pass's view of the worker, else the view with the placements held there taken
+        // off, when current: their nodes are the inventory's but where they differ.
+        let holds = caches.hold_version(worker);
+        let view = self.view.peek(worker).or_else(|| {
+            caches
+                .held_view(worker)
+                .filter(|v| v.is_current(base, holds))
+                .map(|v| v.view.as_ref())
+        });
+        match view {
+            Some(v) if v.nodes.len() != base.nodes.len() => return None,
+            Some(v) => {
+                for (i, (node, own)) in v.nodes.iter().zip(&base.nodes).enumerate() {
+                    if !Arc::ptr_eq(node, own) {
+                        count_again(i, node);
+                    }
+                }
+            }
+            None if ledger.holds_any_in(worker) => {
+                let held = self
+                    .held_nodes
+                    .entry(worker)
+                    .or_insert_with(|| held_nodes(ledger, worker, base));
+                for (i, node) in held.iter() {
+                    count_again(*i, node);
+                }
+            }
+            None => {}
+        }
+        self.view_rooms.insert(
+            (worker, shape),
+            ViewRoom {
+                version,
+                cap,
+                total,
+            },
+        );
+        Some(total)
     }
 
     /// How free each node of `current` (the pass's view of `worker`, maybe with room given
@@ -974,6 +864,28 @@ fn shape_room<'r>(
         false => rooms.entry(worker.to_string()).or_default(),
     };
     Some(by_shape.entry(shape).or_default())
+}
+
+/// The nodes of `base` (the inventory's worker `name`) with placements held on them, with
+/// those placements taken off, by index.
+fn held_nodes(ledger: &Ledger, name: &str, base: &Cluster) -> Arc<[(usize, Node)]> {
+    let mut on: Vec<(usize, &Take)> = ledger
+        .holds_in(name)
+        .flat_map(|h| &h.takes)
+        .filter_map(|t| Some((node_of(base, t)?, t)))
+        .collect();
+    // Stable: a node's takes stay in the order they are held.
+    on.sort_by_key(|(i, _)| *i);
+    on.chunk_by(|a, b| a.0 == b.0)
+        .map(|group| {
+            let index = group[0].0;
+            let mut node = Node::clone(&base.nodes[index]);
+            for (_, t) in group {
+                t.apply_to(&mut node);
+            }
+            (index, node)
+        })
+        .collect()
 }
 
 /// `base` with the placements held in it taken off, and the nodes they were taken from.

@@ -3,19 +3,12 @@
 
 use foldhash::HashMap;
 
-/// When a worker's nodes may last have gained room, in its capacity epochs: the nodes that
-/// changed since a misfit was found are those whose epoch is later. A node is remembered
-/// by its index, so finding them costs one look at each node, however many changes there
-/// were.
+/// The log of a worker's nodes whose room changed, either way (see [`Changes::touches`]),
+/// for what is counted node by node to be brought up to date.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Changes {
-    /// The last change that may have given room anywhere (the whole worker is looked at
-    /// again for a misfit found before it).
-    anywhere: u64,
-    /// Per node index, its last change (0: none).
-    nodes: Vec<u64>,
-    /// Every node whose room changed either way (gained or lost), in order: positions
-    /// `touched_from..touched_from + touched.len()` (see [`Changes::touches`]).
+    /// Every node whose room changed, in order: positions
+    /// `touched_from..touched_from + touched.len()`.
     touched: Vec<usize>,
     touched_from: u64,
 }
@@ -25,21 +18,11 @@ pub(crate) struct Changes {
 const TOUCH_LOG: usize = 1 << 16;
 
 impl Changes {
-    /// The whole worker may have changed at `epoch`.
-    pub(super) fn whole_worker_changed(&mut self, epoch: u64) {
-        self.anywhere = epoch;
+    /// The whole worker may have changed.
+    pub(super) fn whole_worker_changed(&mut self) {
         // Past every position handed out: whoever counted before counts everything.
         self.touched_from += self.touched.len() as u64 + 1;
         self.touched.clear();
-    }
-
-    /// Node `index` may have gained room at `epoch`.
-    pub(super) fn node_changed(&mut self, index: usize, epoch: u64) {
-        if self.nodes.len() <= index {
-            self.nodes.resize(index + 1, 0);
-        }
-        self.nodes[index] = epoch;
-        self.touch(index);
     }
 
     /// Node `index`'s room changed, either way.
@@ -50,21 +33,6 @@ impl Changes {
             self.touched_from += half as u64;
         }
         self.touched.push(index);
-    }
-
-    /// The nodes that may have gained room since `epoch`; `None` when anything may have.
-    pub(super) fn since(&self, epoch: u64) -> Option<Vec<usize>> {
-        if self.anywhere > epoch {
-            return None;
-        }
-        Some(
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| **e > epoch)
-                .map(|(i, _)| i)
-                .collect(),
-        )
     }
 
     /// The nodes touched since position `since` of the log, and the position after them.

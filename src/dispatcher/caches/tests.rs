@@ -1,36 +1,10 @@
-//! The caches' own bookkeeping: which nodes changed since a memo was made, and the room per
+//! The caches' own bookkeeping: which nodes changed since a count was made, and the room per
 //! pod shape kept across passes. (That the caches never change a decision is held by the
 //! comparisons of cached and plain runs in the dispatcher's tests.)
 
 use super::*;
 use crate::dispatcher::job::ClassKey;
 use crate::inventory::parse_yaml;
-
-#[test]
-fn the_nodes_that_gained_room_since_a_misfit_are_known_however_many_changes_came_since() {
-    let queues = BTreeMap::new();
-    let mut caches = Caches::default();
-    caches.capacity_changed_on("a", 3);
-    let found = caches.capacity_epoch("a");
-    // A busy worker: one node's pods come and go many times.
-    for _ in 0..10_000 {
-        caches.capacity_changed_on("a", 7);
-    }
-    caches.capacity_changed_on("a", 1);
-    assert_eq!(caches.changes_since("a", found), Some(vec![1, 7]));
-    assert_eq!(caches.changes_since("a", 0), Some(vec![1, 3, 7]));
-    assert_eq!(
-        caches.changes_since("a", caches.capacity_epoch("a")),
-        Some(vec![])
-    );
-    // A change anywhere: the whole worker is looked at again for what was found before it.
-    caches.capacity_changed("a", &queues);
-    let whole = caches.capacity_epoch("a");
-    assert_eq!(caches.changes_since("a", found), None);
-    caches.capacity_changed_on("a", 2);
-    assert_eq!(caches.changes_since("a", whole), Some(vec![2]));
-    assert_eq!(caches.changes_since("b", 0), None, "a worker never seen");
-}
 
 #[test]
 fn every_node_whose_room_changed_either_way_is_told_to_whoever_counted_before() {
