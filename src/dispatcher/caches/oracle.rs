@@ -100,9 +100,6 @@ pub(crate) struct CachedOracle<'w> {
     /// [`CachedOracle::room_of`] found in this pass, by worker and shape key: the largest
     /// gang it was asked for, and the total.
     room_totals: HashMap<(&'w str, u64), (usize, usize)>,
-    /// Per worker the pass has no view of, its nodes with placements held on them, with
-    /// those placements taken off (by index).
-    held_nodes: HashMap<&'w str, Arc<[(usize, Node)]>>,
     /// Pod shapes bound to the inventory's resource table, by shape key.
     bound: HashMap<u64, Arc<BoundPod>>,
     /// By the pass's queue slot.
@@ -136,7 +133,6 @@ impl<'w> CachedOracle<'w> {
             fits: HashMap::new(),
             view_rooms: HashMap::new(),
             room_totals: HashMap::new(),
-            held_nodes: HashMap::new(),
             bound: HashMap::new(),
             queues: Vec::new(),
             judging: Judging::default(),
@@ -442,10 +438,13 @@ impl<'w> CachedOracle<'w> {
         shape: u64,
         mut count: impl FnMut(&Node, usize) -> usize,
     ) -> Option<usize> {
-        let (caches, ledger, inventory) = (self.caches, self.ledger, &self.state.inventory);
+        let (caches, inventory) = (self.caches, &self.state.inventory);
         let base = inventory.cluster_arc(worker)?;
+        let up_to_date = |r: &ShapeRoom| {
+            r.pos == caches.touches_end(worker) && r.counts.len() == base.nodes.len()
+        };
         let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
-        if shared.pos != caches.touches_end(worker) || shared.counts.len() != base.nodes.len() {
+        if !up_to_date(shared) {
             return None;
         }
         let (version, cap) = (self.view.version(worker), shared.cap);
@@ -454,38 +453,22 @@ impl<'w> CachedOracle<'w> {
                 return Some(known.total);
             }
         }
+        // The worker as the pass sees it (made, with the placements held there taken off, if
+        // any are): its nodes are the inventory's but where they differ.
+        if self.ledger.holds_any_in(worker) {
+            self.cluster(worker)?;
+        }
+        let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
         let mut total = shared.total;
-        let mut count_again = |i: usize, node: &Node| {
-            total = total - shared.counts[i] as usize + count(node, cap).min(cap);
-        };
-        // The pass's view of the worker, else the view with the placements held there taken
-        // off, when current: their nodes are the inventory's but where they differ.
-        let holds = caches.hold_version(worker);
-        let view = self.view.peek(worker).or_else(|| {
-            caches
-                .held_view(worker)
-                .filter(|v| v.is_current(base, holds))
-                .map(|v| v.view.as_ref())
-        });
-        match view {
-            Some(v) if v.nodes.len() != base.nodes.len() => return None,
-            Some(v) => {
-                for (i, (node, own)) in v.nodes.iter().zip(&base.nodes).enumerate() {
-                    if !Arc::ptr_eq(node, own) {
-                        count_again(i, node);
-                    }
+        if let Some(v) = self.view.peek(worker) {
+            if v.nodes.len() != base.nodes.len() {
+                return None;
+            }
+            for (i, (node, own)) in v.nodes.iter().zip(&base.nodes).enumerate() {
+                if !Arc::ptr_eq(node, own) {
+                    total = total - shared.counts[i] as usize + count(node, cap).min(cap);
                 }
             }
-            None if ledger.holds_any_in(worker) => {
-                let held = self
-                    .held_nodes
-                    .entry(worker)
-                    .or_insert_with(|| held_nodes(ledger, worker, base));
-                for (i, node) in held.iter() {
-                    count_again(*i, node);
-                }
-            }
-            None => {}
         }
         self.view_rooms.insert(
             (worker, shape),
@@ -864,28 +847,6 @@ fn shape_room<'r>(
         false => rooms.entry(worker.to_string()).or_default(),
     };
     Some(by_shape.entry(shape).or_default())
-}
-
-/// The nodes of `base` (the inventory's worker `name`) with placements held on them, with
-/// those placements taken off, by index.
-fn held_nodes(ledger: &Ledger, name: &str, base: &Cluster) -> Arc<[(usize, Node)]> {
-    let mut on: Vec<(usize, &Take)> = ledger
-        .holds_in(name)
-        .flat_map(|h| &h.takes)
-        .filter_map(|t| Some((node_of(base, t)?, t)))
-        .collect();
-    // Stable: a node's takes stay in the order they are held.
-    on.sort_by_key(|(i, _)| *i);
-    on.chunk_by(|a, b| a.0 == b.0)
-        .map(|group| {
-            let index = group[0].0;
-            let mut node = Node::clone(&base.nodes[index]);
-            for (_, t) in group {
-                t.apply_to(&mut node);
-            }
-            (index, node)
-        })
-        .collect()
 }
 
 /// `base` with the placements held in it taken off, and the nodes they were taken from.
