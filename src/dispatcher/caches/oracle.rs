@@ -325,6 +325,14 @@ impl<'w> CachedOracle<'w> {
     /// without a search: each node's room for the gang's pods is its own, so the gang fits
     /// only if the nodes' counts add up to it. `None` when the inventory lacks the worker.
     fn room_bound(&mut self, gang: &Gang, worker: &'w str) -> Option<usize> {
+        let shape = gang.class.shape;
+        // Found for the shape earlier in the pass, on the worker as the pass sees it now, with
+        // nodes counted up to at least the gang.
+        if let Some(known) = self.view_rooms.get(&(worker, shape)) {
+            if known.version == self.view.version(worker) && known.cap >= gang.pods {
+                return Some(known.total);
+            }
+        }
         let bound = self.judging.bound.clone()?;
         let (inventory, engine) = (&self.state.inventory, &self.config.engine);
         if summary_shortfall(&inventory.cluster(worker)?.summary, gang.shape, &bound).is_some() {
@@ -346,7 +354,6 @@ impl<'w> CachedOracle<'w> {
                 .count(node, want)
         };
         // The room without what is held there first: it is kept across passes.
-        let shape = gang.class.shape;
         let room = self.room_of(worker, shape, gang.pods, &mut count)?;
         if room < gang.pods {
             return Some(room);
