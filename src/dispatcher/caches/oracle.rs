@@ -560,14 +560,15 @@ impl<'w> CachedOracle<'w> {
         let mut todo: Vec<(usize, &'w str)> = Vec::new();
         let mut nodes = 0;
         for &(order, name) in workers {
-            let Some(c) = self.state.inventory.cluster(name) else {
-                continue;
-            };
-            if self.known_fit(gang.class, name).is_some()
-                || self.known_misfit(name, order).is_some()
+            // Most workers have a misfit known by position: that is asked first.
+            if self.known_misfit(name, order).is_some()
+                || (self.judging.may_know && self.known_fit(gang.class, name).is_some())
             {
                 continue;
             }
+            let Some(c) = self.state.inventory.cluster(name) else {
+                continue;
+            };
             nodes += c.nodes.len();
             todo.push((order, name));
         }
@@ -623,7 +624,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         self.judging = Judging {
             slot: now.queue_slot,
             misfits: self.caches.misfits_of(gang.class),
-            may_know: false,
+            may_know: self.fits.contains_key(gang.class),
             bound: Some(self.bind(gang.class.shape, gang.shape)),
         };
         let parallel_from = 2 * PARALLEL_NODES;
@@ -634,7 +635,8 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         {
             self.judge_unknown_at_once(gang, workers);
         }
-        // Most classes are judged once in a pass: nothing found for them earlier in it.
+        // Most classes are judged once in a pass: nothing found for them earlier in it (the
+        // workers judged at once above are found now).
         self.judging.may_know = self.fits.contains_key(gang.class);
     }
 
