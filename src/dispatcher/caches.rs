@@ -224,7 +224,8 @@ impl Caches {
     }
 
     /// The worker may have gained room anywhere (its inventory, or its state, changed): its
-    /// misfits are counted again whole, and its queues' verdicts lapse.
+    /// misfits are checked again, its room per shape is counted again whole, and its queues'
+    /// verdicts lapse.
     pub(crate) fn capacity_changed(&mut self, cluster: &str, queues: &BTreeMap<String, Queue>) {
         self.next_epoch(cluster);
         self.changes

@@ -3,8 +3,9 @@
 //! with far fewer searches.
 //!
 //! A gang's fit in a worker is searched once per pass until the pass places something there
-//! (`fits`); a misfit found in an earlier pass stands while the nodes that may have gained
-//! room since cannot make up the difference (`misfit_stands`); workers nothing is known of
+//! (`fits`); a misfit found in an earlier pass stands while no node gained room since, or
+//! while the room the worker's nodes have for the pod shape, with the placements held there
+//! taken off, is too little for the gang (`misfit_stands`); workers nothing is known of
 //! are searched across the cores at once (`prepare`); a class's verdict stands while nothing
 //! it depended on changed (`recall`).
 
