@@ -249,31 +249,50 @@ impl Elector {
 
     /// Gives the Lease up: holder cleared, valid for one second, so any candidate (ours or
     /// client-go's) takes it over at its next try.
+    ///
+    /// A renewal cut short by the stop may still have reached the API server after the Lease
+    /// held was read: the release then conflicts (409). The Lease is read again and, if it
+    /// still names this replica, given up from what was read.
     async fn release(&mut self) {
         let Some(mut lease) = self.held.take() else {
             return;
         };
-        let now = micro_time(SystemTime::now());
-        let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
-        lease.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(now.clone()),
-            renew_time: Some(now),
-            lease_transitions: transitions,
-            ..Default::default()
-        });
         let name = self.config.lease_name.clone();
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => tracing::info!(lease = %name, "leadership released"),
-            Err(e) => {
-                tracing::warn!(lease = %name, error = %e, "cannot release leadership; it expires on its own")
+        for _ in 0..2 {
+            let now = micro_time(SystemTime::now());
+            let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions);
+            lease.spec = Some(LeaseSpec {
+                holder_identity: None,
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: transitions,
+                ..Default::default()
+            });
+            let e = match self
+                .api
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => return tracing::info!(lease = %name, "leadership released"),
+                Err(e) => e,
+            };
+            if !matches!(&e, kube::Error::Api(a) if a.code == 409) {
+                return tracing::warn!(lease = %name, error = %e, "cannot release leadership; it expires on its own");
+            }
+            let ours = |l: &Lease| {
+                l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.config.identity.as_str())
+            };
+            match self.api.get_opt(&name).await {
+                Ok(Some(again)) if ours(&again) => lease = again,
+                Ok(_) => return tracing::info!(lease = %name, "leadership already taken over"),
+                Err(e) => {
+                    return tracing::warn!(lease = %name, error = %e, "cannot release leadership; it expires on its own")
+                }
             }
         }
+        tracing::warn!(lease = %name, "cannot release leadership: it keeps changing; it expires on its own");
     }
 }
 

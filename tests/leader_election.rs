@@ -420,6 +420,31 @@ async fn a_stopping_leader_gives_the_lease_up_only_after_its_writes_in_flight_ar
 }
 
 #[tokio::test]
+async fn a_stopping_leader_gives_the_lease_up_even_if_its_last_renewal_landed_after_it_read_it() {
+    let (api, writes, _leading, stop, task) = leading_alone().await;
+    // Held in the stop by a write in flight, while a renewal it sent just before the stop (and
+    // stopped waiting for) lands: the Lease's resourceVersion moves past the one it holds.
+    let write = writes.begin();
+    stop.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut lease = api
+        .get(LEASES, "switchyard-system", "switchyard-leader")
+        .expect("the Lease");
+    lease["spec"]["renewTime"] = json!("2026-11-27T18:37:39.153619Z");
+    api.upsert(LEASES, lease);
+    drop(write);
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the election ends")
+        .unwrap();
+    assert_eq!(
+        holder(&api),
+        None,
+        "the Lease is given up, not left to expire"
+    );
+}
+
+#[tokio::test]
 async fn a_stopping_leader_whose_write_is_never_answered_leaves_the_lease_to_expire() {
     let (api, writes, _leading, stop, task) = leading_alone().await;
     let _stuck = writes.begin();
