@@ -227,7 +227,7 @@ impl Caches {
     /// misfits are checked again, its room per shape is counted again whole, and its queues'
     /// verdicts lapse.
     pub(crate) fn capacity_changed(&mut self, cluster: &str, queues: &BTreeMap<String, Queue>) {
-        self.next_epoch(cluster);
+        bump(&mut self.capacity, cluster);
         self.changes
             .entry(cluster.to_string())
             .or_default()
@@ -240,13 +240,18 @@ impl Caches {
     /// [`ClassMemo::looked`]): its allocatable, and so its queues' automatic quota and
     /// whether a gang could ever fit there, stay as they were.
     pub(crate) fn capacity_changed_on(&mut self, cluster: &str, index: usize) {
-        self.next_epoch(cluster);
-        self.node_lost_room(cluster, index);
+        bump(&mut self.capacity, cluster);
+        self.touch(cluster, index);
     }
 
     /// Node `index` of the worker lost room (a pod was bound there): nothing waiting can go
     /// there because of it, but [`ShapeRoom`]s count it again.
     pub(crate) fn node_lost_room(&mut self, cluster: &str, index: usize) {
+        self.touch(cluster, index);
+    }
+
+    /// Node `index` of the worker goes in its log of nodes whose room changed (either way).
+    fn touch(&mut self, cluster: &str, index: usize) {
         match self.changes.get_mut(cluster) {
             Some(c) => c.touch(index),
             None => self
@@ -362,12 +367,6 @@ impl Caches {
     }
 
     // ---- Reading, for the cached oracle. ----
-
-    fn next_epoch(&mut self, cluster: &str) -> u64 {
-        let epoch = self.capacity.entry(cluster.to_string()).or_insert(0);
-        *epoch += 1;
-        *epoch
-    }
 
     pub(crate) fn capacity_epoch(&self, cluster: &str) -> u64 {
         self.capacity.get(cluster).copied().unwrap_or(0)

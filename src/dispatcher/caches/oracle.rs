@@ -438,35 +438,26 @@ impl<'w> CachedOracle<'w> {
     /// sees it, each node counted up to the cap of the worker's [`ShapeRoom`] for the shape
     /// (which [`CachedOracle::room_of`] brought up to date): its total, with the nodes the
     /// pass sees otherwise than the inventory (placements held or handed out there) counted
-    /// again. Found once per pass and version of the worker. `None` when the `ShapeRoom` is
-    /// not up to date.
+    /// again. Kept for the rest of the pass, per version of the worker (read in
+    /// [`CachedOracle::room_bound`]). `None` when the `ShapeRoom` is not up to date.
     fn view_room(
         &mut self,
         worker: &'w str,
         shape: u64,
         mut count: impl FnMut(&Node, usize) -> usize,
     ) -> Option<usize> {
-        let (caches, inventory) = (self.caches, &self.state.inventory);
-        let base = inventory.cluster_arc(worker)?;
-        let up_to_date = |r: &ShapeRoom| {
-            r.pos == caches.touches_end(worker) && r.counts.len() == base.nodes.len()
-        };
-        let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
-        if !up_to_date(shared) {
-            return None;
-        }
-        let (version, cap) = (self.view.version(worker), shared.cap);
-        if let Some(known) = self.view_rooms.get(&(worker, shape)) {
-            if known.version == version && known.cap == cap {
-                return Some(known.total);
-            }
-        }
         // The worker as the pass sees it (made, with the placements held there taken off, if
         // any are): its nodes are the inventory's but where they differ.
         if self.ledger.holds_any_in(worker) {
             self.cluster(worker)?;
         }
+        let base = self.state.inventory.cluster_arc(worker)?;
         let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
+        if shared.pos != self.caches.touches_end(worker) || shared.counts.len() != base.nodes.len()
+        {
+            return None;
+        }
+        let (version, cap) = (self.view.version(worker), shared.cap);
         let mut total = shared.total;
         if let Some(v) = self.view.peek(worker) {
             if v.nodes.len() != base.nodes.len() {
