@@ -109,6 +109,29 @@ pub(crate) struct Job {
     pub(crate) status: Status,
 }
 
+/// The iterator of [`Job::total_requests`]: one shape's request scaled by the gang's pods,
+/// or the sum over several shapes.
+pub(crate) enum TotalRequests<'j> {
+    One {
+        request: std::collections::btree_map::Iter<'j, String, i64>,
+        pods: i64,
+    },
+    Summed(std::collections::btree_map::IntoIter<&'j str, i64>),
+}
+
+impl<'j> Iterator for TotalRequests<'j> {
+    type Item = (&'j str, i64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            TotalRequests::One { request, pods } => request
+                .next()
+                .map(|(k, v)| (k.as_str(), v.saturating_mul(*pods))),
+            TotalRequests::Summed(sum) => sum.next(),
+        }
+    }
+}
+
 /// A worker refused the Job's copy (403, 422, an admission webhook, a missing namespace): not
 /// the Job's fault, so not a requeue, but that worker is not asked again before `retry_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,31 +240,25 @@ impl Job {
 
     /// [`Job::total_request`] without building a map, in resource name order.
     /// (A gang of several shapes sums them in a map first.)
-    pub(crate) fn total_requests(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
-        fn scaled(shape: &PodShape, pods: u32) -> impl Iterator<Item = (&str, i64)> + '_ {
-            shape
-                .node_request
-                .iter()
-                .map(move |(k, v)| (k.as_str(), v.saturating_mul(i64::from(pods))))
-        }
-        let summed = (!self.extra.is_empty()).then(|| {
-            let mut sum = BTreeMap::new();
-            let main = self.pod.iter().map(|s| (&**s, self.main_pods()));
-            let others = self.extra.iter().map(|e| (&*e.shape, e.pods));
-            for (shape, pods) in main.chain(others) {
-                for (k, v) in scaled(shape, pods) {
-                    let total: &mut i64 = sum.entry(k).or_default();
-                    *total = total.saturating_add(v);
-                }
+    pub(crate) fn total_requests(&self) -> TotalRequests<'_> {
+        if self.extra.is_empty() {
+            if let Ok(main) = &self.pod {
+                return TotalRequests::One {
+                    request: main.node_request.iter(),
+                    pods: i64::from(self.gang()),
+                };
             }
-            sum
-        });
-        let one_shape = summed.is_none();
-        self.pod
-            .iter()
-            .filter(move |_| one_shape)
-            .flat_map(move |shape| scaled(shape, self.gang()))
-            .chain(summed.into_iter().flatten())
+        }
+        let mut sum = BTreeMap::new();
+        let main = self.pod.iter().map(|s| (&**s, self.main_pods()));
+        let others = self.extra.iter().map(|e| (&*e.shape, e.pods));
+        for (shape, pods) in main.chain(others) {
+            for (k, v) in &shape.node_request {
+                let total: &mut i64 = sum.entry(k.as_str()).or_default();
+                *total = total.saturating_add(v.saturating_mul(i64::from(pods)));
+            }
+        }
+        TotalRequests::Summed(sum.into_iter())
     }
 
     /// Where the Job stands in admission order.
