@@ -145,7 +145,8 @@ pub(crate) struct Ledger {
     uses: BTreeMap<String, QueueUse>,
     charges: HashMap<JobKey, Charge>,
     pending: BTreeMap<ClassKey, BTreeSet<Rank>>,
-    holds: BTreeMap<String, Arc<Hold>>,
+    /// By Job uid; only looked up, never gone through (so in no order).
+    holds: HashMap<String, Arc<Hold>>,
     /// Per worker, the placements held there by Job uid (shared with `holds`): going
     /// through a worker's holds looks nothing up.
     held_in: HashMap<String, BTreeMap<String, Arc<Hold>>>,
