@@ -28,6 +28,7 @@ use crate::placement::{
     fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape,
     Strategy,
 };
+use foldhash::{HashMap, HashMapExt as _};
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::{BTreeMap, VecDeque};
@@ -192,9 +193,10 @@ pub(crate) struct SimWorker {
     /// Pods are placed by the worker's NUMA-aware scheduler (it has a `schedulerName`), else
     /// by its default scheduler.
     numa_aware: bool,
-    pub(crate) jobs: BTreeMap<String, SimJob>,
+    /// By uid; like `sets`, only looked up, never gone through (so in no order).
+    pub(crate) jobs: HashMap<String, SimJob>,
     /// JobSet copies (their child Jobs are in `jobs`).
-    sets: BTreeMap<String, SimSet>,
+    sets: HashMap<String, SimSet>,
     /// Pods that found no node, in creation order: (job uid), tried again when room frees.
     waiting: VecDeque<String>,
     /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
@@ -258,8 +260,8 @@ impl SimWorker {
             name: name.to_string(),
             index,
             numa_aware,
-            jobs: BTreeMap::new(),
-            sets: BTreeMap::new(),
+            jobs: HashMap::new(),
+            sets: HashMap::new(),
             waiting: VecDeque::new(),
             rows: Rows::default(),
             kueue: kueue.map(SimKueue::new),

@@ -17,7 +17,8 @@ use std::sync::Arc;
 pub(crate) struct PassView<'a> {
     state: &'a State,
     ledger: &'a Ledger,
-    clusters: BTreeMap<String, Arc<Cluster>>,
+    /// Only looked up, never gone through (so in no order).
+    clusters: HashMap<String, Arc<Cluster>>,
     /// Per worker, how many placements the pass took from it so far.
     versions: HashMap<String, u64>,
     /// Under the sum-of-free rule: what the pass gave each worker, per resource.
@@ -29,7 +30,7 @@ impl<'a> PassView<'a> {
         Self {
             state,
             ledger,
-            clusters: BTreeMap::new(),
+            clusters: HashMap::new(),
             versions: HashMap::new(),
             sums_taken: BTreeMap::new(),
         }
