@@ -23,6 +23,8 @@
 //! - Rooms that do not take their gang yet ([`RoomMisfit`]): the starving Job's gang did not
 //!   fit its room's worker with the room given back; kept under the same key as a room that
 //!   stands, with the Job's class and the queues generation.
+//! - Bound pod shapes ([`BoundPods`]): a pod shape's amounts in the inventory's resource ids,
+//!   kept while the inventory's resource table is the same.
 //! - Placement verdicts ([`ClassMemo`]): why a class fits no worker, kept while its queue's
 //!   workers keep their state ([`Caches::worker_changed`]), the workers it was judged
 //!   against keep their capacity, the workers it may use are the same, the queues stay as
@@ -43,7 +45,8 @@ pub(crate) use room::{Changes, ShapeRoom, ShapeRooms};
 use super::job::ClassKey;
 use super::ledger::Ledger;
 use super::state::{Queue, State};
-use crate::inventory::{Cluster, Inventory, Node};
+use crate::inventory::{Cluster, Inventory, Node, ResourceTable};
+use crate::placement::BoundPod;
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -115,6 +118,27 @@ pub(crate) struct Findings {
     pub(crate) shape_rooms: ShapeRooms,
     pub(crate) rooms_stand: Vec<(String, RoomStands)>,
     pub(crate) room_misfits: Vec<(String, RoomMisfit)>,
+    /// Pod shapes bound in the pass, by shape key.
+    pub(crate) bound: Vec<(u64, Arc<BoundPod>)>,
+}
+
+/// Pod shapes bound to the resource table named `names` ([`crate::placement::PodShape::bind`]
+/// depends on nothing else), by shape key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BoundPods {
+    names: Vec<String>,
+    by_shape: HashMap<u64, Arc<BoundPod>>,
+}
+
+impl BoundPods {
+    fn bound_to(&self, table: &ResourceTable) -> bool {
+        self.names.len() == table.len()
+            && self
+                .names
+                .iter()
+                .enumerate()
+                .all(|(id, n)| table.name(id) == n)
+    }
 }
 
 /// Room kept for a starving Job that no room freeing sooner could replace, and the state of
@@ -186,6 +210,7 @@ pub(crate) struct Caches {
     drained: HashMap<ClassKey, Vec<Option<DrainedFit>>>,
     /// The workers that held stale copies at the last admission pass.
     stale_when_judged: Vec<String>,
+    bound: BoundPods,
 }
 
 impl Caches {
@@ -322,6 +347,7 @@ impl Caches {
     pub(crate) fn keep(&mut self, found: Findings, state: &State, ledger: &Ledger) {
         let pending = ledger.pending_classes();
         self.keep_shape_rooms(found.shape_rooms, &state.inventory, pending);
+        self.keep_bound(found.bound, &state.inventory.resources, pending);
         for (cluster, view) in found.held_views {
             self.held_views.insert(cluster, view);
         }
@@ -341,6 +367,29 @@ impl Caches {
         prune_rooms(&mut self.rooms_stand, ledger, |r| r.serial);
         self.room_misfits.extend(found.room_misfits);
         prune_rooms(&mut self.room_misfits, ledger, |r| r.key.stands.serial);
+    }
+
+    /// Keeps the shapes a pass bound, all anew when the resource table changed; once there
+    /// are more shapes than classes of pending Jobs, only the shapes a pending Job has.
+    fn keep_bound(
+        &mut self,
+        found: Vec<(u64, Arc<BoundPod>)>,
+        table: &ResourceTable,
+        pending: &BTreeMap<ClassKey, impl Sized>,
+    ) {
+        let kept = &mut self.bound;
+        if !kept.bound_to(table) {
+            kept.names = (0..table.len())
+                .map(|id| table.name(id).to_string())
+                .collect();
+            kept.by_shape.clear();
+        }
+        kept.by_shape.extend(found);
+        if kept.by_shape.len() > pending.len() + 16 {
+            let shapes: std::collections::HashSet<u64> =
+                pending.keys().map(|class| class.shape).collect();
+            kept.by_shape.retain(|shape, _| shapes.contains(shape));
+        }
     }
 
     /// Keeps what a pass brought up to date, less the workers the inventory no longer has
@@ -367,6 +416,11 @@ impl Caches {
     }
 
     // ---- Reading, for the cached oracle. ----
+
+    /// The pod shapes bound in earlier passes, if they were bound to `table`.
+    pub(crate) fn bound_pods(&self, table: &ResourceTable) -> Option<&HashMap<u64, Arc<BoundPod>>> {
+        self.bound.bound_to(table).then_some(&self.bound.by_shape)
+    }
 
     pub(crate) fn capacity_epoch(&self, cluster: &str) -> u64 {
         self.capacity.get(cluster).copied().unwrap_or(0)

@@ -101,8 +101,10 @@ pub(crate) struct CachedOracle<'w> {
     /// [`CachedOracle::room_of`] found in this pass, by worker and shape key: the largest
     /// gang it was asked for, and the total.
     room_totals: HashMap<(&'w str, u64), (usize, usize)>,
-    /// Pod shapes bound to the inventory's resource table, by shape key.
+    /// Pod shapes bound to the inventory's resource table, by shape key: in this pass, and
+    /// in earlier ones (when bound to the same table).
     bound: HashMap<u64, Arc<BoundPod>>,
+    bound_before: Option<&'w HashMap<u64, Arc<BoundPod>>>,
     /// By the pass's queue slot.
     queues: Vec<Option<QueueMemo>>,
     judging: Judging<'w>,
@@ -135,6 +137,7 @@ impl<'w> CachedOracle<'w> {
             view_rooms: HashMap::new(),
             room_totals: HashMap::new(),
             bound: HashMap::new(),
+            bound_before: caches.bound_pods(&state.inventory.resources),
             queues: Vec::new(),
             judging: Judging::default(),
             gained: Vec::new(),
@@ -603,11 +606,19 @@ impl<'w> CachedOracle<'w> {
 
     /// `shape` (whose key is `key`) bound to the inventory's resource table, once per pass.
     fn bind(&mut self, key: u64, shape: &PodShape) -> Arc<BoundPod> {
-        let table = &self.state.inventory.resources;
-        self.bound
-            .entry(key)
-            .or_insert_with(|| Arc::new(shape.bind(table)))
-            .clone()
+        if let Some(b) = self.bound.get(&key) {
+            return b.clone();
+        }
+        let b = match self.bound_before.and_then(|kept| kept.get(&key)) {
+            Some(b) => b.clone(),
+            None => {
+                let b = Arc::new(shape.bind(&self.state.inventory.resources));
+                self.found.bound.push((key, b.clone()));
+                b
+            }
+        };
+        self.bound.insert(key, b.clone());
+        b
     }
 }
 

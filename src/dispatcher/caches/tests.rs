@@ -75,3 +75,52 @@ fn the_room_kept_per_shape_does_not_outlive_its_workers_and_shapes() {
     caches.keep_shape_rooms(few, &inventory, &nothing_pending);
     assert_eq!(caches.take_shape_rooms()["a"].len(), 3);
 }
+
+#[test]
+fn a_bound_pod_shape_is_kept_while_the_resource_table_stays_the_same() {
+    let inventory = |resources: &str| {
+        parse_yaml(&format!(
+            "clusters:\n  - name: a\n    nodes:\n      - name: a1\n        allocatable: {{{resources}}}\n"
+        ))
+        .expect("inventory parses")
+    };
+    let plain = inventory("cpu: \"8\", memory: 8Gi, pods: \"110\"");
+    let view: crate::placement::PodView = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ml", "uid": "u"},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {
+            "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"
+        }}}]}
+    }))
+    .expect("pod parses");
+    let shape = crate::placement::PodShape::from_view(&view).expect("pod is valid");
+    let bind = |inv: &Inventory| Arc::new(shape.bind(&inv.resources));
+    let ids = |b: &BoundPod| -> Vec<Option<usize>> { b.node_request.iter().map(|a| a.0).collect() };
+    let pending: BTreeMap<ClassKey, ()> = BTreeMap::new();
+    let mut caches = Caches::default();
+    assert!(
+        caches.bound_pods(&plain.resources).is_none(),
+        "nothing kept yet"
+    );
+    caches.keep_bound(vec![(7, bind(&plain))], &plain.resources, &pending);
+    let kept = caches
+        .bound_pods(&plain.resources)
+        .expect("kept for the same table");
+    assert_eq!(ids(&kept[&7]), ids(&bind(&plain)), "as binding afresh");
+    // A table that learnt a resource (here the GPUs the pod asks for) binds anew.
+    let gpus = inventory("cpu: \"8\", memory: 8Gi, nvidia.com/gpu: \"8\", pods: \"110\"");
+    assert!(caches.bound_pods(&gpus.resources).is_none());
+    assert_ne!(ids(&bind(&gpus)), ids(&bind(&plain)));
+    caches.keep_bound(vec![(7, bind(&gpus))], &gpus.resources, &pending);
+    let kept = caches
+        .bound_pods(&gpus.resources)
+        .expect("kept for the new table");
+    assert_eq!(ids(&kept[&7]), ids(&bind(&gpus)));
+    assert!(
+        caches.bound_pods(&plain.resources).is_none(),
+        "the old table's are gone"
+    );
+    // Many shapes and no pending Job: only the shapes a pending Job has are kept.
+    let many: Vec<_> = (0..40).map(|k| (k, bind(&gpus))).collect();
+    caches.keep_bound(many, &gpus.resources, &pending);
+    assert_eq!(caches.bound_pods(&gpus.resources).map(|m| m.len()), Some(0));
+}
