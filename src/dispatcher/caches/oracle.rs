@@ -604,7 +604,8 @@ impl<'w> CachedOracle<'w> {
         self.view.version(worker) == 0 && !self.gained.contains(&worker)
     }
 
-    /// `shape` (whose key is `key`) bound to the inventory's resource table, once per pass.
+    /// `shape` (whose key is `key`) bound to the inventory's resource table: taken from an
+    /// earlier pass when it bound the shape to the same table, else bound once in this pass.
     fn bind(&mut self, key: u64, shape: &PodShape) -> Arc<BoundPod> {
         if let Some(b) = self.bound.get(&key) {
             return b.clone();
