@@ -385,9 +385,8 @@ impl Caches {
             kept.by_shape.clear();
         }
         kept.by_shape.extend(found);
-        if kept.by_shape.len() > pending.len() + 16 {
-            let shapes: std::collections::HashSet<u64> =
-                pending.keys().map(|class| class.shape).collect();
+        if too_many_shapes(kept.by_shape.len(), pending) {
+            let shapes = pending_shapes(pending);
             kept.by_shape.retain(|shape, _| shapes.contains(shape));
         }
     }
@@ -404,10 +403,11 @@ impl Caches {
         if rooms.len() > inventory.clusters.len() {
             rooms.retain(|worker, _| inventory.cluster(worker).is_some());
         }
-        let most = pending.len() + 16;
-        if rooms.values().any(|by_shape| by_shape.len() > most) {
-            let shapes: std::collections::HashSet<u64> =
-                pending.keys().map(|class| class.shape).collect();
+        if rooms
+            .values()
+            .any(|by_shape| too_many_shapes(by_shape.len(), pending))
+        {
+            let shapes = pending_shapes(pending);
             for by_shape in rooms.values_mut() {
                 by_shape.retain(|shape, _| shapes.contains(shape));
             }
@@ -508,6 +508,18 @@ fn prune_rooms<V>(memos: &mut HashMap<String, V>, ledger: &Ledger, serial: impl 
     if memos.len() > 2 * ledger.nominations().count() + 16 {
         memos.retain(|uid, v| ledger.hold_of(uid).is_some_and(|h| h.serial == serial(v)));
     }
+}
+
+/// Whether a memo kept per pod shape, holding `kept` shapes, keeps only the shapes of pending
+/// Jobs from now on: once it holds more than there are classes of them, and a few (a
+/// long-running dispatcher sees many shapes come and go).
+fn too_many_shapes(kept: usize, pending: &BTreeMap<ClassKey, impl Sized>) -> bool {
+    kept > pending.len() + 16
+}
+
+/// The pod shapes of the classes of pending Jobs.
+fn pending_shapes(pending: &BTreeMap<ClassKey, impl Sized>) -> std::collections::HashSet<u64> {
+    pending.keys().map(|class| class.shape).collect()
 }
 
 /// Sets `by_order[order]`, growing it as needed.

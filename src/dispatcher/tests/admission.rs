@@ -5,6 +5,7 @@ use super::support::*;
 use crate::dispatcher::job::to_system_time;
 use crate::dispatcher::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------------
@@ -100,6 +101,36 @@ fn a_gang_goes_to_the_one_cluster_where_it_fits_numa_aligned() {
         .next()
         .expect("the second gang's class waits");
     assert_eq!(*why, reason::NO_WORKER_FITS);
+}
+
+#[test]
+fn a_job_asking_for_a_resource_no_node_lists_yet_starts_once_a_node_lists_it() {
+    // Worker `a` lists no GPUs at first: the resource is unknown to the whole inventory.
+    let nodes = |allocatable: &str| {
+        crate::inventory::parse_yaml(&format!(
+            "clusters:\n  - name: a\n    nodes:\n      - name: a1\n        allocatable: {{{allocatable}}}\n"
+        ))
+        .expect("inventory parses")
+    };
+    let mut env = Env::new(
+        nodes("cpu: \"16\", memory: 64Gi, pods: \"110\""),
+        vec![queue(
+            "q",
+            "clusters: [a]\nquota: {cpu: \"16\", nvidia.com/gpu: \"4\"}",
+        )],
+    );
+    env.submit(job("train").each(2, 1).build());
+    env.settle();
+    env.advance(secs(30));
+    env.settle();
+    assert_eq!(env.job("train").cluster, None, "no node has a GPU yet");
+    // Its GPUs are installed (the device plugin lists them): the Job starts there.
+    env.world.set_inventory(Arc::new(nodes(
+        "cpu: \"16\", memory: 64Gi, nvidia.com/gpu: \"4\", pods: \"110\"",
+    )));
+    env.advance(secs(1));
+    env.settle();
+    assert_eq!(env.job("train").cluster.as_deref(), Some("a"));
 }
 
 // ---------------------------------------------------------------------------------------------
