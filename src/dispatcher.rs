@@ -271,8 +271,11 @@ fn admit_now(world: &mut World, now: SystemTime) -> Admission {
             &mut PlainOracle::new(state, ledger, config),
         );
     }
-    let rooms = world.caches.take_shape_rooms();
-    let mut oracle = CachedOracle::new(state, ledger, &world.caches, config, rooms);
+    let taken = (
+        world.caches.take_shape_rooms(),
+        world.caches.take_held_views(),
+    );
+    let mut oracle = CachedOracle::new(state, ledger, &world.caches, config, taken);
     let admission = admit(state, ledger, config, now, &mut oracle);
     let found = oracle.into_findings();
     world.caches.keep(found, &world.state, &world.ledger);

@@ -16,7 +16,8 @@
 //! - Drained fits: whether a class would fit a worker once it drains, kept while the worker's
 //!   nodes have the same allocatable (the inventory's capacity fingerprint).
 //! - Held views ([`HeldView`]): a worker with the placements held there taken off, kept
-//!   while neither its inventory nor its holds change ([`Caches::holds_changed`]).
+//!   while neither its inventory nor its holds change ([`Caches::holds_changed`]); when
+//!   either does, brought up to date in place.
 //! - Rooms that stand ([`RoomStands`]): room kept for a starving Job that no room freeing
 //!   sooner could replace, kept while its worker's nodes (any touch), holds and the room
 //!   itself stay as they were.
@@ -67,8 +68,8 @@ pub(crate) struct KnownMisfit {
 /// A worker's cluster with the placements held there taken off: what every admission pass
 /// starts from, made once and kept while neither the inventory's cluster (held as a `Weak`:
 /// a changed cluster is another allocation) nor the holds there change. When either does,
-/// the next view is made from this one: only the nodes that changed, or whose held
-/// placements did, are made again.
+/// the view is brought up to date from itself: only the nodes that changed, or whose held
+/// placements did, are made again (see [`oracle::held_view`]).
 #[derive(Debug, Clone)]
 pub(crate) struct HeldView {
     pub(crate) base: Weak<Cluster>,
@@ -89,6 +90,16 @@ pub(crate) struct HeldNode {
 }
 
 impl HeldView {
+    /// A view of `base` not brought up to date yet: nothing is taken off it.
+    pub(crate) fn of(base: &Arc<Cluster>) -> Self {
+        Self {
+            base: Weak::new(),
+            holds: 0,
+            view: base.clone(),
+            held: Vec::new(),
+        }
+    }
+
     /// Whether the view is still `base` (the inventory's cluster now) with the placements
     /// held at hold version `holds` taken off.
     pub(crate) fn is_current(&self, base: &Arc<Cluster>, holds: u64) -> bool {
@@ -113,7 +124,8 @@ pub(crate) struct Findings {
     pub(crate) misfits: Vec<(ClassKey, usize, KnownMisfit)>,
     /// By the worker's position in the list of the class's queue.
     pub(crate) drained: Vec<(ClassKey, usize, DrainedFit)>,
-    pub(crate) held_views: Vec<(String, HeldView)>,
+    /// The caches' held views ([`Caches::take_held_views`]), handed back brought up to date.
+    pub(crate) held_views: HeldViews,
     pub(crate) verdicts: Vec<(ClassKey, ClassMemo)>,
     pub(crate) shape_rooms: ShapeRooms,
     pub(crate) rooms_stand: Vec<(String, RoomStands)>,
@@ -121,6 +133,9 @@ pub(crate) struct Findings {
     /// Pod shapes bound in the pass, by shape key.
     pub(crate) bound: Vec<(u64, Arc<BoundPod>)>,
 }
+
+/// Per worker, its [`HeldView`]. Only looked up, never gone through in order.
+pub(crate) type HeldViews = HashMap<String, HeldView>;
 
 /// Pod shapes bound to the resource table named `names` ([`crate::placement::PodShape::bind`]
 /// depends on nothing else), by shape key.
@@ -205,7 +220,7 @@ pub(crate) struct Caches {
     /// Per worker, bumped whenever a placement held there is added or released.
     hold_versions: HashMap<String, u64>,
     /// Per worker, its cluster with the placements held there taken off.
-    held_views: HashMap<String, HeldView>,
+    held_views: HeldViews,
     /// By the worker's position in the list of the class's queue, as `misfits`.
     drained: HashMap<ClassKey, Vec<Option<DrainedFit>>>,
     /// The workers that held stale copies at the last admission pass.
@@ -343,14 +358,18 @@ impl Caches {
         std::mem::take(&mut self.shape_rooms)
     }
 
+    /// The [`HeldView`]s kept across passes, for a pass to bring up to date (in place: the
+    /// pass owns them) and hand back in its [`Findings`].
+    pub(crate) fn take_held_views(&mut self) -> HeldViews {
+        std::mem::take(&mut self.held_views)
+    }
+
     /// Keeps what the pass found.
     pub(crate) fn keep(&mut self, found: Findings, state: &State, ledger: &Ledger) {
         let pending = ledger.pending_classes();
         self.keep_shape_rooms(found.shape_rooms, &state.inventory, pending);
         self.keep_bound(found.bound, &state.inventory.resources, pending);
-        for (cluster, view) in found.held_views {
-            self.held_views.insert(cluster, view);
-        }
+        self.held_views = found.held_views;
         for (class, order, misfit) in found.misfits {
             set_at(self.misfits.entry(class).or_default(), order, misfit);
         }
@@ -473,10 +492,6 @@ impl Caches {
 
     pub(crate) fn drained_of(&self, class: &ClassKey) -> Option<&[Option<DrainedFit>]> {
         self.drained.get(class).map(Vec::as_slice)
-    }
-
-    pub(crate) fn held_view(&self, cluster: &str) -> Option<&HeldView> {
-        self.held_views.get(cluster)
     }
 
     /// The nodes of the worker whose room changed since position `since` of its log (some

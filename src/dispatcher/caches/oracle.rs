@@ -114,14 +114,14 @@ pub(crate) struct CachedOracle<'w> {
 }
 
 impl<'w> CachedOracle<'w> {
-    /// `shape_rooms` are the caches' (see [`Caches::take_shape_rooms`]), handed back in the
-    /// findings.
+    /// `shape_rooms` and `held_views` are the caches' (see [`Caches::take_shape_rooms`] and
+    /// [`Caches::take_held_views`]), handed back in the findings.
     pub(crate) fn new(
         state: &'w State,
         ledger: &'w Ledger,
         caches: &'w Caches,
         config: &'w DispatchConfig,
-        shape_rooms: super::ShapeRooms,
+        (shape_rooms, held_views): (super::ShapeRooms, super::HeldViews),
     ) -> Self {
         Self {
             view: PassView::new(state, ledger),
@@ -131,6 +131,7 @@ impl<'w> CachedOracle<'w> {
             config,
             found: Findings {
                 shape_rooms,
+                held_views,
                 ..Default::default()
             },
             fits: HashMap::new(),
@@ -205,28 +206,23 @@ impl<'w> CachedOracle<'w> {
         })
     }
 
-    /// The worker as the pass sees it: its held view when current, else made afresh (from
-    /// the last view, where nodes and holds are the same) and kept.
+    /// The worker as the pass sees it: its held view, brought up to date if it is not (see
+    /// [`held_view`]).
     fn cluster(&mut self, name: &str) -> Option<&Cluster> {
         let (caches, ledger) = (self.caches, self.ledger);
-        let found = &mut self.found;
+        let views = &mut self.found.held_views;
         self.view.cluster(name, |base| {
             let holds = caches.hold_version(name);
-            if let Some(v) = caches.held_view(name).filter(|v| v.is_current(base, holds)) {
-                return v.view.clone();
+            let v = match views.get_mut(name) {
+                Some(v) => v,
+                None => views
+                    .entry(name.to_string())
+                    .or_insert_with(|| HeldView::of(base)),
+            };
+            if !v.is_current(base, holds) {
+                held_view(v, ledger, name, base, holds);
             }
-            let (c, held) = held_cluster(caches, ledger, name, base);
-            let c = Arc::new(c);
-            found.held_views.push((
-                name.to_string(),
-                HeldView {
-                    base: Arc::downgrade(base),
-                    holds,
-                    view: c.clone(),
-                    held,
-                },
-            ));
-            c
+            v.view.clone()
         })
     }
 
@@ -862,15 +858,12 @@ fn shape_room<'r>(
     Some(by_shape.entry(shape).or_default())
 }
 
-/// `base` with the placements held in it taken off, and the nodes they were taken from.
-/// A node that is the same in the inventory as when the last view was made, with the same
-/// placements held on it, is taken from that view as it is.
-fn held_cluster(
-    caches: &Caches,
-    ledger: &Ledger,
-    name: &str,
-    base: &Arc<Cluster>,
-) -> (Cluster, Vec<HeldNode>) {
+/// Brings `view` up to date: `base` (the inventory's cluster now) with the placements held
+/// in it at hold version `holds` taken off. A node that is the same in the inventory as
+/// when the view was last brought up to date, with the same placements held on it, stays
+/// as it is, and so does a node nothing is held on that is still the inventory's: only the
+/// others are made again. The view is changed in place, unless something still shares it.
+fn held_view(view: &mut HeldView, ledger: &Ledger, name: &str, base: &Arc<Cluster>, holds: u64) {
     use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
     let mut on: Vec<(usize, (u64, usize), &Take)> = ledger
         .holds_in(name)
@@ -884,43 +877,56 @@ fn held_cluster(
         .collect();
     // Stable: a node's takes stay in the order they are held.
     on.sort_by_key(|(i, _, _)| *i);
-    let last = caches
-        .held_view(name)
-        .filter(|v| v.view.nodes.len() == base.nodes.len());
-    let mut c = Cluster::clone(base);
-    let mut held = Vec::new();
+    // The view's nodes line up with the inventory's, or it is made again whole.
+    if view.view.nodes.len() != base.nodes.len() {
+        view.view = base.clone();
+        view.held.clear();
+    }
+    let last = std::mem::take(&mut view.held);
+    let c = Arc::make_mut(&mut view.view);
+    c.summary = base.summary.clone();
+    c.unavailable.clone_from(&base.unavailable);
+    if c.labels != base.labels {
+        c.labels.clone_from(&base.labels);
+    }
+    if c.name != base.name {
+        c.name.clone_from(&base.name);
+    }
     let hasher = foldhash::fast::FixedState::default();
-    for group in on.chunk_by(|a, b| a.0 == b.0) {
-        let index = group[0].0;
+    let mut groups = on.chunk_by(|a, b| a.0 == b.0);
+    let mut group = groups.next();
+    for (index, (mine, own)) in c.nodes.iter_mut().zip(&base.nodes).enumerate() {
+        let Some(takes) = group.filter(|g| g[0].0 == index) else {
+            if !Arc::ptr_eq(mine, own) {
+                *mine = own.clone();
+            }
+            continue;
+        };
+        group = groups.next();
         let mut h = hasher.build_hasher();
-        for (_, id, _) in group {
+        for (_, id, _) in takes {
             id.hash(&mut h);
         }
-        let digest = h.finish();
         let node = HeldNode {
             index,
-            base: Arc::downgrade(&base.nodes[index]),
-            digest,
+            base: Arc::downgrade(own),
+            digest: h.finish(),
         };
-        let same = last.and_then(|v| {
-            let k = v.held.binary_search_by_key(&index, |n| n.index).ok()?;
-            let was = &v.held[k];
-            (was.digest == digest && was.base.ptr_eq(&node.base))
-                .then(|| v.view.nodes[index].clone())
-        });
-        match same {
-            Some(n) => c.nodes[index] = n,
-            None => {
-                let n = Arc::make_mut(&mut c.nodes[index]);
-                for (_, _, t) in group {
-                    t.apply_to(n);
-                }
+        let same = last
+            .binary_search_by_key(&index, |n| n.index)
+            .is_ok_and(|k| last[k].digest == node.digest && last[k].base.ptr_eq(&node.base));
+        if !same {
+            let mut n = Node::clone(own);
+            for (_, _, t) in takes {
+                t.apply_to(&mut n);
             }
+            *mine = Arc::new(n);
         }
-        held.push(node);
+        view.held.push(node);
     }
-    // The summary is left as it was (see `oracle::view::apply`).
-    (c, held)
+    // The summary is the inventory's (see `oracle::view::apply`).
+    view.base = Arc::downgrade(base);
+    view.holds = holds;
 }
 
 /// A misfit's text, when messages are asked for.
