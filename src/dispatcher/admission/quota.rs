@@ -75,10 +75,14 @@ fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Automa
     a
 }
 
+/// Up to this many resources, [`Resources::id`] finds a name by comparing it with each.
+const FEW: usize = 8;
+
 /// The resources a pass counts quota in, each with an index: the inventory's (with the
 /// inventory's ids), then any other that a queue's quota or use names. A Job asking for a
 /// resource none of them names asks for one no quota limits and no admitted Job uses.
 pub(crate) struct Resources<'w> {
+    /// Empty while there are at most [`FEW`].
     ids: HashMap<&'w str, usize>,
     names: Vec<&'w str>,
 }
@@ -109,13 +113,31 @@ impl<'w> Resources<'w> {
     }
 
     fn intern(&mut self, name: &'w str) {
-        if !self.ids.contains_key(name) {
-            self.ids.insert(name, self.names.len());
-            self.names.push(name);
+        if self.id(name).is_some() {
+            return;
+        }
+        self.names.push(name);
+        if self.names.len() > FEW {
+            if self.ids.is_empty() {
+                self.ids = self
+                    .names
+                    .iter()
+                    .enumerate()
+                    .map(|(id, n)| (*n, id))
+                    .collect();
+            } else {
+                self.ids.insert(name, self.names.len() - 1);
+            }
         }
     }
 
     pub(crate) fn id(&self, name: &str) -> Option<usize> {
+        // A pass counts a handful of resources, and looks one up for every resource of every
+        // Job it checks: comparing a few names (most differ in length) costs less than
+        // hashing one. The map is only made for more.
+        if self.names.len() <= FEW {
+            return self.names.iter().position(|n| *n == name);
+        }
         self.ids.get(name).copied()
     }
 
@@ -297,5 +319,36 @@ fn sep(s: &str) -> &'static str {
         ""
     } else {
         ", "
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids are found the same by comparing names (a few) and through the map (more): each
+    /// name keeps the id it was interned with, and a name never interned has none.
+    #[test]
+    fn a_resource_keeps_its_id_as_more_are_counted() {
+        let names: Vec<String> = (0..3 * FEW).map(|i| format!("example.com/r{i}")).collect();
+        let mut r = Resources {
+            ids: HashMap::default(),
+            names: Vec::new(),
+        };
+        for (count, name) in names.iter().enumerate() {
+            r.intern(name);
+            r.intern(name);
+            assert_eq!(r.len(), count + 1);
+            for (id, earlier) in names.iter().take(count + 1).enumerate() {
+                assert_eq!(
+                    r.id(earlier),
+                    Some(id),
+                    "{earlier} with {} counted",
+                    count + 1
+                );
+            }
+            assert_eq!(r.id("example.com/none"), None);
+            assert_eq!(r.id(&format!("{}0", names[count])), None);
+        }
     }
 }
