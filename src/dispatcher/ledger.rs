@@ -154,6 +154,34 @@ pub(crate) struct Ledger {
     hold_serial: u64,
     /// The Jobs (by uid) whose hold is a nominated placement.
     nominated: BTreeSet<String>,
+    /// The queue and namespace names of the pending classes, one allocation each: keys of
+    /// one class then compare equal by address, not by their text (passes look classes up
+    /// in every memo).
+    class_names: Names,
+}
+
+/// Names shared by [`ClassKey`]s.
+#[derive(Debug, Clone, Default)]
+struct Names {
+    set: foldhash::HashSet<Arc<str>>,
+    /// The size past which names no key holds any more are let go.
+    prune_past: usize,
+}
+
+impl Names {
+    /// Has `name` point at the one allocation of its text.
+    fn share(&mut self, name: &mut Arc<str>) {
+        match self.set.get(&**name) {
+            Some(shared) => *name = shared.clone(),
+            None => {
+                if self.set.len() >= self.prune_past {
+                    self.set.retain(|n| Arc::strong_count(n) > 1);
+                    self.prune_past = 2 * self.set.len() + 16;
+                }
+                self.set.insert(name.clone());
+            }
+        }
+    }
 }
 
 impl Ledger {
@@ -226,7 +254,11 @@ impl Ledger {
     }
 
     fn charge(&mut self, job: &Job, lingering: bool) {
-        let c = Charge::of(job, lingering);
+        let mut c = Charge::of(job, lingering);
+        if let Some((class, _)) = &mut c.pending {
+            self.class_names.share(&mut class.queue);
+            self.class_names.share(&mut class.namespace);
+        }
         let u = self.uses.entry(c.queue.clone()).or_default();
         for (r, v) in &c.usage {
             *u.usage.entry(r.clone()).or_insert(0) += v;
@@ -340,5 +372,31 @@ impl Ledger {
     /// The nominated placements, by Job uid.
     pub(crate) fn nominations(&self) -> impl Iterator<Item = &Hold> + '_ {
         self.nominated.iter().filter_map(|uid| self.hold_of(uid))
+    }
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::Names;
+    use std::sync::Arc;
+
+    /// Keys of one class point at one allocation of each name, and names no key holds any
+    /// more are let go once there are many.
+    #[test]
+    fn class_names_are_shared_and_let_go() {
+        let mut names = Names::default();
+        let mut first: Arc<str> = Arc::from("research");
+        let mut second: Arc<str> = Arc::from("research");
+        names.share(&mut first);
+        names.share(&mut second);
+        assert!(Arc::ptr_eq(&first, &second));
+        for i in 0..1000 {
+            let mut gone: Arc<str> = Arc::from(format!("namespace-{i}"));
+            names.share(&mut gone);
+        }
+        assert!(names.set.len() < 100, "{} names kept", names.set.len());
+        let mut third: Arc<str> = Arc::from("research");
+        names.share(&mut third);
+        assert!(Arc::ptr_eq(&first, &third));
     }
 }
