@@ -863,7 +863,13 @@ fn shape_room<'r>(
 /// when the view was last brought up to date, with the same placements held on it, stays
 /// as it is, and so does a node nothing is held on that is still the inventory's: only the
 /// others are made again. The view is changed in place, unless something still shares it.
-fn held_view(view: &mut HeldView, ledger: &Ledger, name: &str, base: &Arc<Cluster>, holds: u64) {
+pub(super) fn held_view(
+    view: &mut HeldView,
+    ledger: &Ledger,
+    name: &str,
+    base: &Arc<Cluster>,
+    holds: u64,
+) {
     use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
     let mut on: Vec<(usize, (u64, usize), &Take)> = ledger
         .holds_in(name)

@@ -1,6 +1,7 @@
-//! The caches' own bookkeeping: which nodes changed since a count was made, and the room per
-//! pod shape kept across passes. (That the caches never change a decision is held by the
-//! comparisons of cached and plain runs in the dispatcher's tests.)
+//! The caches' own bookkeeping: which nodes changed since a count was made, the held views
+//! brought up to date, and the room per pod shape kept across passes. (That the caches never
+//! change a decision is held by the comparisons of cached and plain runs in the dispatcher's
+//! tests.)
 
 use super::*;
 use crate::dispatcher::job::ClassKey;
@@ -123,4 +124,82 @@ fn a_bound_pod_shape_is_kept_while_the_resource_table_stays_the_same() {
     let many: Vec<_> = (0..40).map(|k| (k, bind(&gpus))).collect();
     caches.keep_bound(many, &gpus.resources, &pending);
     assert_eq!(caches.bound_pods(&gpus.resources).map(|m| m.len()), Some(0));
+}
+
+/// A held view brought up to date in place answers as the worker made afresh with its holds
+/// taken off, as holds come and go and the inventory's nodes change; the nodes nothing is
+/// held on stay the inventory's own, and a held node that nothing changed is kept.
+#[test]
+fn a_held_view_brought_up_to_date_is_the_worker_with_its_holds_taken_off() {
+    use crate::dispatcher::ledger::{Hold, HoldKind};
+    use crate::dispatcher::oracle::view::with_holds_taken_off;
+    use crate::placement::inflight::Take;
+    use std::time::SystemTime;
+
+    let inventory = parse_yaml(
+        "clusters:\n  - name: a\n    nodes:\n      - name: a1\n        allocatable: {cpu: \"8\", memory: 8Gi, pods: \"110\"}\n      - name: a2\n        allocatable: {cpu: \"8\", memory: 8Gi, pods: \"110\"}\n      - name: a3\n        allocatable: {cpu: \"8\", memory: 8Gi, pods: \"110\"}\n",
+    )
+    .expect("inventory parses");
+    let cpu = inventory.resources.id("cpu").expect("cpu is listed");
+    let mut base = inventory.clusters[0].clone();
+    let hold = |uid: &str, node: &Arc<Node>, index: usize, millis: i64| Hold {
+        job_uid: uid.to_string(),
+        cluster: "a".to_string(),
+        takes: vec![Take {
+            node: node.name.clone(),
+            index,
+            amounts: vec![(cpu, millis)],
+            zone_amounts: Vec::new(),
+        }],
+        kind: HoldKind::Dispatched,
+        since: SystemTime::UNIX_EPOCH,
+        serial: 0,
+    };
+    let requested =
+        |c: &Cluster| -> Vec<Vec<i64>> { c.nodes.iter().map(|n| n.requested.clone()).collect() };
+    let check = |view: &HeldView, base: &Arc<Cluster>, ledger: &Ledger, step: &str| {
+        let afresh = with_holds_taken_off(base, ledger.holds_in("a"));
+        assert_eq!(requested(&view.view), requested(&afresh), "{step}");
+        let held: Vec<usize> = view.held.iter().map(|n| n.index).collect();
+        for (i, (mine, own)) in view.view.nodes.iter().zip(&base.nodes).enumerate() {
+            assert_eq!(
+                Arc::ptr_eq(mine, own),
+                !held.contains(&i),
+                "{step}: node {i} is the inventory's own unless held on"
+            );
+        }
+    };
+
+    let mut ledger = Ledger::default();
+    ledger.hold(hold("j1", &base.nodes[0], 0, 2000));
+    let mut view = HeldView::of(&base);
+    oracle::held_view(&mut view, &ledger, "a", &base, 1);
+    check(&view, &base, &ledger, "one hold");
+    let first = Arc::as_ptr(&view.view);
+
+    // The hold moves from the first node to the second.
+    ledger.release("j1");
+    ledger.hold(hold("j2", &base.nodes[1], 1, 3000));
+    oracle::held_view(&mut view, &ledger, "a", &base, 2);
+    check(&view, &base, &ledger, "the hold moved");
+    assert_eq!(Arc::as_ptr(&view.view), first, "changed in place");
+    let held_node = view.view.nodes[1].clone();
+
+    // A pod starts on the third node: the inventory's cluster is another one.
+    let changed = Arc::make_mut(&mut Arc::make_mut(&mut base).nodes[2]);
+    changed.requested[cpu] += 1000;
+    assert!(!view.is_current(&base, 2));
+    oracle::held_view(&mut view, &ledger, "a", &base, 2);
+    check(&view, &base, &ledger, "a node changed");
+    assert!(
+        Arc::ptr_eq(&view.view.nodes[1], &held_node),
+        "the held node nothing changed is kept"
+    );
+
+    // Something still shares the view (a pass that made it): it is copied, not changed.
+    let shared = view.view.clone();
+    ledger.release("j2");
+    oracle::held_view(&mut view, &ledger, "a", &base, 3);
+    check(&view, &base, &ledger, "no hold left");
+    assert_eq!(requested(&shared)[1][cpu], requested(&base)[1][cpu] + 3000);
 }
