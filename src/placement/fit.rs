@@ -1653,6 +1653,9 @@ pub fn fit_cluster(
                 .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
         })
     };
+    // Read once per search: both walks below ask it of every node.
+    let no_room: Vec<bool> = (0..nodes).map(no_room).collect();
+    let no_room = |i: usize| no_room[i];
     // First without a word about why nodes refuse: most searches that get this far fit, and
     // then no reason is read. The same nodes take the same pods either way.
     let mut weighted = 0i64;
@@ -1698,13 +1701,14 @@ pub fn fit_cluster(
     out.placements.clear();
     let mut first_misfit: Option<(bool, Misfit)> = None;
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
+    // The rank of the misfit kept, found when it is kept.
+    let mut kept = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
         }
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
-        let kept = first_misfit.as_ref().map(|(p, f)| rank(*p, f));
         if kept >= Some((false, true)) && no_room(i) {
             // Nothing this node could say would be kept, and it has no room.
             continue;
@@ -1736,10 +1740,9 @@ pub fn fit_cluster(
         // The most telling reason: from a node that took part of the gang, else one that
         // preemption could fix, else the first.
         if let Some(m) = fit.refusal.map(|r| r.misfit(node)) {
-            let better = first_misfit
-                .as_ref()
-                .is_none_or(|(p, f)| rank(fit.count > 0, &m) > rank(*p, f));
-            if better {
+            let this = rank(fit.count > 0, &m);
+            if kept.is_none_or(|k| this > k) {
+                kept = Some(this);
                 first_misfit = Some((fit.count > 0, m));
             }
         }
