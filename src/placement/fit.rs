@@ -1653,9 +1653,9 @@ pub fn fit_cluster(
                 .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
         })
     };
-    // Read once per search: both walks below ask it of every node.
-    let no_room: Vec<bool> = (0..nodes).map(no_room).collect();
-    let no_room = |i: usize| no_room[i];
+    // What the first walk finds, for the second (which comes only after the first went
+    // through every node).
+    let mut roomless = Vec::with_capacity(nodes);
     // First without a word about why nodes refuse: most searches that get this far fit, and
     // then no reason is read. The same nodes take the same pods either way.
     let mut weighted = 0i64;
@@ -1663,7 +1663,9 @@ pub fn fit_cluster(
         if out.fitted >= n {
             break;
         }
-        if no_room(i) {
+        let none = no_room(i);
+        roomless.push(none);
+        if none {
             continue;
         }
         let fit = fit_node_with(
@@ -1709,7 +1711,7 @@ pub fn fit_cluster(
         }
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
-        if kept >= Some((false, true)) && no_room(i) {
+        if kept >= Some((false, true)) && roomless.get(i).copied().unwrap_or_else(|| no_room(i)) {
             // Nothing this node could say would be kept, and it has no room.
             continue;
         }
