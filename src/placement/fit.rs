@@ -1701,16 +1701,16 @@ pub fn fit_cluster(
     // It does not fit: again, keeping the most telling reason.
     out.fitted = 0;
     out.placements.clear();
-    let mut first_misfit: Option<(bool, Misfit)> = None;
+    // The misfit kept, with its rank: from a node that took part of the gang, then resolvable.
+    let mut first_misfit: Option<((bool, bool), Misfit)> = None;
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
-    // The rank of the misfit kept, found when it is kept.
-    let mut kept = None;
     for (i, node) in cluster.nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
         }
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
+        let kept = first_misfit.as_ref().map(|(r, _)| *r);
         if kept >= Some((false, true)) && roomless.get(i).copied().unwrap_or_else(|| no_room(i)) {
             // Nothing this node could say would be kept, and it has no room.
             continue;
@@ -1744,8 +1744,7 @@ pub fn fit_cluster(
         if let Some(m) = fit.refusal.map(|r| r.misfit(node)) {
             let this = rank(fit.count > 0, &m);
             if kept.is_none_or(|k| this > k) {
-                kept = Some(this);
-                first_misfit = Some((fit.count > 0, m));
+                first_misfit = Some((this, m));
             }
         }
         state = fit.state;
