@@ -223,14 +223,13 @@ pub struct ClusterSummary {
 }
 
 impl ClusterSummary {
-    /// Node `i`'s row of [`ClusterSummary::node_free`], if the summary is one of a cluster
-    /// with `nodes` nodes.
-    pub(crate) fn free_row(&self, nodes: usize, i: usize) -> Option<&[i64]> {
+    /// The rows of [`ClusterSummary::node_free`], node after node, each as wide as
+    /// `allocatable`, if the summary is one of a cluster with `nodes` nodes and counts any
+    /// resource.
+    pub(crate) fn free_rows(&self, nodes: usize) -> Option<std::slice::ChunksExact<'_, i64>> {
         let width = self.allocatable.len();
-        if self.nodes != nodes || self.node_free.len() != nodes * width {
-            return None;
-        }
-        self.node_free.get(i * width..(i + 1) * width)
+        (width > 0 && self.nodes == nodes && self.node_free.len() == nodes * width)
+            .then(|| self.node_free.chunks_exact(width))
     }
 }
 

@@ -1603,6 +1603,31 @@ pub(crate) fn summary_shortfall<'p>(
     None
 }
 
+/// For each of a cluster's `nodes` nodes, whether its row in the summary `s` shows it without
+/// room for one copy of the pod (a row is an upper bound of what the node has free); all
+/// `false` when the summary has no rows for these nodes. One pass over the rows per resource
+/// the pod requests, so that a search walks past such nodes without reading them.
+fn roomless_nodes(s: &crate::inventory::ClusterSummary, nodes: usize, pod: &BoundPod) -> Vec<bool> {
+    let mut none = vec![false; nodes];
+    let Some(rows) = s.free_rows(nodes) else {
+        return none;
+    };
+    let width = s.allocatable.len();
+    for &(rid, _, q) in &pod.node_request {
+        match rid {
+            // A resource no row counts: none of them has any of it free.
+            Some(r) if r < width => {
+                for (flag, row) in none.iter_mut().zip(rows.clone()) {
+                    *flag |= row[r] < q;
+                }
+            }
+            Some(_) if q > 0 => none.fill(true),
+            _ => {}
+        }
+    }
+    none
+}
+
 /// Whether `n` copies of the pod fit in `cluster` at once, node by node and NUMA zone by NUMA
 /// zone; never on sums of free resources. Clusters that cannot possibly fit are rejected from
 /// their summary before any node is looked at.
@@ -1638,33 +1663,15 @@ pub fn fit_cluster(
         zones: Vec::new(),
     };
     let mut scratch = Scratch::default();
-    // The node-level request, for skipping nodes without room for one pod on the summary's
-    // rows alone.
-    let request: Vec<(usize, i64)> = pod
-        .node_request
-        .iter()
-        .filter_map(|(rid, _, q)| Some(((*rid)?, *q)))
-        .collect();
-    let nodes = cluster.nodes.len();
-    let no_room = |i: usize| {
-        s.free_row(nodes, i).is_some_and(|row| {
-            request
-                .iter()
-                .any(|&(r, q)| row.get(r).copied().unwrap_or(0) < q)
-        })
-    };
-    // What the first walk finds, for the second (which comes only after the first went
-    // through every node).
-    let mut roomless = Vec::with_capacity(nodes);
+    // Nodes that the summary's rows show without room for one pod are not judged.
+    let roomless = roomless_nodes(s, cluster.nodes.len(), pod);
     // First without a word about why nodes refuse: most searches that get this far fit, and
     // then no reason is read. The same nodes take the same pods either way.
     let mut weighted = 0i64;
-    for (i, node) in cluster.nodes.iter().enumerate() {
+    for (i, (node, &none)) in cluster.nodes.iter().zip(&roomless).enumerate() {
         if out.fitted >= n {
             break;
         }
-        let none = no_room(i);
-        roomless.push(none);
         if none {
             continue;
         }
@@ -1711,7 +1718,7 @@ pub fn fit_cluster(
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
         let kept = first_misfit.as_ref().map(|(r, _)| *r);
-        if kept >= Some((false, true)) && roomless.get(i).copied().unwrap_or_else(|| no_room(i)) {
+        if kept >= Some((false, true)) && roomless[i] {
             // Nothing this node could say would be kept, and it has no room.
             continue;
         }
