@@ -899,16 +899,13 @@ pub(super) fn held_view(
         c.name.clone_from(&base.name);
     }
     let hasher = foldhash::fast::FixedState::default();
-    let mut groups = on.chunk_by(|a, b| a.0 == b.0);
-    let mut group = groups.next();
-    for (index, (mine, own)) in c.nodes.iter_mut().zip(&base.nodes).enumerate() {
-        let Some(takes) = group.filter(|g| g[0].0 == index) else {
-            if !Arc::ptr_eq(mine, own) {
-                *mine = own.clone();
-            }
-            continue;
-        };
-        group = groups.next();
+    // The first node after the held ones brought up to date so far.
+    let mut next = 0;
+    for takes in on.chunk_by(|a, b| a.0 == b.0) {
+        let index = takes[0].0;
+        share_unheld(&mut c.nodes[next..index], &base.nodes[next..index]);
+        next = index + 1;
+        let (mine, own) = (&mut c.nodes[index], &base.nodes[index]);
         let mut h = hasher.build_hasher();
         for (_, id, _) in takes {
             id.hash(&mut h);
@@ -930,9 +927,20 @@ pub(super) fn held_view(
         }
         view.held.push(node);
     }
+    share_unheld(&mut c.nodes[next..], &base.nodes[next..]);
     // The summary is the inventory's (see `oracle::view::apply`).
     view.base = Arc::downgrade(base);
     view.holds = holds;
+}
+
+/// Nodes nothing is held on are the inventory's own: `mine` takes each node of `own` it does
+/// not already share.
+fn share_unheld(mine: &mut [Arc<Node>], own: &[Arc<Node>]) {
+    for (mine, own) in mine.iter_mut().zip(own) {
+        if !Arc::ptr_eq(mine, own) {
+            *mine = own.clone();
+        }
+    }
 }
 
 /// A misfit's text, when messages are asked for.
