@@ -205,14 +205,15 @@ pub(crate) struct SimWorker {
     pub(crate) kueue: Option<SimKueue>,
 }
 
-/// Every node's allocatable and requested amounts in one table, row after row: finding a node
-/// for a pod reads it instead of each node's own vectors (a worker of 200 nodes is looked at
-/// for every pod bound there). Refreshed whenever a pod takes or frees room on a node.
+/// Every node's allocatable and free amounts in one table, row after row: finding a node for a
+/// pod reads it instead of each node's own vectors (a worker of 200 nodes is looked at for
+/// every pod bound there). Refreshed whenever a pod takes or frees room on a node.
 #[derive(Debug, Default)]
 struct Rows {
     /// Resources per row (the resource table's length).
     width: usize,
-    /// Per node: `width` allocatable amounts, then `width` requested ones.
+    /// Per node: `width` allocatable amounts, then `width` free ones (allocatable −
+    /// requested).
     cells: Vec<i64>,
 }
 
@@ -235,14 +236,14 @@ impl Rows {
         let Some(row) = self.cells.get_mut(i * 2 * w..(i + 1) * 2 * w) else {
             return;
         };
-        let (alloc, requested) = row.split_at_mut(w);
+        let (alloc, free) = row.split_at_mut(w);
         for r in 0..w {
             alloc[r] = node.allocatable.get(r).copied().unwrap_or(0);
-            requested[r] = node.requested.get(r).copied().unwrap_or(0);
+            free[r] = node.free(r);
         }
     }
 
-    /// Node `i`'s allocatable and requested amounts.
+    /// Node `i`'s allocatable and free amounts.
     fn row(&self, i: usize) -> (&[i64], &[i64]) {
         let w = self.width;
         self.cells[i * 2 * w..(i + 1) * 2 * w].split_at(w)
@@ -1087,12 +1088,12 @@ fn pick_node(
     });
     let mut best: Option<(i64, usize)> = None;
     for i in 0..cluster.nodes.len() {
-        let (alloc, requested) = rows.row(i);
-        if !has_room(alloc, requested, &request, pods) {
+        let (alloc, free) = rows.row(i);
+        if !has_room(alloc, free, &request, pods) {
             continue;
         }
         let node = &cluster.nodes[i];
-        let score = least_allocated(alloc, requested, &scored)
+        let score = least_allocated(alloc, free, &scored)
             + NODE_AFFINITY_WEIGHT * preferred_score(prefer, node);
         // Taints, selectors and affinity are only looked at for a node that would be chosen.
         if best.is_none_or(|(s, _)| score > s)
@@ -1116,18 +1117,12 @@ fn node_request(pod: &BoundPod) -> Option<Vec<(usize, i64)>> {
 
 /// NodeResourcesFit: the node's free amounts (allocatable − requested) cover the request, and
 /// it has a pod slot left.
-fn has_room(
-    alloc: &[i64],
-    requested: &[i64],
-    request: &[(usize, i64)],
-    pods: Option<usize>,
-) -> bool {
+fn has_room(alloc: &[i64], free: &[i64], request: &[(usize, i64)], pods: Option<usize>) -> bool {
     let cell = |v: &[i64], r: usize| v.get(r).copied().unwrap_or(0);
-    let free = |r: usize| cell(alloc, r).saturating_sub(cell(requested, r));
-    if pods.is_some_and(|p| cell(alloc, p) > 0 && free(p) < 1000) {
+    if pods.is_some_and(|p| cell(alloc, p) > 0 && cell(free, p) < 1000) {
         return false;
     }
-    request.iter().all(|&(r, q)| free(r) >= q)
+    request.iter().all(|&(r, q)| cell(free, r) >= q)
 }
 
 /// The NUMA-aware scheduler's choice for one pod (the worker's second scheduler, with
@@ -1159,8 +1154,8 @@ fn pick_aligned_node(
     for (i, node) in cluster.nodes.iter().enumerate() {
         // The node-level check from the table first: most nodes of a busy worker fail it,
         // and it costs less than the Topology Manager's.
-        let (alloc, requested) = rows.row(i);
-        if !has_room(alloc, requested, &request, pods) || named_in(keep_off, node) {
+        let (alloc, free) = rows.row(i);
+        if !has_room(alloc, free, &request, pods) || named_in(keep_off, node) {
             continue;
         }
         let Ok(score) = judge.verdict(node) else {
@@ -1208,7 +1203,7 @@ const MAX_NODE_SCORE: i64 = 10;
 /// The default scheduler's LeastAllocated score (0–100) over cpu and memory after placing
 /// the pod.
 /// `scored`: the ids of cpu and memory with the pod's request of each.
-fn least_allocated(alloc: &[i64], requested: &[i64], scored: &[Option<(usize, i64)>; 2]) -> i64 {
+fn least_allocated(alloc: &[i64], free: &[i64], scored: &[Option<(usize, i64)>; 2]) -> i64 {
     let mut sum = 0;
     let mut n = 0;
     for &(r, want) in scored.iter().flatten() {
@@ -1216,8 +1211,8 @@ fn least_allocated(alloc: &[i64], requested: &[i64], scored: &[Option<(usize, i6
         if alloc <= 0 {
             continue;
         }
-        let used = requested.get(r).copied().unwrap_or(0) + want;
-        sum += ((alloc - used).max(0) * 100) / alloc;
+        let left = free.get(r).copied().unwrap_or(0) - want;
+        sum += (left.max(0) * 100) / alloc;
         n += 1;
     }
     if n == 0 {
