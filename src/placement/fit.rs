@@ -1615,13 +1615,14 @@ fn roomless_nodes(s: &crate::inventory::ClusterSummary, nodes: usize, pod: &Boun
     let width = s.allocatable.len();
     for &(rid, _, q) in &pod.node_request {
         match rid {
-            // A resource no row counts: none of them has any of it free.
             Some(r) if r < width => {
                 for (flag, row) in none.iter_mut().zip(rows.clone()) {
                     *flag |= row[r] < q;
                 }
             }
+            // A resource no row counts: no node has any of it free.
             Some(_) if q > 0 => none.fill(true),
+            // Unknown resources are the summary's own refusal (`summary_shortfall`).
             _ => {}
         }
     }
