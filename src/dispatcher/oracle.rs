@@ -116,6 +116,11 @@ pub(crate) trait Oracle<'w> {
     fn context(&self) -> (&'w State, &'w DispatchConfig);
     fn view_mut(&mut self) -> &mut PassView<'w>;
 
+    /// The gang's pod shape bound to the inventory's resource table.
+    fn bound(&mut self, gang: &Gang) -> Arc<crate::placement::BoundPod> {
+        Arc::new(gang.shape.bind(&self.context().0.inventory.resources))
+    }
+
     /// The pass gave room back in `worker`: what was found there in earlier passes may not
     /// hold for the rest of it.
     fn gained_room(&mut self, _worker: &'w str) {}
@@ -135,7 +140,7 @@ pub(crate) trait Oracle<'w> {
             return None;
         }
         let table = &state.inventory.resources;
-        let bound = gang.shape.bind(table);
+        let bound = self.bound(gang);
         let takes = found.takes(&cluster, gang, &bound, &config.engine, table);
         let v = self.view_mut();
         v.give_back(worker, &room.takes);
@@ -152,16 +157,11 @@ pub(crate) trait Oracle<'w> {
         worker: &'w str,
         room: &Hold,
     ) -> Option<(Cluster, view::Search)> {
+        let bound = self.bound(gang);
         let (state, config) = self.context();
         let cluster = view::with_room(self.current(worker)?, room);
         let table = &state.inventory.resources;
-        let found = view::search(
-            &cluster,
-            table,
-            gang,
-            &gang.shape.bind(table),
-            &config.engine,
-        );
+        let found = view::search(&cluster, table, gang, &bound, &config.engine);
         Some((cluster, found))
     }
 

@@ -773,18 +773,9 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         &mut self.view
     }
 
-    fn search_with_room(
-        &mut self,
-        gang: &Gang,
-        worker: &'w str,
-        room: &Hold,
-    ) -> Option<(Cluster, crate::dispatcher::oracle::view::Search)> {
-        // The trait's own, with the pod shape bound once per pass.
-        let bound = self.bind(gang.class.shape, gang.shape);
-        let cluster = with_room(self.cluster(worker)?, room);
-        let (table, engine) = (&self.state.inventory.resources, &self.config.engine);
-        let found = search(&cluster, table, gang, &bound, engine);
-        Some((cluster, found))
+    fn bound(&mut self, gang: &Gang) -> Arc<BoundPod> {
+        // Bound once per pass for every class of the shape.
+        self.bind(gang.class.shape, gang.shape)
     }
 
     fn room_for(&mut self, gang: &Gang, worker: &'w str, own: Option<&Hold>) -> Option<Room> {
