@@ -238,14 +238,14 @@ pub(crate) fn freer_room_in(
         return None;
     }
     let now = view::shortfall(current, &room.takes);
-    let order = view::freest_first(freeness);
+    let mut order = view::FreestFirst::new(freeness);
     view::room_in_order(
         current,
         gang,
         bound,
         &state.inventory,
         &config.engine,
-        &order,
+        &mut order,
     )
     .filter(|better| better.shortfall < now)
 }

@@ -17,8 +17,8 @@ use crate::dispatcher::job::ClassKey;
 use crate::dispatcher::ledger::Hold;
 use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::oracle::view::{
-    fit_drained, freeness, freest_first, node_freeness, node_of, room_in_order, search, takes_of,
-    with_room, PassView,
+    fit_drained, freeness, node_freeness, node_of, room_in_order, search, takes_of, with_room,
+    FreestFirst, PassView,
 };
 use crate::dispatcher::oracle::{
     fit_with_room, freer_room_in, Circumstances, Fit, Gang, Oracle, Room, Verdict,
@@ -789,10 +789,10 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             }
             None => &view,
         };
-        let order = freest_first(&self.node_freeness(worker, current, gang));
+        let mut order = FreestFirst::new(&self.node_freeness(worker, current, gang));
         let bound = self.bind(gang.class.shape, gang.shape);
         let (inventory, engine) = (&self.state.inventory, &self.config.engine);
-        room_in_order(current, gang, &bound, inventory, engine, &order)
+        room_in_order(current, gang, &bound, inventory, engine, &mut order)
     }
 
     fn fit_with_room(&mut self, gang: &Gang, worker: &'w str, room: &Hold) -> Fit {

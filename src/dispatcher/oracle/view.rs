@@ -373,8 +373,8 @@ pub(crate) fn room_in(
     engine: &EngineConfig,
 ) -> Option<Room> {
     let bound = gang.shape.bind(&inventory.resources);
-    let order = freest_first(&node_freeness(current, &bound));
-    room_in_order(current, gang, &bound, inventory, engine, &order)
+    let mut order = FreestFirst::new(&node_freeness(current, &bound));
+    room_in_order(current, gang, &bound, inventory, engine, &mut order)
 }
 
 /// [`freeness`] of every node of `current`, by position.
@@ -382,27 +382,70 @@ pub(crate) fn node_freeness(current: &Cluster, bound: &BoundPod) -> Vec<i64> {
     current.nodes.iter().map(|n| freeness(n, bound)).collect()
 }
 
-/// Node positions, freest first (by [`node_freeness`]), then in the worker's order.
+/// Node positions, freest first (by [`node_freeness`]), then in the worker's order: the
+/// order [`room_in_order`] takes nodes in. It is sorted only as far as asked for, since a
+/// search for room reads only the first nodes of it (`freest_first`, in tests, is the whole order at
+/// once, the reference).
+pub(crate) struct FreestFirst {
+    /// Every node's sort key: unique (the position breaks ties), so any correct sort gives
+    /// the order a stable sort by freeness alone gives. The first `positions.len()` are in
+    /// order, and no key after them sorts before them.
+    keyed: Vec<(std::cmp::Reverse<i64>, usize)>,
+    positions: Vec<usize>,
+}
+
+impl FreestFirst {
+    pub(crate) fn new(freeness: &[i64]) -> Self {
+        Self {
+            keyed: freeness
+                .iter()
+                .enumerate()
+                .map(|(i, &f)| (std::cmp::Reverse(f), i))
+                .collect(),
+            positions: Vec::new(),
+        }
+    }
+
+    /// The first `k` node positions of the order (all of them when there are fewer).
+    pub(crate) fn first(&mut self, k: usize) -> &[usize] {
+        let k = k.min(self.keyed.len());
+        let done = self.positions.len();
+        if k > done {
+            let rest = &mut self.keyed[done..];
+            let wanted = k - done;
+            if wanted < rest.len() {
+                // The `wanted` least keys of the rest before the others, in no order.
+                rest.select_nth_unstable(wanted - 1);
+            }
+            let next = &mut rest[..wanted];
+            next.sort_unstable();
+            self.positions.extend(next.iter().map(|&(_, i)| i));
+        }
+        &self.positions[..k]
+    }
+}
+
+/// Node positions, freest first (by [`node_freeness`]), then in the worker's order: the
+/// whole of [`FreestFirst`]'s order, sorted at once.
+#[cfg(test)]
 pub(crate) fn freest_first(freeness: &[i64]) -> Vec<usize> {
     let mut keyed: Vec<(std::cmp::Reverse<i64>, usize)> = freeness
         .iter()
         .enumerate()
         .map(|(i, &f)| (std::cmp::Reverse(f), i))
         .collect();
-    // Every key is unique (the position breaks ties): the order a stable sort by freeness
-    // alone gives.
     keyed.sort_unstable();
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
-/// [`room_in`] with the nodes taken in `order` (see [`freest_first`]).
+/// [`room_in`] with the nodes taken in `order`.
 pub(crate) fn room_in_order(
     current: &Cluster,
     gang: &Gang,
     bound: &BoundPod,
     inventory: &Inventory,
     engine: &EngineConfig,
-    order: &[usize],
+    order: &mut FreestFirst,
 ) -> Option<Room> {
     let table = &inventory.resources;
     let n = current.nodes.len();
@@ -411,13 +454,14 @@ pub(crate) fn room_in_order(
     // (first as many as there are pods, doubling).
     let mut first = gang.all_pods().clamp(1, n.max(1)).min(n);
     loop {
-        let empty = drained_in(current, &order[..first], table.len());
+        let nodes = order.first(first);
+        let empty = drained_in(current, nodes, table.len());
         let found = search(&empty, table, gang, bound, engine);
         if found.fit.fits() {
             let score = found.fit.score;
             let mut takes = found.takes(&empty, gang, bound, engine, table);
             for t in &mut takes {
-                t.index = order[t.index];
+                t.index = nodes[t.index];
             }
             return Some(Room {
                 shortfall: shortfall(current, &takes),
@@ -520,4 +564,39 @@ fn drained_in(cluster: &Cluster, order: &[usize], resources: usize) -> Cluster {
 
 pub(crate) fn show(resource: &str, m: i64) -> String {
     display(resource, Milli(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{freest_first, FreestFirst};
+    use crate::rng::Rng;
+
+    /// The order sorted as far as asked for is the whole order's prefix, however far it is
+    /// asked for and in whatever steps (a search for room asks for more nodes, doubling).
+    #[test]
+    fn freest_first_sorted_in_steps_is_the_whole_order() {
+        let mut rng = Rng::new(20);
+        for round in 0..500 {
+            let n = rng.index(40);
+            // Few distinct values, so that ties (broken by position) are common.
+            let values = 1 + rng.below(8) as i64;
+            let freeness: Vec<i64> = (0..n)
+                .map(|_| rng.below(values as u64) as i64 - 1)
+                .collect();
+            let whole = freest_first(&freeness);
+            let mut order = FreestFirst::new(&freeness);
+            let mut k = rng.index(4);
+            loop {
+                assert_eq!(
+                    order.first(k),
+                    &whole[..k.min(n)],
+                    "round {round}: first {k} of {freeness:?}"
+                );
+                if k > n {
+                    break;
+                }
+                k = k * 2 + 1 + rng.index(3);
+            }
+        }
+    }
 }
