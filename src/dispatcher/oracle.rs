@@ -91,6 +91,16 @@ pub(crate) trait Oracle<'w> {
     /// list, were its nodes empty; the score there if so.
     fn fit_drained(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Option<i64>;
 
+    /// Of `among` (the queue's workers by position; `workers` is its list), those that could
+    /// hold the gang were their nodes empty (see [`Oracle::fit_drained`]), in the same order.
+    fn could_hold(&mut self, gang: &Gang, workers: &'w [String], among: &[usize]) -> Vec<usize> {
+        among
+            .iter()
+            .copied()
+            .filter(|&i| self.fit_drained(gang, &workers[i], i).is_some())
+            .collect()
+    }
+
     /// Places the gang in `worker`, where [`Oracle::fit`] just found it fits: the pass's view
     /// of the worker loses the room, and the placement is returned node by node, to hold.
     /// `None` when the worker changed since.

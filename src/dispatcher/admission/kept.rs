@@ -222,15 +222,7 @@ pub(super) fn could_hold<'w>(
     among: &[usize],
     oracle: &mut impl Oracle<'w>,
 ) -> Vec<usize> {
-    among
-        .iter()
-        .copied()
-        .filter(|&i| {
-            oracle
-                .fit_drained(&look.gang, &look.settings.clusters[i], i)
-                .is_some()
-        })
-        .collect()
+    oracle.could_hold(&look.gang, &look.settings.clusters, among)
 }
 
 /// Up to four names, then how many more.

@@ -526,6 +526,39 @@ impl<'w> CachedOracle<'w> {
         found
     }
 
+    /// [`Oracle::fit_drained`], from `known` (the class's drained fits found in earlier
+    /// passes) while the worker keeps its nodes and the queues their workers; found afresh
+    /// (and kept) otherwise.
+    fn drained_score(
+        &mut self,
+        known: Option<&[Option<DrainedFit>]>,
+        gang: &Gang,
+        worker: &str,
+        order: usize,
+    ) -> Option<i64> {
+        let inventory = &self.state.inventory;
+        let base = inventory.cluster(worker)?;
+        let fingerprint = base.summary.capacity_fingerprint;
+        let queues = self.caches.queues_generation();
+        let known = known
+            .and_then(|d| d.get(order)?.as_ref())
+            .filter(|d| d.capacity_fingerprint == fingerprint && d.queues == queues);
+        if let Some(known) = known {
+            return known.score;
+        }
+        let score = fit_drained(base, gang, inventory, &self.config.engine);
+        self.found.drained.push((
+            gang.class.clone(),
+            order,
+            DrainedFit {
+                capacity_fingerprint: fingerprint,
+                queues,
+                score,
+            },
+        ));
+        score
+    }
+
     /// [`freer_room`], with the nodes' freeness from [`CachedOracle::node_freeness`].
     fn freer_room_afresh(&mut self, gang: &Gang, room: &Hold) -> Option<Room> {
         let worker = room.cluster.as_str();
@@ -648,29 +681,19 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
     }
 
     fn fit_drained(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Option<i64> {
-        let inventory = &self.state.inventory;
-        let base = inventory.cluster(worker)?;
-        let fingerprint = base.summary.capacity_fingerprint;
-        let queues = self.caches.queues_generation();
-        let known = self
-            .caches
-            .drained_of(gang.class)
-            .and_then(|d| d.get(order)?.as_ref())
-            .filter(|d| d.capacity_fingerprint == fingerprint && d.queues == queues);
-        if let Some(known) = known {
-            return known.score;
-        }
-        let score = fit_drained(base, gang, inventory, &self.config.engine);
-        self.found.drained.push((
-            gang.class.clone(),
-            order,
-            DrainedFit {
-                capacity_fingerprint: fingerprint,
-                queues,
-                score,
-            },
-        ));
-        score
+        let caches = self.caches;
+        self.drained_score(caches.drained_of(gang.class), gang, worker, order)
+    }
+
+    fn could_hold(&mut self, gang: &Gang, workers: &'w [String], among: &[usize]) -> Vec<usize> {
+        // The class's drained fits are looked up once for all the workers.
+        let caches = self.caches;
+        let known = caches.drained_of(gang.class);
+        among
+            .iter()
+            .copied()
+            .filter(|&i| self.drained_score(known, gang, &workers[i], i).is_some())
+            .collect()
     }
 
     fn place(&mut self, gang: &Gang, worker: &'w str) -> Option<Vec<Take>> {
