@@ -335,6 +335,7 @@ impl<'w> Pass<'w> {
             usable: &usable,
             starving,
         };
+        oracle.look(&now);
         let room = self
             .ledger
             .hold_of(&job.uid)

@@ -77,6 +77,10 @@ pub(crate) struct Circumstances<'a> {
 /// Admission's questions. One oracle serves one admission pass; `'w` is the lifetime of the
 /// state the pass reads.
 pub(crate) trait Oracle<'w> {
+    /// Admission looks at a Job of the queue `now` describes: called at every look, before
+    /// any question about the Job.
+    fn look(&mut self, _now: &Circumstances) {}
+
     /// Admission is about to ask about `gang`, which `now` describes, in `workers` (by
     /// position in the queue's list, and name; the oracle may answer them all at once).
     /// Called once per judgement, before any question.

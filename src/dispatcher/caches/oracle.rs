@@ -44,10 +44,14 @@ struct ViewRoom {
 
 /// One queue's memo inputs, fixed for the pass.
 struct QueueMemo {
+    /// The queue's name.
+    queue: String,
     key: MemoKey,
     /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
     /// the inventory does not have it.
     epochs: Arc<[Option<u64>]>,
+    /// Likewise, its capacity fingerprint (see `ClusterSummary::capacity_fingerprint`).
+    capacities: Arc<[Option<u64>]>,
     /// The nodes of its workers.
     nodes: usize,
 }
@@ -55,18 +59,19 @@ struct QueueMemo {
 impl QueueMemo {
     fn new(state: &State, caches: &Caches, config: &DispatchConfig, now: &Circumstances) -> Self {
         let mut nodes = 0;
-        let epochs = now
-            .workers
-            .iter()
-            .map(|name| {
-                let cluster = state.inventory.cluster(name)?;
-                nodes += cluster.nodes.len();
-                Some(caches.capacity_epoch(name))
-            })
-            .collect();
+        let mut epochs = Vec::with_capacity(now.workers.len());
+        let mut capacities = Vec::with_capacity(now.workers.len());
+        for name in now.workers {
+            let cluster = state.inventory.cluster(name);
+            nodes += cluster.map_or(0, |c| c.nodes.len());
+            epochs.push(cluster.map(|_| caches.capacity_epoch(name)));
+            capacities.push(cluster.map(|c| c.summary.capacity_fingerprint));
+        }
         Self {
+            queue: now.queue.to_string(),
             key: caches.memo_key(now.queue, config.describe),
-            epochs,
+            epochs: epochs.into(),
+            capacities: capacities.into(),
             nodes,
         }
     }
@@ -526,19 +531,18 @@ impl<'w> CachedOracle<'w> {
         found
     }
 
-    /// [`Oracle::fit_drained`], from `known` (the class's drained fits found in earlier
-    /// passes) while the worker keeps its nodes and the queues their workers; found afresh
-    /// (and kept) otherwise.
+    /// [`Oracle::fit_drained`] in `worker`, whose capacity fingerprint is `capacity` (`None`
+    /// when the inventory does not have it): from `known` (the class's drained fits found in
+    /// earlier passes) while the worker keeps its nodes and the queues their workers; found
+    /// afresh (and kept) otherwise.
     fn drained_score(
         &mut self,
         known: Option<&[Option<DrainedFit>]>,
         gang: &Gang,
-        worker: &str,
-        order: usize,
+        (worker, order): (&str, usize),
+        capacity: Option<u64>,
     ) -> Option<i64> {
-        let inventory = &self.state.inventory;
-        let base = inventory.cluster(worker)?;
-        let fingerprint = base.summary.capacity_fingerprint;
+        let fingerprint = capacity?;
         let queues = self.caches.queues_generation();
         let known = known
             .and_then(|d| d.get(order)?.as_ref())
@@ -546,6 +550,9 @@ impl<'w> CachedOracle<'w> {
         if let Some(known) = known {
             return known.score;
         }
+        let inventory = &self.state.inventory;
+        let base = inventory.cluster(worker)?;
+        debug_assert_eq!(base.summary.capacity_fingerprint, fingerprint, "{worker}");
         let score = fit_drained(base, gang, inventory, &self.config.engine);
         self.found.drained.push((
             gang.class.clone(),
@@ -653,6 +660,11 @@ impl<'w> CachedOracle<'w> {
 }
 
 impl<'w> Oracle<'w> for CachedOracle<'w> {
+    fn look(&mut self, now: &Circumstances) {
+        // Only where to find the queue's memo: it is made when first needed.
+        self.judging.slot = now.queue_slot;
+    }
+
     fn prepare(&mut self, gang: &Gang, now: &Circumstances, workers: &[(usize, &'w str)]) {
         self.judging = Judging {
             slot: now.queue_slot,
@@ -682,17 +694,37 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
 
     fn fit_drained(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Option<i64> {
         let caches = self.caches;
-        self.drained_score(caches.drained_of(gang.class), gang, worker, order)
+        let capacity = capacity_of(self.state, worker);
+        self.drained_score(
+            caches.drained_of(gang.class),
+            gang,
+            (worker, order),
+            capacity,
+        )
     }
 
     fn could_hold(&mut self, gang: &Gang, workers: &'w [String], among: &[usize]) -> Vec<usize> {
-        // The class's drained fits are looked up once for all the workers.
-        let caches = self.caches;
+        // The class's drained fits are looked up once for all the workers, and the workers'
+        // capacities read by position from their queue's memo when the pass made it.
+        let (caches, state) = (self.caches, self.state);
         let known = caches.drained_of(gang.class);
+        let capacities = self
+            .queues
+            .get(self.judging.slot)
+            .and_then(Option::as_ref)
+            .filter(|q| q.queue == gang.job.queue && q.capacities.len() == workers.len())
+            .map(|q| q.capacities.clone());
         among
             .iter()
             .copied()
-            .filter(|&i| self.drained_score(known, gang, &workers[i], i).is_some())
+            .filter(|&i| {
+                let capacity = match &capacities {
+                    Some(c) => c[i],
+                    None => capacity_of(state, &workers[i]),
+                };
+                self.drained_score(known, gang, (&workers[i], i), capacity)
+                    .is_some()
+            })
             .collect()
     }
 
@@ -870,6 +902,13 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             self.gained.push(worker);
         }
     }
+}
+
+/// The capacity fingerprint of `worker` (see `ClusterSummary::capacity_fingerprint`), if the
+/// inventory has it.
+fn capacity_of(state: &State, worker: &str) -> Option<u64> {
+    let cluster = state.inventory.cluster(worker)?;
+    Some(cluster.summary.capacity_fingerprint)
 }
 
 /// The [`ShapeRoom`] of `shape` in `worker`, made empty if there is none yet (the worker's
