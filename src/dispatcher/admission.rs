@@ -31,7 +31,7 @@
 //! last verdict still stands, are asked of an [`Oracle`]; the decisions here are the same
 //! whichever oracle answers.
 
-mod heads;
+pub(super) mod heads;
 mod kept;
 pub(crate) mod quota;
 mod workers;

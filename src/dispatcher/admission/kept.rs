@@ -20,8 +20,10 @@
 //!   queue leaves the other half of its workers to its other Jobs and to the queues that share
 //!   them.
 //!
-//! Starving Jobs get room in admission order (priority, then age), so the one that waited
-//! longest is never passed over for room, and the next gets room as soon as one starts.
+//! Starving Jobs get room in the order a pass takes them: priority, then age, where a
+//! starving Job's age counts more the larger its pods (see `heads`). A Job is passed over for
+//! room only by Jobs of higher priority, older ones, and larger ones submitted at most a
+//! sixth of its age after it; the next gets room as soon as one starts.
 
 use super::{Attempt, Look, Pass};
 use crate::api::QueueSettings;
@@ -212,7 +214,7 @@ impl<'w> Pass<'w> {
                 .map(|j| &j.key),
         }?;
         (*other != job.key)
-            .then(|| format!(" (room there is kept for {other}, which waited longer)"))
+            .then(|| format!(" (room there is kept for {other}, which is ahead of it)"))
     }
 }
 

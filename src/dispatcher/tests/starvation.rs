@@ -83,7 +83,7 @@ fn a_starving_gang_keeps_its_own_room_and_cpu_jobs_still_start_beside_it() {
     assert_eq!(w.reason, reason::NO_WORKER_FITS);
     assert!(
         w.message
-            .contains("room there is kept for team/big, which waited longer"),
+            .contains("room there is kept for team/big, which is ahead of it"),
         "{}",
         w.message
     );
@@ -336,4 +336,93 @@ fn a_starving_job_short_of_its_queues_quota_gets_room_too_and_other_queues_leave
         }
     }
     assert_eq!(went, [("big".into(), "a".into())]);
+}
+
+/// Two starving Jobs of queue `q` (with `extra` in its spec) and the one room of worker `a`,
+/// whose 8 GPUs a running Job takes: `small` (one 1-GPU pod) submitted first, `whole` (one
+/// pod of all 8 GPUs) `later` after it. Returns which of them room is kept for once `small`
+/// has waited 5 minutes.
+fn room_goes_to(later: std::time::Duration, extra: &str) -> Vec<&'static str> {
+    let mut env = Env::new(one_gpu_node(), vec![starving_queue("2m", extra)]);
+    env.submit(job("run").each(4, 8).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    env.submit(job("small").each(1, 1).created(env.now).build());
+    env.advance(later);
+    env.submit(job("whole").each(4, 8).created(env.now).build());
+    env.advance(mins(5) - later);
+    assert!(dispatches(&env.settle()).is_empty());
+    ["small", "whole"]
+        .into_iter()
+        .filter(|name| room_of(&env, name).is_some())
+        .collect()
+}
+
+#[test]
+fn a_starving_job_of_larger_pods_counts_as_older_by_a_share_of_its_age() {
+    // `whole` takes a whole node, `small` an eighth: at 5 minutes, `whole` (4.5 minutes old)
+    // counts as 54 s older than it is, `small` as 7.5 s older: `whole` goes first.
+    assert_eq!(room_goes_to(secs(30), ""), ["whole"]);
+    // Submitted 2 minutes after `small` (more than a sixth of its age), `whole` does not pass.
+    assert_eq!(room_goes_to(mins(2), ""), ["small"]);
+    // Under StrictFIFO no Job passes an older one.
+    assert_eq!(
+        room_goes_to(secs(30), "queueingStrategy: StrictFIFO"),
+        ["small"]
+    );
+}
+
+#[test]
+fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of_its_age() {
+    use crate::dispatcher::admission::heads::{size_bonus, size_share};
+    // The largest nodes: 64 CPUs (b-0), 8 GPUs (a-0); 256Gi of memory each.
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("a-0", 32, 8)
+        .cluster("b")
+        .node("b-0", 64, 0)
+        .build();
+    let share = |cpus, gpus| size_share(&pod(cpus, gpus).0, &largest(&inv), &inv);
+    assert_eq!(share(16, 0), 250, "16 of 64 CPUs");
+    assert_eq!(share(16, 4), 500, "4 of 8 GPUs");
+    assert_eq!(
+        share(128, 0),
+        1000,
+        "more than any node has counts as a whole node"
+    );
+    assert_eq!(share(0, 0), 3, "1Gi of 256Gi");
+    // A resource no node has counts for nothing.
+    let none = InventoryBuilder::default()
+        .cluster("c")
+        .node("c-0", 64, 0)
+        .build();
+    let no_gpus = size_share(&pod(16, 8).0, &largest(&none), &none);
+    assert_eq!(no_gpus, 250);
+
+    let min = |m| mins(m);
+    assert_eq!(
+        size_bonus(min(10), 1000),
+        min(2),
+        "a fifth of its age for a whole node"
+    );
+    assert_eq!(size_bonus(min(10), 125), secs(15));
+    assert_eq!(size_bonus(min(10), 0), secs(0));
+    assert_eq!(
+        size_bonus(min(10), 5000),
+        min(2),
+        "never more than a whole node's"
+    );
+    // An age as long as a clock can hold does not overflow.
+    let _ = size_bonus(std::time::Duration::MAX, 1000);
+}
+
+/// The most any one node of the inventory has of each resource.
+fn largest(inv: &Inventory) -> Vec<i64> {
+    let mut most = vec![0; inv.resources.len()];
+    for c in &inv.clusters {
+        for (m, &a) in most.iter_mut().zip(&c.summary.max_allocatable_on_node) {
+            *m = (*m).max(a);
+        }
+    }
+    most
 }
