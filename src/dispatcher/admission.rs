@@ -191,7 +191,10 @@ pub(crate) fn admit<'w>(
     oracle: &mut impl Oracle<'w>,
 ) -> Admission {
     let mut pass = Pass::new(state, ledger, config, now);
-    let mut heads = Heads::new(state, ledger, now, &mut pass.out);
+    // Only the exact placement keeps room for starving Jobs; the others (the baselines of
+    // `simulate`, which stand for Kueue's ways) take Jobs in Kueue's plain order.
+    let by_size = config.placement == Placement::Exact;
+    let mut heads = Heads::new(state, ledger, now, by_size, &mut pass.out);
     while let Some(head) = heads.next() {
         let slot = pass.slot_of(head.job);
         let attempt = pass.attempt(head.job, head.class, slot, oracle);

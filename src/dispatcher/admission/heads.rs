@@ -2,7 +2,8 @@
 //! across classes: higher priority first, then older (see [`Place`]). A class moves on to its
 //! next Job only when its first was admitted, or waits for a reason of its own.
 //!
-//! Age is weighted by size for starving Jobs of `BestEffortFIFO` queues: such a Job counts as
+//! Age is weighted by size for starving Jobs of `BestEffortFIFO` queues, where room is kept for
+//! starving Jobs (the exact placement; the others take Jobs in Kueue's plain order): such a Job counts as
 //! older than it is by [`size_bonus`], up to a fifth of its age for pods that take a whole
 //! node. Without it, a Job of big pods waits longer than the smaller Jobs submitted with it:
 //! they start on the scraps that free one pod at a time while it needs a whole NUMA zone or
@@ -67,6 +68,8 @@ pub(crate) fn size_share(shape: &PodShape, largest: &[i64], inventory: &Inventor
 struct Order<'w> {
     state: &'w State,
     now: SystemTime,
+    /// Whether starving Jobs' age is weighted by size at all.
+    by_size: bool,
     /// Per queue: its `starvationAfter` when its starving Jobs' age is weighted by size.
     aging: HashMap<&'w str, Option<Duration>>,
     /// The most any one node has of each resource, by id: found when first needed.
@@ -76,10 +79,11 @@ struct Order<'w> {
 }
 
 impl<'w> Order<'w> {
-    fn new(state: &'w State, now: SystemTime) -> Self {
+    fn new(state: &'w State, now: SystemTime, by_size: bool) -> Self {
         Self {
             state,
             now,
+            by_size,
             aging: HashMap::default(),
             largest: None,
             shares: HashMap::default(),
@@ -92,6 +96,9 @@ impl<'w> Order<'w> {
             counts_from: rank.created,
             rank,
         };
+        if !self.by_size {
+            return plain;
+        }
         let Some(after) = self.aging_of(&job.queue) else {
             return plain;
         };
@@ -174,6 +181,7 @@ impl<'w> Heads<'w> {
         state: &'w State,
         ledger: &'w Ledger,
         now: SystemTime,
+        by_size: bool,
         out: &mut Admission,
     ) -> Self {
         let mut classes: Vec<_> = ledger
@@ -183,7 +191,7 @@ impl<'w> Heads<'w> {
             .collect();
         let mut head_jobs = vec![None; classes.len()];
         let mut first = Vec::with_capacity(classes.len());
-        let mut order = Order::new(state, now);
+        let mut order = Order::new(state, now, by_size);
         for (i, (_, ranks)) in classes.iter_mut().enumerate() {
             if let Some((rank, job)) = next_eligible(state, ranks, now, out) {
                 first.push((order.place(job, rank), i));

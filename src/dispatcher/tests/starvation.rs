@@ -426,3 +426,26 @@ fn largest(inv: &Inventory) -> Vec<i64> {
     }
     most
 }
+
+#[test]
+fn without_exact_placement_jobs_go_in_kueues_plain_order() {
+    // Kueue's ways (simulate's baselines) keep no room, and order Jobs by priority and age
+    // alone: when the running Job ends, the older 1-GPU Job takes its GPUs first, and the
+    // whole-node Job submitted 30 s after it waits.
+    let mut env = Env::new(one_gpu_node(), vec![starving_queue("2m", "")]);
+    env.world.config.placement = crate::dispatcher::world::Placement::SumOfFree;
+    env.submit(job("run").each(4, 8).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    env.submit(job("small").each(1, 1).created(env.now).build());
+    env.advance(secs(30));
+    env.submit(job("whole").each(4, 8).created(env.now).build());
+    env.advance(mins(5));
+    assert!(dispatches(&env.settle()).is_empty());
+    env.finish("run", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        went.extend(dispatches(&env.step().actions));
+    }
+    assert_eq!(went, [("small".into(), "a".into())]);
+}
