@@ -68,8 +68,9 @@ pub(crate) fn size_share(shape: &PodShape, largest: &[i64], inventory: &Inventor
 struct Order<'w> {
     state: &'w State,
     now: SystemTime,
-    /// Whether starving Jobs' age is weighted by size at all.
-    by_size: bool,
+    /// A Job that has waited since this time or before may starve in some queue whose
+    /// starving Jobs' age is weighted by size; `None`: no Job's is.
+    starving_by: Option<SystemTime>,
     /// Per queue: its `starvationAfter` when its starving Jobs' age is weighted by size.
     aging: HashMap<&'w str, Option<Duration>>,
     /// The most any one node has of each resource, by id: found when first needed.
@@ -80,10 +81,17 @@ struct Order<'w> {
 
 impl<'w> Order<'w> {
     fn new(state: &'w State, now: SystemTime, by_size: bool) -> Self {
+        let soonest = (state.queues.values())
+            .filter_map(|q| q.settings.as_ref().ok())
+            .filter(|s| s.queueing == QueueingStrategy::BestEffortFIFO)
+            .filter_map(|s| s.starvation_after)
+            .min();
         Self {
             state,
             now,
-            by_size,
+            starving_by: soonest
+                .filter(|_| by_size)
+                .and_then(|after| now.checked_sub(after)),
             aging: HashMap::default(),
             largest: None,
             shares: HashMap::default(),
@@ -96,22 +104,20 @@ impl<'w> Order<'w> {
             counts_from: rank.created,
             rank,
         };
-        if !self.by_size {
+        // Most Jobs of a pass have not waited long enough to starve in any queue.
+        let since = job.waiting_since();
+        if self.starving_by.is_none_or(|by| since > by) {
             return plain;
         }
         let Some(after) = self.aging_of(&job.queue) else {
             return plain;
         };
-        let waited = self
-            .now
-            .duration_since(job.waiting_since())
-            .unwrap_or_default();
+        if since.checked_add(after).is_none_or(|t| t > self.now) {
+            return plain;
+        }
         let Ok(shape) = job.pod.as_deref() else {
             return plain;
         };
-        if waited < after {
-            return plain;
-        }
         let age = self.now.duration_since(rank.created).unwrap_or_default();
         let share = self.share_of(job.shape_key, shape);
         Place {
