@@ -64,6 +64,17 @@ pub(crate) fn size_share(shape: &PodShape, largest: &[i64], inventory: &Inventor
         .unwrap_or(0)
 }
 
+/// The most any one node of the inventory has of each resource, by id.
+pub(crate) fn largest_on_a_node(inventory: &Inventory) -> Vec<i64> {
+    let mut most = vec![0; inventory.resources.len()];
+    for c in &inventory.clusters {
+        for (m, &a) in most.iter_mut().zip(&c.summary.max_allocatable_on_node) {
+            *m = (*m).max(a);
+        }
+    }
+    most
+}
+
 /// What a pass needs to place Jobs in order, found once per pass.
 struct Order<'w> {
     state: &'w State,
@@ -145,15 +156,9 @@ impl<'w> Order<'w> {
             return s;
         }
         let inventory = &self.state.inventory;
-        let largest = self.largest.get_or_insert_with(|| {
-            let mut most = vec![0; inventory.resources.len()];
-            for c in &inventory.clusters {
-                for (m, &a) in most.iter_mut().zip(&c.summary.max_allocatable_on_node) {
-                    *m = (*m).max(a);
-                }
-            }
-            most
-        });
+        let largest = self
+            .largest
+            .get_or_insert_with(|| largest_on_a_node(inventory));
         let share = size_share(shape, largest, inventory);
         self.shares.insert(key, share);
         share

@@ -374,7 +374,7 @@ fn a_starving_job_of_larger_pods_counts_as_older_by_a_share_of_its_age() {
 
 #[test]
 fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of_its_age() {
-    use crate::dispatcher::admission::heads::{size_bonus, size_share};
+    use crate::dispatcher::admission::heads::{largest_on_a_node, size_bonus, size_share};
     // The largest nodes: 64 CPUs (b-0), 8 GPUs (a-0); 256Gi of memory each.
     let inv = InventoryBuilder::default()
         .cluster("a")
@@ -382,7 +382,7 @@ fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of
         .cluster("b")
         .node("b-0", 64, 0)
         .build();
-    let share = |cpus, gpus| size_share(&pod(cpus, gpus).0, &largest(&inv), &inv);
+    let share = |cpus, gpus| size_share(&pod(cpus, gpus).0, &largest_on_a_node(&inv), &inv);
     assert_eq!(share(16, 0), 250, "16 of 64 CPUs");
     assert_eq!(share(16, 4), 500, "4 of 8 GPUs");
     assert_eq!(
@@ -396,7 +396,7 @@ fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of
         .cluster("c")
         .node("c-0", 64, 0)
         .build();
-    let no_gpus = size_share(&pod(16, 8).0, &largest(&none), &none);
+    let no_gpus = size_share(&pod(16, 8).0, &largest_on_a_node(&none), &none);
     assert_eq!(no_gpus, 250);
 
     let min = |m| mins(m);
@@ -414,17 +414,6 @@ fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of
     );
     // An age as long as a clock can hold does not overflow.
     let _ = size_bonus(std::time::Duration::MAX, 1000);
-}
-
-/// The most any one node of the inventory has of each resource.
-fn largest(inv: &Inventory) -> Vec<i64> {
-    let mut most = vec![0; inv.resources.len()];
-    for c in &inv.clusters {
-        for (m, &a) in most.iter_mut().zip(&c.summary.max_allocatable_on_node) {
-            *m = (*m).max(a);
-        }
-    }
-    most
 }
 
 #[test]
