@@ -106,6 +106,13 @@ impl<'a> PassView<'a> {
     /// The pass hands `takes` out in `name`.
     pub(crate) fn take(&mut self, name: &str, takes: &[Take]) {
         *self.versions.entry(name.to_string()).or_insert(0) += 1;
+        // The pass looks at a worker before it changes it (every caller asks about the worker
+        // first): a change to a worker not looked at yet would be lost when it is, since the
+        // view is then made from the inventory and the ledger alone.
+        debug_assert!(
+            takes.is_empty() || self.clusters.contains_key(name),
+            "{name} changed before the pass looked at it"
+        );
         if let Some(c) = self.clusters.get_mut(name) {
             apply(Arc::make_mut(c), takes.iter());
         }
@@ -114,6 +121,10 @@ impl<'a> PassView<'a> {
     /// The pass gives `takes` back in `name` (room kept for a Job that now goes there).
     pub(crate) fn give_back(&mut self, name: &str, takes: &[Take]) {
         *self.versions.entry(name.to_string()).or_insert(0) += 1;
+        debug_assert!(
+            takes.is_empty() || self.clusters.contains_key(name),
+            "{name} changed before the pass looked at it"
+        );
         if let Some(c) = self.clusters.get_mut(name) {
             give_back(Arc::make_mut(c), takes.iter());
         }
