@@ -191,9 +191,8 @@ pub(crate) fn admit<'w>(
     oracle: &mut impl Oracle<'w>,
 ) -> Admission {
     let mut pass = Pass::new(state, ledger, config, now);
-    // Only the exact placement keeps room for starving Jobs; the others (the baselines of
-    // `simulate`, which stand for Kueue's ways) take Jobs in Kueue's plain order.
-    let by_size = config.placement == Placement::Exact;
+    // Where no room is kept for starving Jobs, Jobs go in Kueue's plain order.
+    let by_size = config.placement.keeps_room();
     let mut heads = Heads::new(state, ledger, now, by_size, &mut pass.out);
     while let Some(head) = heads.next() {
         let slot = pass.slot_of(head.job);
@@ -312,15 +311,12 @@ impl<'w> Pass<'w> {
         if let Some(wait) = self.uncounted(job, settings, slot) {
             return Attempt::Wait(wait);
         }
-        let starving = match settings.starvation_after {
+        let starving = match settings.starvation_after.and_then(|a| job.starves_at(a)) {
             None => false,
-            Some(after) => {
-                let since = job.waiting_since();
-                let starving = self.now.duration_since(since).unwrap_or_default() >= after;
-                if !starving {
-                    self.out.wake(since + after);
-                }
-                starving
+            Some(at) if at <= self.now => true,
+            Some(at) => {
+                self.out.wake(at);
+                false
             }
         };
         // A starving Job short of quota still gets room kept for it (below); any other
@@ -760,7 +756,7 @@ impl<'w> Pass<'w> {
             );
         }
         let all_never = reasons.iter().all(|r| r.never);
-        if self.config.placement == Placement::Exact && (*may_keep || all_never) {
+        if self.config.placement.keeps_room() && (*may_keep || all_never) {
             let could_hold = kept::could_hold(look, asked, oracle);
             if could_hold.is_empty() {
                 if own.is_none() {

@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// A Job's kind, namespace and name: the same in the manager and in its worker.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -222,6 +222,12 @@ impl Job {
     /// When the Job started waiting: its creation, or the end of its last back-off.
     pub(crate) fn waiting_since(&self) -> SystemTime {
         self.requeue_after.unwrap_or(self.created).max(self.created)
+    }
+
+    /// When the Job starves in a queue whose `starvationAfter` is `after`: once it has waited
+    /// that long (`None`: never, past the end of time).
+    pub(crate) fn starves_at(&self, after: Duration) -> Option<SystemTime> {
+        self.waiting_since().checked_add(after)
     }
 
     /// The pods of the gang's main shape ([`Job::pod`]).

@@ -30,6 +30,14 @@ pub enum Placement {
     Everywhere,
 }
 
+impl Placement {
+    /// Whether room is kept for starving Jobs: only the exact fit can say which nodes and
+    /// NUMA zones a gang will take. The others stand for Kueue's ways, which keep none.
+    pub(crate) fn keeps_room(self) -> bool {
+        self == Placement::Exact
+    }
+}
+
 /// Tunables of the decisions.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {

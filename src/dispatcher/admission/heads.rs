@@ -16,7 +16,7 @@
 //! `StrictFIFO`, and for Jobs that do not starve yet, the order is the plain admission order.
 
 use super::Admission;
-use crate::api::QueueingStrategy;
+use crate::api::{QueueSettings, QueueingStrategy};
 use crate::dispatcher::job::{ClassKey, Job, Rank};
 use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::state::State;
@@ -75,6 +75,14 @@ pub(crate) fn largest_on_a_node(inventory: &Inventory) -> Vec<i64> {
     most
 }
 
+/// The queue's `starvationAfter` when its starving Jobs' age is weighted by size (under
+/// `BestEffortFIFO`: under `StrictFIFO` no Job passes an older one).
+fn size_weighted(settings: &QueueSettings) -> Option<Duration> {
+    (settings.queueing == QueueingStrategy::BestEffortFIFO)
+        .then_some(settings.starvation_after)
+        .flatten()
+}
+
 /// What a pass needs to place Jobs in order, found once per pass.
 struct Order<'w> {
     state: &'w State,
@@ -93,9 +101,7 @@ struct Order<'w> {
 impl<'w> Order<'w> {
     fn new(state: &'w State, now: SystemTime, by_size: bool) -> Self {
         let soonest = (state.queues.values())
-            .filter_map(|q| q.settings.as_ref().ok())
-            .filter(|s| s.queueing == QueueingStrategy::BestEffortFIFO)
-            .filter_map(|s| s.starvation_after)
+            .filter_map(|q| size_weighted(q.settings.as_ref().ok()?))
             .min();
         Self {
             state,
@@ -116,14 +122,13 @@ impl<'w> Order<'w> {
             rank,
         };
         // Most Jobs of a pass have not waited long enough to starve in any queue.
-        let since = job.waiting_since();
-        if self.starving_by.is_none_or(|by| since > by) {
+        if self.starving_by.is_none_or(|by| job.waiting_since() > by) {
             return plain;
         }
         let Some(after) = self.aging_of(&job.queue) else {
             return plain;
         };
-        if since.checked_add(after).is_none_or(|t| t > self.now) {
+        if job.starves_at(after).is_none_or(|at| at > self.now) {
             return plain;
         }
         let Ok(shape) = job.pod.as_deref() else {
@@ -143,10 +148,8 @@ impl<'w> Order<'w> {
         if let Some(&a) = self.aging.get(queue) {
             return a;
         }
-        let aging = (self.state.queues.get(queue))
-            .and_then(|q| q.settings.as_ref().ok())
-            .filter(|s| s.queueing == QueueingStrategy::BestEffortFIFO)
-            .and_then(|s| s.starvation_after);
+        let aging =
+            (self.state.queues.get(queue)).and_then(|q| size_weighted(q.settings.as_ref().ok()?));
         self.aging.insert(queue, aging);
         aging
     }
@@ -169,8 +172,7 @@ impl<'w> Order<'w> {
 /// Job waits), so the first heads are sorted once and taken in order; the heads of classes
 /// that moved on go through a heap, which stays small.
 pub(super) struct Heads<'w> {
-    state: &'w State,
-    now: SystemTime,
+    /// Also the pass's state and time.
     order: Order<'w>,
     /// Each class's pending Jobs in rank order, gone through once per pass.
     classes: Vec<(&'w ClassKey, btree_set::Iter<'w, Rank>)>,
@@ -211,8 +213,6 @@ impl<'w> Heads<'w> {
         }
         first.sort_unstable();
         Self {
-            state,
-            now,
             order,
             classes,
             head_jobs,
@@ -243,7 +243,8 @@ impl<'w> Heads<'w> {
     /// The class's next eligible Job becomes its head.
     pub(super) fn move_on(&mut self, index: usize, out: &mut Admission) {
         let ranks = &mut self.classes[index].1;
-        if let Some((rank, job)) = next_eligible(self.state, ranks, self.now, out) {
+        let Order { state, now, .. } = self.order;
+        if let Some((rank, job)) = next_eligible(state, ranks, now, out) {
             self.moved
                 .push(Reverse((self.order.place(job, rank), index)));
             self.head_jobs[index] = Some(job);

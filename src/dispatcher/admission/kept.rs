@@ -31,7 +31,6 @@ use crate::dispatcher::job::Job;
 use crate::dispatcher::ledger::{Hold, HoldKind, Nominated};
 use crate::dispatcher::oracle::Verdict;
 use crate::dispatcher::oracle::{Gang, Oracle, Room};
-use crate::dispatcher::world::Placement;
 use std::cmp::Reverse;
 
 impl<'w> Pass<'w> {
@@ -147,7 +146,7 @@ impl<'w> Pass<'w> {
         usable: &[usize],
         oracle: &mut impl Oracle<'w>,
     ) -> Attempt {
-        if !look.may_keep || self.config.placement != Placement::Exact {
+        if !look.may_keep || !self.config.placement.keeps_room() {
             return Attempt::Wait(wait);
         }
         let could_hold = could_hold(look, usable, oracle);

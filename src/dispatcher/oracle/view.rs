@@ -105,29 +105,29 @@ impl<'a> PassView<'a> {
 
     /// The pass hands `takes` out in `name`.
     pub(crate) fn take(&mut self, name: &str, takes: &[Take]) {
-        *self.versions.entry(name.to_string()).or_insert(0) += 1;
-        // The pass looks at a worker before it changes it (every caller asks about the worker
-        // first): a change to a worker not looked at yet would be lost when it is, since the
-        // view is then made from the inventory and the ledger alone.
-        debug_assert!(
-            takes.is_empty() || self.clusters.contains_key(name),
-            "{name} changed before the pass looked at it"
-        );
-        if let Some(c) = self.clusters.get_mut(name) {
-            apply(Arc::make_mut(c), takes.iter());
+        if let Some(c) = self.changing(name, takes) {
+            apply(c, takes.iter());
         }
     }
 
     /// The pass gives `takes` back in `name` (room kept for a Job that now goes there).
     pub(crate) fn give_back(&mut self, name: &str, takes: &[Take]) {
+        if let Some(c) = self.changing(name, takes) {
+            give_back(c, takes.iter());
+        }
+    }
+
+    /// The pass's own copy of worker `name`, about to change by `takes`: a new version of it.
+    /// The pass looks at a worker before it changes it (every caller asks about the worker
+    /// first): a change to a worker not looked at yet would be lost when it is, since the view
+    /// is then made from the inventory and the ledger alone.
+    fn changing(&mut self, name: &str, takes: &[Take]) -> Option<&mut Cluster> {
         *self.versions.entry(name.to_string()).or_insert(0) += 1;
         debug_assert!(
             takes.is_empty() || self.clusters.contains_key(name),
             "{name} changed before the pass looked at it"
         );
-        if let Some(c) = self.clusters.get_mut(name) {
-            give_back(Arc::make_mut(c), takes.iter());
-        }
+        self.clusters.get_mut(name).map(Arc::make_mut)
     }
 
     /// Under the sum-of-free rule: whether the worker's free resources, summed over its

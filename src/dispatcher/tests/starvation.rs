@@ -399,17 +399,16 @@ fn a_pods_size_is_its_largest_share_of_the_largest_node_and_its_bonus_a_share_of
     let no_gpus = size_share(&pod(16, 8).0, &largest_on_a_node(&none), &none);
     assert_eq!(no_gpus, 250);
 
-    let min = |m| mins(m);
     assert_eq!(
-        size_bonus(min(10), 1000),
-        min(2),
+        size_bonus(mins(10), 1000),
+        mins(2),
         "a fifth of its age for a whole node"
     );
-    assert_eq!(size_bonus(min(10), 125), secs(15));
-    assert_eq!(size_bonus(min(10), 0), secs(0));
+    assert_eq!(size_bonus(mins(10), 125), secs(15));
+    assert_eq!(size_bonus(mins(10), 0), secs(0));
     assert_eq!(
-        size_bonus(min(10), 5000),
-        min(2),
+        size_bonus(mins(10), 5000),
+        mins(2),
         "never more than a whole node's"
     );
     // An age as long as a clock can hold does not overflow.
