@@ -40,10 +40,11 @@ use super::job::{rfc3339, ClassKey, Job, JobKey};
 use super::ledger::{Hold, HoldKind, Ledger};
 use super::oracle::{Circumstances, Fit, Gang, Oracle, Verdict};
 use super::reason;
-use super::state::{Queue, State};
+use super::state::{Queue, State, Worker};
 use super::world::{DispatchConfig, Placement};
 use super::Action;
 use crate::api::{QueueSettings, QueueingStrategy};
+use crate::inventory::Cluster;
 use crate::placement::inflight::Take;
 use crate::placement::PodShape;
 use foldhash::{HashMap, HashMapExt as _};
@@ -130,6 +131,19 @@ struct QueueState<'w> {
     unlisted: Option<Option<(usize, SystemTime)>>,
     /// Whether one of its workers runs a Kueue, found once.
     kueue: Option<bool>,
+    /// Its workers' ids in the pass (by position in its list), found once.
+    ids: Option<Arc<[usize]>>,
+}
+
+/// A worker a pass has looked at (by id: see [`Pass::worker_id`]).
+struct WorkerPass<'w> {
+    /// The worker and its cluster in the inventory, when known.
+    worker: Option<&'w Worker>,
+    cluster: Option<&'w Cluster>,
+    /// Why no Job may go there in this pass, if none may.
+    unusable: Option<Unusable>,
+    /// The Job room is kept for there from this pass on.
+    kept_for: Option<&'w Job>,
 }
 
 /// A worker that fits the gang, as admission ranks them.
@@ -214,10 +228,10 @@ struct Pass<'w> {
     queues: Vec<QueueState<'w>>,
     slots: HashMap<&'w str, usize>,
     resources: Resources<'w>,
-    /// Per worker, why no Job may go there in this pass, found once.
-    unusable: HashMap<&'w str, Option<Unusable>>,
-    /// Per worker, the Job room is kept for there from this pass on.
-    kept_in: HashMap<&'w str, &'w Job>,
+    /// Each worker the pass looked at gets an id, its position in `workers`: a queue's
+    /// workers are looked up by name once per pass, then read by id.
+    worker_ids: HashMap<&'w str, usize>,
+    workers: Vec<WorkerPass<'w>>,
     /// Per Kueue worker, the requests of the Jobs sent there that its Kueue has not admitted
     /// yet: found once when the pass starts (dispatched, copy absent or still suspended), and
     /// those the pass sends.
@@ -261,8 +275,8 @@ impl<'w> Pass<'w> {
             queues,
             slots,
             resources,
-            unusable: HashMap::new(),
-            kept_in: HashMap::new(),
+            worker_ids: HashMap::new(),
+            workers: Vec::new(),
             kueue_pending: kueue_pending(state, ledger),
             out: Admission::default(),
         }
@@ -910,12 +924,18 @@ impl<'w> Pass<'w> {
     }
 
     /// The queue's quota in force, found once per pass.
-    fn quota(&mut self, settings: &QueueSettings, slot: usize) -> Arc<Quota> {
-        let (state, now, resources) = (self.state, self.now, &self.resources);
-        self.queues[slot]
-            .quota
-            .get_or_insert_with(|| Arc::new(resources.quota(state, settings, now)))
-            .clone()
+    fn quota(&mut self, settings: &'w QueueSettings, slot: usize) -> Arc<Quota> {
+        if let Some(q) = &self.queues[slot].quota {
+            return q.clone();
+        }
+        let ids = self.ids(settings, slot);
+        let workers = (settings.clusters.iter().zip(ids.iter())).map(|(name, &id)| {
+            let w = &self.workers[id];
+            (name.as_str(), w.cluster, w.worker)
+        });
+        let quota = Arc::new((self.resources).quota(self.state, settings, workers, self.now));
+        self.queues[slot].quota = Some(quota.clone());
+        quota
     }
 
     /// The queue's workers that may take Jobs in the pass, found once.
@@ -923,20 +943,48 @@ impl<'w> Pass<'w> {
         if let Some(found) = &self.queues[slot].usable {
             return found.clone();
         }
+        let ids = self.ids(settings, slot);
         let found: Arc<[usize]> = (0..settings.clusters.len())
-            .filter(|&i| self.unusable(&settings.clusters[i]).is_none())
+            .filter(|&i| self.workers[ids[i]].unusable.is_none())
             .collect();
         self.queues[slot].usable = Some(found.clone());
         found
     }
 
+    /// The ids of the queue's workers (by position in its list), found once per pass.
+    fn ids(&mut self, settings: &'w QueueSettings, slot: usize) -> Arc<[usize]> {
+        if let Some(ids) = &self.queues[slot].ids {
+            return ids.clone();
+        }
+        let ids: Arc<[usize]> = (settings.clusters.iter())
+            .map(|name| self.worker_id(name))
+            .collect();
+        self.queues[slot].ids = Some(ids.clone());
+        ids
+    }
+
+    /// The worker's id in the pass; the first time, why no Job may go there is found.
+    fn worker_id(&mut self, name: &'w str) -> usize {
+        if let Some(&id) = self.worker_ids.get(name) {
+            return id;
+        }
+        let id = self.workers.len();
+        let state = self.state;
+        let (worker, cluster) = (state.workers.get(name), state.inventory.cluster(name));
+        self.workers.push(WorkerPass {
+            worker,
+            cluster,
+            unusable: workers::why_unusable(state, name, worker, cluster),
+            kept_for: None,
+        });
+        self.worker_ids.insert(name, id);
+        id
+    }
+
     /// Why no Job may go to `name` in the pass, if none may.
     fn unusable(&mut self, name: &'w str) -> Option<Unusable> {
-        let state = self.state;
-        self.unusable
-            .entry(name)
-            .or_insert_with(|| workers::why_unusable(state, name))
-            .clone()
+        let id = self.worker_id(name);
+        self.workers[id].unusable.clone()
     }
 
     /// Why the Job cannot go to `name` in particular (other Jobs of its class may go

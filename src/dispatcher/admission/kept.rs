@@ -56,10 +56,11 @@ impl<'w> Pass<'w> {
         if let Some(why_not) = self.room_bound(settings, slot) {
             return Err(why_not);
         }
+        let ids = self.ids(settings, slot);
         let open: Vec<&'w str> = could_hold
             .iter()
+            .filter(|&&i| self.workers[ids[i]].kept_for.is_none())
             .map(|&i| settings.clusters[i].as_str())
-            .filter(|name| !self.kept_in.contains_key(name))
             .collect();
         if open.is_empty() {
             return Err(self.say(|| {
@@ -120,7 +121,8 @@ impl<'w> Pass<'w> {
             .copied()
             .find(|n| *n == hold.cluster)
             .unwrap_or_default();
-        self.kept_in.insert(name, job);
+        let id = self.worker_id(name);
+        self.workers[id].kept_for = Some(job);
         self.queues[slot].kept += 1;
         let kept = self.say(|| {
             let nodes: Vec<&str> = hold.takes.iter().map(|t| &*t.node).collect();
@@ -164,7 +166,7 @@ impl<'w> Pass<'w> {
 
     /// Why no more room may be kept for a Job of the queue in this pass, if none may: the
     /// queue keeps room in half its workers already, or every one of them keeps room.
-    pub(super) fn room_bound(&self, settings: &QueueSettings, slot: usize) -> Option<String> {
+    pub(super) fn room_bound(&mut self, settings: &'w QueueSettings, slot: usize) -> Option<String> {
         let per_queue = settings.clusters.len().div_ceil(2).max(1);
         if self.queues[slot].kept >= per_queue {
             return Some(self.say(|| {
@@ -174,11 +176,8 @@ impl<'w> Pass<'w> {
                 )
             }));
         }
-        if settings
-            .clusters
-            .iter()
-            .all(|c| self.kept_in.contains_key(c.as_str()))
-        {
+        let ids = self.ids(settings, slot);
+        if ids.iter().all(|&id| self.workers[id].kept_for.is_some()) {
             return Some(
                 self.say(|| "every worker of its queue keeps room for a Job before it".to_string()),
             );
@@ -203,7 +202,8 @@ impl<'w> Pass<'w> {
 
     /// A note for a worker's reason when room there is kept for another Job.
     pub(super) fn kept_for_another(&self, job: &Job, worker: &str) -> Option<String> {
-        let other = match self.kept_in.get(worker) {
+        let kept_for = (self.worker_ids.get(worker)).and_then(|&id| self.workers[id].kept_for);
+        let other = match kept_for {
             Some(other) => Some(&other.key),
             None => self
                 .ledger

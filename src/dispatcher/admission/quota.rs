@@ -7,7 +7,8 @@ use crate::api::QueueSettings;
 use crate::dispatcher::job::Job;
 use crate::dispatcher::ledger::Ledger;
 use crate::dispatcher::oracle::view::show;
-use crate::dispatcher::state::State;
+use crate::dispatcher::state::{State, Worker};
+use crate::inventory::Cluster;
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,7 +26,7 @@ pub(crate) fn effective(
         return q.iter().map(|(k, v)| (k.clone(), v.0)).collect();
     }
     let table = &state.inventory.resources;
-    automatic(state, settings, now)
+    automatic(looked_up(state, settings), settings, table.len(), now)
         .in_force
         .into_iter()
         .enumerate()
@@ -44,10 +45,35 @@ struct Automatic {
     lost: Vec<String>,
 }
 
-fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Automatic {
+/// A queue's workers as its automatic quota counts them: each one's name, its cluster in
+/// the inventory and the worker, when known.
+pub(crate) type Counted<'a> = (&'a str, Option<&'a Cluster>, Option<&'a Worker>);
+
+/// The queue's workers, each looked up in the state (see [`Counted`]).
+fn looked_up<'a>(
+    state: &'a State,
+    settings: &'a QueueSettings,
+) -> impl Iterator<Item = Counted<'a>> + 'a {
+    settings.clusters.iter().map(|name| {
+        (
+            name.as_str(),
+            state.inventory.cluster(name),
+            state.workers.get(name),
+        )
+    })
+}
+
+/// The automatic quota of a queue whose workers are `workers` (see [`Counted`]) in an
+/// inventory of `resources` resources.
+fn automatic<'a>(
+    workers: impl Iterator<Item = Counted<'a>>,
+    settings: &QueueSettings,
+    resources: usize,
+    now: SystemTime,
+) -> Automatic {
     let mut a = Automatic {
-        in_force: vec![None; state.inventory.resources.len()],
-        with_lost: vec![None; state.inventory.resources.len()],
+        in_force: vec![None; resources],
+        with_lost: vec![None; resources],
         lost: Vec::new(),
     };
     let add = |sums: &mut Vec<Option<i64>>, allocatable: &[i64]| {
@@ -57,18 +83,15 @@ fn automatic(state: &State, settings: &QueueSettings, now: SystemTime) -> Automa
             }
         }
     };
-    for name in &settings.clusters {
-        let Some(c) = state.inventory.cluster(name) else {
+    for (name, cluster, worker) in workers {
+        let Some(c) = cluster else {
             continue;
         };
-        let counted = state
-            .workers
-            .get(name)
-            .is_some_and(|w| !w.lost(now, settings.worker_lost_timeout));
+        let counted = worker.is_some_and(|w| !w.lost(now, settings.worker_lost_timeout));
         if counted {
             add(&mut a.in_force, &c.summary.allocatable);
         } else {
-            a.lost.push(name.clone());
+            a.lost.push(name.to_string());
         }
         add(&mut a.with_lost, &c.summary.allocatable);
     }
@@ -157,8 +180,15 @@ impl<'w> Resources<'w> {
         out
     }
 
-    /// The queue's quota in force (see [`effective`]), by index.
-    pub(crate) fn quota(&self, state: &State, settings: &QueueSettings, now: SystemTime) -> Quota {
+    /// The queue's quota in force (see [`effective`]), by index, for a queue whose workers
+    /// are `workers` (see [`Counted`]).
+    pub(crate) fn quota<'a>(
+        &self,
+        state: &State,
+        settings: &QueueSettings,
+        workers: impl Iterator<Item = Counted<'a>>,
+        now: SystemTime,
+    ) -> Quota {
         let mut limits = vec![None; self.names.len()];
         let mut with_lost = Vec::new();
         let mut lost = Vec::new();
@@ -172,7 +202,7 @@ impl<'w> Resources<'w> {
             }
             // The inventory's resources come first, with its ids.
             None => {
-                let a = automatic(state, settings, now);
+                let a = automatic(workers, settings, state.inventory.resources.len(), now);
                 for (id, sum) in a.in_force.into_iter().enumerate() {
                     limits[id] = sum;
                 }

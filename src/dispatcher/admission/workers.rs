@@ -5,7 +5,8 @@ use super::{join, the_gang, Pass, WorkerReason};
 use crate::api::QueueSettings;
 use crate::dispatcher::oracle::{Gang, Oracle, Verdict};
 use crate::dispatcher::reason;
-use crate::dispatcher::state::State;
+use crate::dispatcher::state::{State, Worker};
+use crate::inventory::Cluster;
 
 /// Why no Job may go to a worker in a pass.
 #[derive(Debug, Clone)]
@@ -15,15 +16,21 @@ pub(super) struct Unusable {
     pub(super) unreachable: bool,
 }
 
-/// Why a worker cannot be tried for any Job now, if it cannot.
-pub(super) fn why_unusable(state: &State, name: &str) -> Option<Unusable> {
+/// Why a worker cannot be tried for any Job now, if it cannot (`worker` and `cluster`: the
+/// worker and its cluster in the inventory, as found in `state`).
+pub(super) fn why_unusable(
+    state: &State,
+    name: &str,
+    worker: Option<&Worker>,
+    cluster: Option<&Cluster>,
+) -> Option<Unusable> {
     let kept = |why: String| {
         Some(Unusable {
             why,
             unreachable: false,
         })
     };
-    let Some(worker) = state.workers.get(name) else {
+    let Some(worker) = worker else {
         return kept("no such WorkerCluster".into());
     };
     if !worker.connected {
@@ -39,11 +46,7 @@ pub(super) fn why_unusable(state: &State, name: &str) -> Option<Unusable> {
     if !worker.copies_synced() {
         return kept("connected, its Jobs not listed yet".into());
     }
-    if let Some(why) = state
-        .inventory
-        .cluster(name)
-        .and_then(|c| c.unavailable.as_ref())
-    {
+    if let Some(why) = cluster.and_then(|c| c.unavailable.as_ref()) {
         return Some(Unusable {
             why: why.clone(),
             unreachable: true,
