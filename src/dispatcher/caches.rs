@@ -87,6 +87,9 @@ pub(crate) struct HeldNode {
     pub(crate) index: usize,
     pub(crate) base: Weak<Node>,
     pub(crate) digest: u64,
+    /// How many pods of a shape the view's node can take, counted up to a cap: (shape key,
+    /// cap, count), found while the node stays as it is (see `CachedOracle::view_room`).
+    pub(crate) counts: Vec<(u64, usize, usize)>,
 }
 
 impl HeldView {

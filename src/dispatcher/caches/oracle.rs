@@ -89,6 +89,10 @@ struct Judging<'w> {
     bound: Option<Arc<BoundPod>>,
 }
 
+/// At most this many counts are kept per held node (see [`HeldNode::counts`]): one per pod
+/// shape of the starving Jobs asking about the worker, as a rule.
+const HELD_COUNTS: usize = 16;
+
 /// The oracle over the caches.
 pub(crate) struct CachedOracle<'w> {
     view: PassView<'w>,
@@ -467,10 +471,35 @@ impl<'w> CachedOracle<'w> {
             if v.nodes.len() != base.nodes.len() {
                 return None;
             }
+            // A node the pass sees as its held view has it is counted once while it stays so.
+            let mut held = self.found.held_views.get_mut(worker);
             for (i, (node, own)) in v.nodes.iter().zip(&base.nodes).enumerate() {
-                if !Arc::ptr_eq(node, own) {
-                    total = total - shared.counts[i] as usize + count(node, cap).min(cap);
+                if Arc::ptr_eq(node, own) {
+                    continue;
                 }
+                let kept = (held.as_deref_mut())
+                    .filter(|h| h.view.nodes.get(i).is_some_and(|n| Arc::ptr_eq(n, node)))
+                    .and_then(|h| {
+                        let k = h.held.binary_search_by_key(&i, |n| n.index).ok()?;
+                        Some(&mut h.held[k].counts)
+                    });
+                let n = match kept {
+                    Some(counts) => match counts.iter().find(|c| c.0 == shape && c.1 == cap) {
+                        Some(&(_, _, n)) => {
+                            debug_assert_eq!(n, count(node, cap).min(cap), "{worker} node {i}");
+                            n
+                        }
+                        None => {
+                            let n = count(node, cap).min(cap);
+                            if counts.len() < HELD_COUNTS {
+                                counts.push((shape, cap, n));
+                            }
+                            n
+                        }
+                    },
+                    None => count(node, cap).min(cap),
+                };
+                total = total - shared.counts[i] as usize + n;
             }
         }
         self.view_rooms.insert(
@@ -955,7 +984,7 @@ pub(super) fn held_view(
         view.view = base.clone();
         view.held.clear();
     }
-    let last = std::mem::take(&mut view.held);
+    let mut last = std::mem::take(&mut view.held);
     let c = Arc::make_mut(&mut view.view);
     c.summary = base.summary.clone();
     c.unavailable.clone_from(&base.unavailable);
@@ -977,20 +1006,26 @@ pub(super) fn held_view(
         for (_, id, _) in takes {
             id.hash(&mut h);
         }
-        let node = HeldNode {
+        let mut node = HeldNode {
             index,
             base: Arc::downgrade(own),
             digest: h.finish(),
+            counts: Vec::new(),
         };
         let same = last
             .binary_search_by_key(&index, |n| n.index)
-            .is_ok_and(|k| last[k].digest == node.digest && last[k].base.ptr_eq(&node.base));
-        if !same {
-            let mut n = Node::clone(own);
-            for (_, _, t) in takes {
-                t.apply_to(&mut n);
+            .ok()
+            .filter(|&k| last[k].digest == node.digest && last[k].base.ptr_eq(&node.base));
+        match same {
+            // The node stays as it was made: so do its counts.
+            Some(k) => node.counts = std::mem::take(&mut last[k].counts),
+            None => {
+                let mut n = Node::clone(own);
+                for (_, _, t) in takes {
+                    t.apply_to(&mut n);
+                }
+                *mine = Arc::new(n);
             }
-            *mine = Arc::new(n);
         }
         view.held.push(node);
     }
