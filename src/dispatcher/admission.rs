@@ -771,7 +771,7 @@ impl<'w> Pass<'w> {
         }
         let all_never = reasons.iter().all(|r| r.never);
         if self.config.placement.keeps_room() && (*may_keep || all_never) {
-            let could_hold = kept::could_hold(look, asked, oracle);
+            let could_hold = self.could_hold_room(look, asked, oracle);
             if could_hold.is_empty() {
                 if own.is_none() {
                     let verdict = self.beyond_reach(gang, settings, asked, &reasons, oracle);

@@ -137,6 +137,33 @@ impl<'w> Pass<'w> {
         Ok(kept)
     }
 
+    /// Of `among` (the queue's workers, by position), the workers that could hold the gang
+    /// empty ([`could_hold`]); when room may be kept for the Job and the room kept for it
+    /// before stands in one of them that no Job before it keeps room in, that worker alone:
+    /// [`Pass::keep_room`] keeps that room then, and reads no other.
+    pub(super) fn could_hold_room(
+        &mut self,
+        look: &Look<'w>,
+        among: &[usize],
+        oracle: &mut impl Oracle<'w>,
+    ) -> Vec<usize> {
+        let settings = look.settings;
+        let standing = (look.room)
+            .filter(|_| look.may_keep)
+            .filter(|h| self.stands(h, &look.gang))
+            .and_then(|h| among.iter().copied().find(|&i| settings.clusters[i] == h.cluster));
+        if let Some(i) = standing {
+            let ids = self.ids(settings, look.slot);
+            if self.workers[ids[i]].kept_for.is_none() {
+                let it = could_hold(look, &[i], oracle);
+                if !it.is_empty() {
+                    return it;
+                }
+            }
+        }
+        could_hold(look, among, oracle)
+    }
+
     /// A starving Job its queue's quota does not cover yet: its quota is held for it (see
     /// `wait`), and room is kept for it as for a Job that fits no worker, so that when the
     /// queue's own Jobs end and give the quota back, the nodes are free for it too (another
@@ -151,7 +178,7 @@ impl<'w> Pass<'w> {
         if !look.may_keep || !self.config.placement.keeps_room() {
             return Attempt::Wait(wait);
         }
-        let could_hold = could_hold(look, usable, oracle);
+        let could_hold = self.could_hold_room(look, usable, oracle);
         if could_hold.is_empty() {
             return Attempt::Wait(wait);
         }
