@@ -462,20 +462,23 @@ impl<'w> Pass<'w> {
     /// Why the queue admits nothing now, if a worker of it answers but its copies are not
     /// listed (for less than [`DispatchConfig::unlisted_grace`]; the plan looks again when
     /// the grace ends): what they use of the queue's quota is not known.
-    fn uncounted(&mut self, job: &Job, settings: &QueueSettings, slot: usize) -> Option<Verdict> {
-        let (state, now, grace) = (self.state, self.now, self.config.unlisted_grace);
-        let unlisted = self.queues[slot].unlisted.get_or_insert_with(|| {
-            settings
-                .clusters
-                .iter()
-                .enumerate()
-                .find_map(|(order, name)| {
-                    let w = state.workers.get(name).filter(|w| w.connected)?;
-                    let until = w.copies_unlisted_since? + grace;
-                    (until > now).then_some((order, until))
-                })
-        });
-        let (order, until) = (*unlisted)?;
+    fn uncounted(
+        &mut self,
+        job: &Job,
+        settings: &'w QueueSettings,
+        slot: usize,
+    ) -> Option<Verdict> {
+        let (now, grace) = (self.now, self.config.unlisted_grace);
+        if self.queues[slot].unlisted.is_none() {
+            let ids = self.ids(settings, slot);
+            let found = ids.iter().enumerate().find_map(|(order, &id)| {
+                let w = self.workers[id].worker.filter(|w| w.connected)?;
+                let until = w.copies_unlisted_since? + grace;
+                (until > now).then_some((order, until))
+            });
+            self.queues[slot].unlisted = Some(found);
+        }
+        let (order, until) = self.queues[slot].unlisted.flatten()?;
         let name = &settings.clusters[order];
         self.out.wake(until);
         Some(Verdict::wait(reason::QUOTA_NOT_COUNTED, self.say(|| format!(
@@ -1027,7 +1030,7 @@ impl<'w> Pass<'w> {
     }
 
     /// Whether some worker of the queue is kept from this Job alone.
-    fn has_own_blocker(&mut self, job: &Job, settings: &QueueSettings, slot: usize) -> bool {
+    fn has_own_blocker(&mut self, job: &Job, settings: &'w QueueSettings, slot: usize) -> bool {
         let workers = &settings.clusters;
         if self.has_kueue_worker(settings, slot)
             && workers.iter().any(|c| self.kueue_blocker(job, c).is_some())
@@ -1056,12 +1059,14 @@ impl<'w> Pass<'w> {
     }
 
     /// Whether a worker of the queue runs a Kueue, whose quota may keep a Job from it.
-    fn has_kueue_worker(&mut self, settings: &QueueSettings, slot: usize) -> bool {
-        let state = self.state;
-        *self.queues[slot].kueue.get_or_insert_with(|| {
-            (settings.clusters.iter())
-                .any(|c| state.workers.get(c).is_some_and(|w| w.kueue.is_some()))
-        })
+    fn has_kueue_worker(&mut self, settings: &'w QueueSettings, slot: usize) -> bool {
+        if let Some(found) = self.queues[slot].kueue {
+            return found;
+        }
+        let ids = self.ids(settings, slot);
+        let found = (ids.iter()).any(|&id| self.workers[id].worker.is_some_and(|w| w.kueue.is_some()));
+        self.queues[slot].kueue = Some(found);
+        found
     }
 
     /// Why the worker's own Kueue would not admit the Job now, when the worker runs one (see
