@@ -187,6 +187,8 @@ struct Look<'w> {
     may_keep: bool,
     /// The room kept for it so far, if it still starves and that worker may take Jobs.
     room: Option<&'w Hold>,
+    /// The room's worker, by position in the queue's list.
+    room_at: Option<usize>,
 }
 
 /// Why the Job cannot go to a worker for a reason of its own.
@@ -349,11 +351,14 @@ impl<'w> Pass<'w> {
             starving,
         };
         oracle.look(&now);
-        let room = self
-            .ledger
-            .hold_of(&job.uid)
-            .filter(|h| starving && h.nominated().is_some())
-            .filter(|h| usable.iter().any(|&i| settings.clusters[i] == h.cluster));
+        let room_at = (starving.then(|| self.ledger.hold_of(&job.uid)))
+            .flatten()
+            .filter(|h| h.nominated().is_some())
+            .and_then(|h| {
+                let at = usable.iter().find(|&&i| settings.clusters[i] == h.cluster)?;
+                Some((h, *at))
+            });
+        let room = room_at.map(|(h, _)| h);
         // A starving Job that room may be kept for is judged afresh: the room is decided anew
         // at every look. So is a Job kept from some worker for a reason of its own: its
         // class's last verdict does not know that reason (and would hide it from the user).
@@ -373,6 +378,7 @@ impl<'w> Pass<'w> {
             starving,
             may_keep,
             room,
+            room_at: room_at.map(|(_, at)| at),
         };
         if let Some(wait) = quota_short {
             return self.short_of_quota(&look, wait, &usable, oracle);
@@ -573,12 +579,11 @@ impl<'w> Pass<'w> {
         let may_be_kept = !job.refusals.is_empty()
             || self.state.has_foreign_copy(&job.key, &job.uid)
             || self.has_kueue_worker(settings, look.slot);
-        let room_in = room.map(|h| h.cluster.as_str());
         let to_ask: Vec<(usize, &'w str)> = now
             .usable
             .iter()
+            .filter(|&&i| Some(i) != look.room_at)
             .map(|&i| (i, settings.clusters[i].as_str()))
-            .filter(|(_, name)| Some(*name) != room_in)
             .filter(|(_, name)| !may_be_kept || self.own_blocker(job, name).is_none())
             .collect();
         oracle.prepare(gang, now, &to_ask);
@@ -631,7 +636,7 @@ impl<'w> Pass<'w> {
             let fit = match (self.config.placement, room) {
                 // No judgement: every usable worker is offered the Job.
                 (Placement::Everywhere, _) => Fit::Fits(0),
-                (Placement::Exact, Some(room)) if room.cluster == name => {
+                (Placement::Exact, Some(room)) if look.room_at == Some(order) => {
                     oracle.fit_with_room(gang, name, room)
                 }
                 (Placement::Exact | Placement::SumOfFree, _) => oracle.fit(gang, name, order),
