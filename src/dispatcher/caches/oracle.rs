@@ -473,7 +473,9 @@ impl<'w> CachedOracle<'w> {
             }
             // A node the pass sees as its held view has it is counted once while it stays so.
             let mut held = self.found.held_views.get_mut(worker);
-            for (i, (node, own)) in v.nodes.iter().zip(&base.nodes).enumerate() {
+            let differ = differing_nodes(v, base, held.as_deref());
+            for i in differ {
+                let (node, own) = (&v.nodes[i], &base.nodes[i]);
                 if Arc::ptr_eq(node, own) {
                     continue;
                 }
@@ -1033,6 +1035,29 @@ pub(super) fn held_view(
     // The summary is the inventory's (see `oracle::view::apply`).
     view.base = Arc::downgrade(base);
     view.holds = holds;
+}
+
+/// The positions of the nodes of `view` (a pass's view of a worker) that may differ from the
+/// inventory's `base`: none when the pass sees the inventory's cluster itself, the held ones
+/// when it sees the worker's held view `held` itself (its other nodes are the inventory's),
+/// else those found different one by one.
+fn differing_nodes(view: &Cluster, base: &Cluster, held: Option<&HeldView>) -> Vec<usize> {
+    let found = if std::ptr::eq(view, base) {
+        Vec::new()
+    } else if let Some(h) = held.filter(|h| std::ptr::eq(view, &*h.view)) {
+        h.held.iter().map(|n| n.index).collect()
+    } else {
+        return (0..view.nodes.len().min(base.nodes.len()))
+            .filter(|&i| !Arc::ptr_eq(&view.nodes[i], &base.nodes[i]))
+            .collect();
+    };
+    debug_assert!(
+        (0..view.nodes.len().min(base.nodes.len()))
+            .all(|i| Arc::ptr_eq(&view.nodes[i], &base.nodes[i]) || found.contains(&i)),
+        "a node of {} differs from the inventory's without being held",
+        base.name
+    );
+    found
 }
 
 /// Nodes nothing is held on are the inventory's own: `mine` takes each node of `own` it does
