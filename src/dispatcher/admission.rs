@@ -355,7 +355,9 @@ impl<'w> Pass<'w> {
             .flatten()
             .filter(|h| h.nominated().is_some())
             .and_then(|h| {
-                let at = usable.iter().find(|&&i| settings.clusters[i] == h.cluster)?;
+                let at = usable
+                    .iter()
+                    .find(|&&i| settings.clusters[i] == h.cluster)?;
                 Some((h, *at))
             });
         let room = room_at.map(|(h, _)| h);
@@ -1069,7 +1071,8 @@ impl<'w> Pass<'w> {
             return found;
         }
         let ids = self.ids(settings, slot);
-        let found = (ids.iter()).any(|&id| self.workers[id].worker.is_some_and(|w| w.kueue.is_some()));
+        let found =
+            (ids.iter()).any(|&id| self.workers[id].worker.is_some_and(|w| w.kueue.is_some()));
         self.queues[slot].kueue = Some(found);
         found
     }

@@ -151,7 +151,12 @@ impl<'w> Pass<'w> {
         let standing = (look.room)
             .filter(|_| look.may_keep)
             .filter(|h| self.stands(h, &look.gang))
-            .and_then(|h| among.iter().copied().find(|&i| settings.clusters[i] == h.cluster));
+            .and_then(|h| {
+                among
+                    .iter()
+                    .copied()
+                    .find(|&i| settings.clusters[i] == h.cluster)
+            });
         if let Some(i) = standing {
             let ids = self.ids(settings, look.slot);
             if self.workers[ids[i]].kept_for.is_none() {
@@ -193,7 +198,11 @@ impl<'w> Pass<'w> {
 
     /// Why no more room may be kept for a Job of the queue in this pass, if none may: the
     /// queue keeps room in half its workers already, or every one of them keeps room.
-    pub(super) fn room_bound(&mut self, settings: &'w QueueSettings, slot: usize) -> Option<String> {
+    pub(super) fn room_bound(
+        &mut self,
+        settings: &'w QueueSettings,
+        slot: usize,
+    ) -> Option<String> {
         let per_queue = settings.clusters.len().div_ceil(2).max(1);
         if self.queues[slot].kept >= per_queue {
             return Some(self.say(|| {
