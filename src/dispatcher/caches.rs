@@ -92,6 +92,10 @@ pub(crate) struct HeldNode {
     pub(crate) counts: Vec<(u64, usize, usize)>,
 }
 
+/// At most this many counts are kept per held node (see [`HeldNode::counts`]): one per pod
+/// shape of the starving Jobs asking about the worker, as a rule.
+const HELD_COUNTS: usize = 16;
+
 impl HeldView {
     /// A view of `base` not brought up to date yet: nothing is taken off it.
     pub(crate) fn of(base: &Arc<Cluster>) -> Self {
@@ -101,6 +105,35 @@ impl HeldView {
             view: base.clone(),
             held: Vec::new(),
         }
+    }
+
+    /// How many pods of shape `shape` the view's node at `index` can take, up to `cap`:
+    /// `count` of it, kept with the node while it stays as made (see [`HeldNode::counts`]).
+    /// `node` is the node the count is for: one the pass changed since is counted afresh.
+    pub(crate) fn count(
+        &mut self,
+        index: usize,
+        node: &Arc<Node>,
+        (shape, cap): (u64, usize),
+        count: impl FnOnce() -> usize,
+    ) -> usize {
+        let kept = (self.view.nodes.get(index))
+            .filter(|n| Arc::ptr_eq(n, node))
+            .and_then(|_| {
+                let k = self.held.binary_search_by_key(&index, |n| n.index).ok()?;
+                Some(&mut self.held[k].counts)
+            });
+        let Some(counts) = kept else {
+            return count();
+        };
+        if let Some(&(_, _, n)) = counts.iter().find(|c| (c.0, c.1) == (shape, cap)) {
+            return n;
+        }
+        let n = count();
+        if counts.len() < HELD_COUNTS {
+            counts.push((shape, cap, n));
+        }
+        n
     }
 
     /// Whether the view is still `base` (the inventory's cluster now) with the placements

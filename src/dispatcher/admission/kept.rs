@@ -147,18 +147,11 @@ impl<'w> Pass<'w> {
         among: &[usize],
         oracle: &mut impl Oracle<'w>,
     ) -> Vec<usize> {
-        let settings = look.settings;
-        let standing = (look.room)
-            .filter(|_| look.may_keep)
-            .filter(|h| self.stands(h, &look.gang))
-            .and_then(|h| {
-                among
-                    .iter()
-                    .copied()
-                    .find(|&i| settings.clusters[i] == h.cluster)
-            });
+        let standing = (look.room.zip(look.room_at))
+            .filter(|(h, i)| look.may_keep && among.contains(i) && self.stands(h, &look.gang))
+            .map(|(_, i)| i);
         if let Some(i) = standing {
-            let ids = self.ids(settings, look.slot);
+            let ids = self.ids(look.settings, look.slot);
             if self.workers[ids[i]].kept_for.is_none() {
                 let it = could_hold(look, &[i], oracle);
                 if !it.is_empty() {

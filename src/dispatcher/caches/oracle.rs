@@ -89,10 +89,6 @@ struct Judging<'w> {
     bound: Option<Arc<BoundPod>>,
 }
 
-/// At most this many counts are kept per held node (see [`HeldNode::counts`]): one per pod
-/// shape of the starving Jobs asking about the worker, as a rule.
-const HELD_COUNTS: usize = 16;
-
 /// The oracle over the caches.
 pub(crate) struct CachedOracle<'w> {
     view: PassView<'w>,
@@ -479,28 +475,12 @@ impl<'w> CachedOracle<'w> {
                 if Arc::ptr_eq(node, own) {
                     continue;
                 }
-                let kept = (held.as_deref_mut())
-                    .filter(|h| h.view.nodes.get(i).is_some_and(|n| Arc::ptr_eq(n, node)))
-                    .and_then(|h| {
-                        let k = h.held.binary_search_by_key(&i, |n| n.index).ok()?;
-                        Some(&mut h.held[k].counts)
-                    });
-                let n = match kept {
-                    Some(counts) => match counts.iter().find(|c| c.0 == shape && c.1 == cap) {
-                        Some(&(_, _, n)) => {
-                            debug_assert_eq!(n, count(node, cap).min(cap), "{worker} node {i}");
-                            n
-                        }
-                        None => {
-                            let n = count(node, cap).min(cap);
-                            if counts.len() < HELD_COUNTS {
-                                counts.push((shape, cap, n));
-                            }
-                            n
-                        }
-                    },
-                    None => count(node, cap).min(cap),
+                let mut fresh = || count(node, cap).min(cap);
+                let n = match held.as_deref_mut() {
+                    Some(h) => h.count(i, node, (shape, cap), &mut fresh),
+                    None => fresh(),
                 };
+                debug_assert_eq!(n, count(node, cap).min(cap), "{worker} node {i}");
                 total = total - shared.counts[i] as usize + n;
             }
         }
@@ -1042,18 +1022,19 @@ pub(super) fn held_view(
 /// when it sees the worker's held view `held` itself (its other nodes are the inventory's),
 /// else those found different one by one.
 fn differing_nodes(view: &Cluster, base: &Cluster, held: Option<&HeldView>) -> Vec<usize> {
+    let differ = || {
+        (0..view.nodes.len().min(base.nodes.len()))
+            .filter(|&i| !Arc::ptr_eq(&view.nodes[i], &base.nodes[i]))
+    };
     let found = if std::ptr::eq(view, base) {
         Vec::new()
     } else if let Some(h) = held.filter(|h| std::ptr::eq(view, &*h.view)) {
         h.held.iter().map(|n| n.index).collect()
     } else {
-        return (0..view.nodes.len().min(base.nodes.len()))
-            .filter(|&i| !Arc::ptr_eq(&view.nodes[i], &base.nodes[i]))
-            .collect();
+        return differ().collect();
     };
     debug_assert!(
-        (0..view.nodes.len().min(base.nodes.len()))
-            .all(|i| Arc::ptr_eq(&view.nodes[i], &base.nodes[i]) || found.contains(&i)),
+        differ().all(|i| found.contains(&i)),
         "a node of {} differs from the inventory's without being held",
         base.name
     );
