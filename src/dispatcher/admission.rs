@@ -390,7 +390,9 @@ impl<'w> Pass<'w> {
                 return Attempt::Wait(verdict);
             }
         }
-        let mut asked = Vec::new();
+        // Sized for every usable worker up front: grown a push at a time, these vectors were
+        // reallocated four times per judgement (millions of times in a deep backlog).
+        let mut asked = Vec::with_capacity(usable.len());
         let search = self.search(&look, &now, &mut asked, oracle);
         let attempt = if search.fits.is_empty() {
             self.no_fit(&look, search, &asked, oracle)
@@ -581,13 +583,13 @@ impl<'w> Pass<'w> {
         let may_be_kept = !job.refusals.is_empty()
             || self.state.has_foreign_copy(&job.key, &job.uid)
             || self.has_kueue_worker(settings, look.slot);
-        let to_ask: Vec<(usize, &'w str)> = now
-            .usable
-            .iter()
-            .filter(|&&i| Some(i) != look.room_at)
-            .map(|&i| (i, settings.clusters[i].as_str()))
-            .filter(|(_, name)| !may_be_kept || self.own_blocker(job, name).is_none())
-            .collect();
+        let mut to_ask: Vec<(usize, &'w str)> = Vec::with_capacity(now.usable.len());
+        to_ask.extend(
+            (now.usable.iter())
+                .filter(|&&i| Some(i) != look.room_at)
+                .map(|&i| (i, settings.clusters[i].as_str()))
+                .filter(|(_, name)| !may_be_kept || self.own_blocker(job, name).is_none()),
+        );
         oracle.prepare(gang, now, &to_ask);
 
         // When messages are written, every worker is gone through, so that each one's reason
@@ -602,7 +604,7 @@ impl<'w> Pass<'w> {
         let check_each = look_at.len() != now.usable.len();
         let mut search = Search {
             fits: Vec::new(),
-            reasons: Vec::new(),
+            reasons: Vec::with_capacity(look_at.len()),
             own: None,
         };
         for &order in look_at.iter() {
