@@ -116,6 +116,32 @@ pub(crate) enum QuantityText {
     Float(f64),
 }
 
+/// Equal when written alike (a float by its bits), as a pod template's text would be: what
+/// groups identical templates (see `simulate::scenario`).
+impl PartialEq for QuantityText {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Text(a), Self::Text(b)) => a == b,
+            (Self::Int(a), Self::Int(b)) => a == b,
+            (Self::Float(a), Self::Float(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for QuantityText {}
+
+impl std::hash::Hash for QuantityText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        match self {
+            Self::Text(t) => t.hash(state),
+            Self::Int(n) => n.hash(state),
+            Self::Float(f) => f.to_bits().hash(state),
+        }
+    }
+}
+
 impl QuantityText {
     pub(crate) fn parse(&self) -> Result<i64, QuantityError> {
         match self {

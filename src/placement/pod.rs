@@ -26,7 +26,7 @@ pub(crate) struct PodMeta {
     pub(crate) annotations: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpecView {
     #[serde(default)]
@@ -40,7 +40,7 @@ pub struct PodSpecView {
     pub(crate) tolerations: Vec<Toleration>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ContainerView {
     #[serde(default)]
@@ -49,32 +49,32 @@ pub(crate) struct ContainerView {
     pub(crate) restart_policy: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 pub(crate) struct ResourcesView {
     pub(crate) requests: Option<BTreeMap<String, QuantityText>>,
     pub(crate) limits: Option<BTreeMap<String, QuantityText>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct AffinityView {
     pub(crate) node_affinity: Option<NodeAffinityView>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct NodeAffinityView {
     pub(crate) required_during_scheduling_ignored_during_execution: Option<NodeSelectorView>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct NodeSelectorView {
     #[serde(default)]
     pub(crate) node_selector_terms: Vec<NodeSelectorTerm>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct NodeSelectorTerm {
     #[serde(default)]
@@ -83,7 +83,7 @@ pub(crate) struct NodeSelectorTerm {
     pub(crate) match_fields: Vec<SelectorRequirement>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 pub(crate) struct SelectorRequirement {
     pub(crate) key: String,
     pub(crate) operator: String,
@@ -91,7 +91,7 @@ pub(crate) struct SelectorRequirement {
     pub(crate) values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 pub(crate) struct Toleration {
     pub(crate) key: Option<String>,
     pub(crate) operator: Option<String>,

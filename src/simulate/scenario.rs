@@ -10,6 +10,7 @@ use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
 use crate::placement::{PodShape, PodSpecView, PodView};
 use crate::quantity::QuantityText;
+use foldhash::{HashMap, HashMapExt as _};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -333,7 +334,7 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
 
     let mut jobs = Vec::with_capacity(file.jobs.len());
     let mut seen = BTreeSet::new();
-    let mut shapes: BTreeMap<String, (u64, Arc<PodShape>)> = BTreeMap::new();
+    let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
     for (i, j) in file.jobs.into_iter().enumerate() {
         let at = |field: &str| format!("jobs[{i}] ({}): {field}", j.name);
         let namespace = j.namespace.clone().unwrap_or_else(|| "default".into());
@@ -644,11 +645,10 @@ fn counts(
 /// A pod template's analysed shape and its key: identical templates share one (and one
 /// admission class).
 fn analysed(
-    shapes: &mut BTreeMap<String, (u64, Arc<PodShape>)>,
+    shapes: &mut HashMap<PodSpecView, (u64, Arc<PodShape>)>,
     template: &PodSpecView,
 ) -> Result<(u64, Arc<PodShape>), String> {
-    let fingerprint = format!("{template:?}");
-    if let Some(s) = shapes.get(&fingerprint) {
+    if let Some(s) = shapes.get(template) {
         return Ok(s.clone());
     }
     let view = PodView {
@@ -660,7 +660,7 @@ fn analysed(
         return Err("needs at least one container".into());
     }
     let entry = (shapes.len() as u64, Arc::new(shape));
-    shapes.insert(fingerprint, entry.clone());
+    shapes.insert(template.clone(), entry.clone());
     Ok(entry)
 }
 
