@@ -119,11 +119,22 @@ impl HeldView {
     ) -> usize {
         let kept = (self.view.nodes.get(index))
             .filter(|n| Arc::ptr_eq(n, node))
-            .and_then(|_| {
-                let k = self.held.binary_search_by_key(&index, |n| n.index).ok()?;
-                Some(&mut self.held[k].counts)
-            });
-        let Some(counts) = kept else {
+            .and_then(|_| self.held.binary_search_by_key(&index, |n| n.index).ok());
+        match kept {
+            Some(k) => self.count_held(k, (shape, cap), count),
+            None => count(),
+        }
+    }
+
+    /// [`HeldView::count`] of the view's own node held at position `k` of
+    /// [`HeldView::held`], for a caller that goes through the held nodes in order.
+    pub(crate) fn count_held(
+        &mut self,
+        k: usize,
+        (shape, cap): (u64, usize),
+        count: impl FnOnce() -> usize,
+    ) -> usize {
+        let Some(counts) = self.held.get_mut(k).map(|n| &mut n.counts) else {
             return count();
         };
         if let Some(&(_, _, n)) = counts.iter().find(|c| (c.0, c.1) == (shape, cap)) {

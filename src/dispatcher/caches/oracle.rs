@@ -312,7 +312,7 @@ impl<'w> CachedOracle<'w> {
                 gang.class.clone(),
                 order,
                 KnownMisfit {
-                    reason: known.reason.clone(),
+                    reason: copied(&known.reason),
                     never: known.never,
                     epoch,
                     queues: known.queues,
@@ -321,7 +321,7 @@ impl<'w> CachedOracle<'w> {
             ));
         }
         Some(Fit::Misfit {
-            reason: known.reason.clone(),
+            reason: copied(&known.reason),
             never: known.never,
         })
     }
@@ -470,15 +470,16 @@ impl<'w> CachedOracle<'w> {
             // A node the pass sees as its held view has it is counted once while it stays so.
             let mut held = self.found.held_views.get_mut(worker);
             let differ = differing_nodes(v, base, held.as_deref());
-            for i in differ {
+            for (i, k) in differ {
                 let (node, own) = (&v.nodes[i], &base.nodes[i]);
                 if Arc::ptr_eq(node, own) {
                     continue;
                 }
                 let mut fresh = || count(node, cap).min(cap);
-                let n = match held.as_deref_mut() {
-                    Some(h) => h.count(i, node, (shape, cap), &mut fresh),
-                    None => fresh(),
+                let n = match (held.as_deref_mut(), k) {
+                    (Some(h), Some(k)) => h.count_held(k, (shape, cap), &mut fresh),
+                    (Some(h), None) => h.count(i, node, (shape, cap), &mut fresh),
+                    (None, _) => fresh(),
                 };
                 debug_assert_eq!(n, count(node, cap).min(cap), "{worker} node {i}");
                 total = total - shared.counts[i] as usize + n;
@@ -793,7 +794,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         })?;
         Some(Verdict {
             reason: m.reason,
-            message: m.message.clone(),
+            message: copied(&m.message),
             hold_quota: false,
         })
     }
@@ -878,7 +879,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             .filter(|m| m.key == key)
         {
             return Fit::Misfit {
-                reason: m.reason.clone(),
+                reason: copied(&m.reason),
                 never: m.never,
             };
         }
@@ -912,6 +913,17 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         if !self.gained.contains(&worker) {
             self.gained.push(worker);
         }
+    }
+}
+
+/// A remembered reason or message, copied. It is empty unless messages are asked for, and
+/// tens of millions of misfits that stand are answered with it: an empty one is made, not
+/// cloned through a call.
+fn copied(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        text.to_owned()
     }
 }
 
@@ -1020,21 +1032,28 @@ pub(super) fn held_view(
 /// The positions of the nodes of `view` (a pass's view of a worker) that may differ from the
 /// inventory's `base`: none when the pass sees the inventory's cluster itself, the held ones
 /// when it sees the worker's held view `held` itself (its other nodes are the inventory's),
-/// else those found different one by one.
-fn differing_nodes(view: &Cluster, base: &Cluster, held: Option<&HeldView>) -> Vec<usize> {
+/// else those found different one by one. With each, its position among `held`'s held nodes
+/// when it was found there.
+fn differing_nodes(
+    view: &Cluster,
+    base: &Cluster,
+    held: Option<&HeldView>,
+) -> Vec<(usize, Option<usize>)> {
     let differ = || {
         (0..view.nodes.len().min(base.nodes.len()))
             .filter(|&i| !Arc::ptr_eq(&view.nodes[i], &base.nodes[i]))
     };
-    let found = if std::ptr::eq(view, base) {
+    let found: Vec<(usize, Option<usize>)> = if std::ptr::eq(view, base) {
         Vec::new()
     } else if let Some(h) = held.filter(|h| std::ptr::eq(view, &*h.view)) {
-        h.held.iter().map(|n| n.index).collect()
+        (h.held.iter().enumerate())
+            .map(|(k, n)| (n.index, Some(k)))
+            .collect()
     } else {
-        return differ().collect();
+        return differ().map(|i| (i, None)).collect();
     };
     debug_assert!(
-        differ().all(|i| found.contains(&i)),
+        differ().all(|i| found.iter().any(|&(j, _)| j == i)),
         "a node of {} differs from the inventory's without being held",
         base.name
     );
