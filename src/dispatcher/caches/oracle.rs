@@ -43,10 +43,13 @@ struct ViewRoom {
 }
 
 /// One queue's memo inputs, fixed for the pass.
-struct QueueMemo {
+struct QueueMemo<'w> {
     /// The queue's name.
     queue: String,
     key: MemoKey,
+    /// Per worker of the queue (by position in its list): its cluster in the inventory,
+    /// found by name once per pass instead of at every question.
+    clusters: Vec<Option<&'w Arc<Cluster>>>,
     /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
     /// the inventory does not have it.
     epochs: Arc<[Option<u64>]>,
@@ -56,13 +59,20 @@ struct QueueMemo {
     nodes: usize,
 }
 
-impl QueueMemo {
-    fn new(state: &State, caches: &Caches, config: &DispatchConfig, now: &Circumstances) -> Self {
+impl<'w> QueueMemo<'w> {
+    fn new(
+        state: &'w State,
+        caches: &Caches,
+        config: &DispatchConfig,
+        now: &Circumstances,
+    ) -> Self {
         let mut nodes = 0;
+        let mut clusters = Vec::with_capacity(now.workers.len());
         let mut epochs = Vec::with_capacity(now.workers.len());
         let mut capacities = Vec::with_capacity(now.workers.len());
         for name in now.workers {
-            let cluster = state.inventory.cluster(name);
+            let cluster = state.inventory.cluster_arc(name);
+            clusters.push(cluster);
             nodes += cluster.map_or(0, |c| c.nodes.len());
             epochs.push(cluster.map(|_| caches.capacity_epoch(name)));
             capacities.push(cluster.map(|c| c.summary.capacity_fingerprint));
@@ -70,6 +80,7 @@ impl QueueMemo {
         Self {
             queue: now.queue.to_string(),
             key: caches.memo_key(now.queue, config.describe),
+            clusters,
             epochs: epochs.into(),
             capacities: capacities.into(),
             nodes,
@@ -111,7 +122,7 @@ pub(crate) struct CachedOracle<'w> {
     bound: HashMap<u64, Arc<BoundPod>>,
     bound_before: Option<&'w HashMap<u64, Arc<BoundPod>>>,
     /// By the pass's queue slot.
-    queues: Vec<Option<QueueMemo>>,
+    queues: Vec<Option<QueueMemo<'w>>>,
     judging: Judging<'w>,
     /// Workers where the pass gave room back (room kept for a starving Job that now goes
     /// there): what earlier passes found there does not tell about the rest of this one.
@@ -155,7 +166,7 @@ impl<'w> CachedOracle<'w> {
         self.found
     }
 
-    fn queue_memo(&mut self, now: &Circumstances) -> &QueueMemo {
+    fn queue_memo(&mut self, now: &Circumstances) -> &QueueMemo<'w> {
         if self.queues.len() <= now.queue_slot {
             self.queues.resize_with(now.queue_slot + 1, || None);
         }
@@ -240,10 +251,11 @@ impl<'w> CachedOracle<'w> {
 
     /// The exact fit of the gang in `worker`, the queue's worker at `order`.
     fn exact(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit {
-        let epoch = self.queues[self.judging.slot]
-            .as_ref()
-            .and_then(|q| q.epochs.get(order).copied().flatten());
-        let Some(epoch) = epoch else {
+        let memo = self.queues[self.judging.slot].as_ref();
+        let (Some(epoch), Some(base)) = (
+            memo.and_then(|q| q.epochs.get(order).copied().flatten()),
+            memo.and_then(|q| q.clusters.get(order).copied().flatten()),
+        ) else {
             return Fit::not_in_inventory();
         };
         if let Some(fit) = self
@@ -258,7 +270,7 @@ impl<'w> CachedOracle<'w> {
         // searched afresh every time.
         let one_shape = gang.extra.is_empty();
         if let Some(known) = self.known_misfit(worker, order).filter(|_| one_shape) {
-            if let Some(stands) = self.misfit_stands(gang, worker, order, known, epoch) {
+            if let Some(stands) = self.misfit_stands(gang, (worker, base), order, known, epoch) {
                 return stands;
             }
         }
@@ -277,7 +289,7 @@ impl<'w> CachedOracle<'w> {
     fn misfit_stands(
         &mut self,
         gang: &Gang,
-        worker: &'w str,
+        (worker, base): (&'w str, &'w Arc<Cluster>),
         order: usize,
         known: &'w KnownMisfit,
         epoch: u64,
@@ -289,7 +301,7 @@ impl<'w> CachedOracle<'w> {
             }
             None
         } else {
-            let room = self.room_bound(gang, worker)?;
+            let room = self.room_bound(gang, worker, base)?;
             if room >= gang.pods {
                 return None;
             }
@@ -328,8 +340,14 @@ impl<'w> CachedOracle<'w> {
 
     /// At most how many pods of the gang `worker` can take now, as the pass sees it, found
     /// without a search: each node's room for the gang's pods is its own, so the gang fits
-    /// only if the nodes' counts add up to it. `None` when the inventory lacks the worker.
-    fn room_bound(&mut self, gang: &Gang, worker: &'w str) -> Option<usize> {
+    /// only if the nodes' counts add up to it. `base` is the worker's cluster in the
+    /// inventory.
+    fn room_bound(
+        &mut self,
+        gang: &Gang,
+        worker: &'w str,
+        base: &'w Arc<Cluster>,
+    ) -> Option<usize> {
         let shape = gang.class.shape;
         // Found for the shape earlier in the pass, on the worker as the pass sees it now, with
         // nodes counted up to at least the gang.
@@ -340,7 +358,7 @@ impl<'w> CachedOracle<'w> {
         }
         let bound = self.judging.bound.clone()?;
         let (inventory, engine) = (&self.state.inventory, &self.config.engine);
-        if summary_shortfall(&inventory.cluster(worker)?.summary, gang.shape, &bound).is_some() {
+        if summary_shortfall(&base.summary, gang.shape, &bound).is_some() {
             // No node has room for one pod.
             return Some(0);
         }
@@ -359,19 +377,19 @@ impl<'w> CachedOracle<'w> {
                 .count(node, want)
         };
         // The room without what is held there first: it is kept across passes.
-        let room = self.room_of(worker, shape, gang.pods, &mut count)?;
+        let room = self.room_of((worker, base), shape, gang.pods, &mut count)?;
         if room < gang.pods {
             return Some(room);
         }
-        self.view_room(worker, shape, &mut count)
+        self.view_room((worker, base), shape, &mut count)
     }
 
     /// At most how many pods of shape `shape` the nodes of `worker` can take at once,
     /// counting up to `gang` per node (see [`ShapeRoom`]): only the nodes whose room changed
-    /// since the last look are counted again. `None` when the inventory lacks the worker.
+    /// since the last look are counted again (`base`: the worker's cluster in the inventory).
     fn room_of(
         &mut self,
-        worker: &'w str,
+        (worker, base): (&'w str, &Cluster),
         shape: u64,
         gang: usize,
         count: impl FnMut(&Node, usize) -> usize,
@@ -383,7 +401,7 @@ impl<'w> CachedOracle<'w> {
                 return Some(total);
             }
         }
-        let total = self.room_brought_up_to_date(worker, shape, gang, count)?;
+        let total = self.room_brought_up_to_date((worker, base), shape, gang, count)?;
         self.room_totals.insert((worker, shape), (gang, total));
         Some(total)
     }
@@ -391,13 +409,12 @@ impl<'w> CachedOracle<'w> {
     /// [`CachedOracle::room_of`], from the worker's [`ShapeRoom`] brought up to date.
     fn room_brought_up_to_date(
         &mut self,
-        worker: &str,
+        (worker, base): (&str, &Cluster),
         shape: u64,
         gang: usize,
         mut count: impl FnMut(&Node, usize) -> usize,
     ) -> Option<usize> {
         let caches = self.caches;
-        let base = self.state.inventory.cluster(worker)?;
         let room = shape_room(&mut self.found.shape_rooms, worker, shape)?;
         let touched = caches
             .touches(worker, room.pos)
@@ -446,7 +463,7 @@ impl<'w> CachedOracle<'w> {
     /// [`CachedOracle::room_bound`]). `None` when the `ShapeRoom` is not up to date.
     fn view_room(
         &mut self,
-        worker: &'w str,
+        (worker, base): (&'w str, &Cluster),
         shape: u64,
         mut count: impl FnMut(&Node, usize) -> usize,
     ) -> Option<usize> {
@@ -455,7 +472,6 @@ impl<'w> CachedOracle<'w> {
         if self.ledger.holds_any_in(worker) {
             self.cluster(worker)?;
         }
-        let base = self.state.inventory.cluster_arc(worker)?;
         let shared = self.found.shape_rooms.get(worker)?.get(&shape)?;
         if shared.pos != self.caches.touches_end(worker) || shared.counts.len() != base.nodes.len()
         {
