@@ -815,16 +815,24 @@ impl Simulation {
             let Some(u) = self.world.ledger.queue_use(name) else {
                 continue;
             };
-            let entry = self.max_quota.entry(name.clone()).or_default();
+            // Names are copied into the maps only the first time (this runs at every step).
+            if !self.max_quota.contains_key(name) {
+                self.max_quota.insert(name.clone(), BTreeMap::new());
+            }
+            let Some(entry) = self.max_quota.get_mut(name) else {
+                continue;
+            };
             for (r, limit) in &quota {
                 if *limit <= 0 {
                     continue;
                 }
                 let used = u.usage.get(r).copied().unwrap_or(0);
                 let frac = used as f64 / *limit as f64;
-                let slot = entry.entry(r.clone()).or_insert(0.0);
-                if frac > *slot {
-                    *slot = frac;
+                match entry.get_mut(r) {
+                    Some(slot) => *slot = slot.max(frac),
+                    None => {
+                        entry.insert(r.clone(), frac.max(0.0));
+                    }
                 }
             }
         }
