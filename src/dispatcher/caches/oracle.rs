@@ -42,6 +42,11 @@ struct ViewRoom {
     total: usize,
 }
 
+/// A worker, in the per-pass maps asked millions of times: the address of its cluster in the
+/// pass's inventory, which does not change during a pass (so the address names the worker as
+/// well as its name does, and is hashed and compared for less). Never read through.
+type WorkerAt = *const Cluster;
+
 /// One queue's memo inputs, fixed for the pass.
 struct QueueMemo<'w> {
     /// The queue's name.
@@ -111,12 +116,13 @@ pub(crate) struct CachedOracle<'w> {
     /// The fits (and misfits) of a class in a worker found in this pass, with the worker's
     /// pass version then: the Jobs of a class are tried one after another, and only the
     /// worker the last one went to changed for the next.
-    fits: HashMap<ClassKey, HashMap<String, (u64, Arc<ClusterFit>)>>,
-    /// [`CachedOracle::view_room`] found in this pass, by worker and shape key.
-    view_rooms: HashMap<(&'w str, u64), ViewRoom>,
-    /// [`CachedOracle::room_of`] found in this pass, by worker and shape key: the largest
-    /// gang it was asked for, and the total.
-    room_totals: HashMap<(&'w str, u64), (usize, usize)>,
+    fits: HashMap<ClassKey, HashMap<&'w str, (u64, Arc<ClusterFit>)>>,
+    /// [`CachedOracle::view_room`] found in this pass, by worker (see [`WorkerAt`]) and shape
+    /// key.
+    view_rooms: HashMap<(WorkerAt, u64), ViewRoom>,
+    /// [`CachedOracle::room_of`] found in this pass, by worker (see [`WorkerAt`]) and shape
+    /// key: the largest gang it was asked for, and the total.
+    room_totals: HashMap<(WorkerAt, u64), (usize, usize)>,
     /// Pod shapes bound to the inventory's resource table, by shape key: in this pass, and
     /// in earlier ones (when bound to the same table).
     bound: HashMap<u64, Arc<BoundPod>>,
@@ -198,14 +204,19 @@ impl<'w> CachedOracle<'w> {
         (*version == self.view.version(worker)).then(|| fit.clone())
     }
 
-    fn remember_fit(&mut self, class: &ClassKey, worker: &str, fit: ClusterFit) -> Arc<ClusterFit> {
+    fn remember_fit(
+        &mut self,
+        class: &ClassKey,
+        worker: &'w str,
+        fit: ClusterFit,
+    ) -> Arc<ClusterFit> {
         let fit = Arc::new(fit);
         let version = self.view.version(worker);
         let by_worker = match self.fits.get_mut(class) {
             Some(m) => m,
             None => self.fits.entry(class.clone()).or_default(),
         };
-        by_worker.insert(worker.to_string(), (version, fit.clone()));
+        by_worker.insert(worker, (version, fit.clone()));
         fit
     }
 
@@ -351,7 +362,7 @@ impl<'w> CachedOracle<'w> {
         let shape = gang.class.shape;
         // Found for the shape earlier in the pass, on the worker as the pass sees it now, with
         // nodes counted up to at least the gang.
-        if let Some(known) = self.view_rooms.get(&(worker, shape)) {
+        if let Some(known) = self.view_rooms.get(&(Arc::as_ptr(base), shape)) {
             if known.version == self.view.version(worker) && known.cap >= gang.pods {
                 return Some(known.total);
             }
@@ -396,13 +407,14 @@ impl<'w> CachedOracle<'w> {
     ) -> Option<usize> {
         // The inventory does not change during a pass: a total found for gangs of at least
         // this size stands for the rest of it.
-        if let Some(&(cap, total)) = self.room_totals.get(&(worker, shape)) {
+        let at: WorkerAt = base;
+        if let Some(&(cap, total)) = self.room_totals.get(&(at, shape)) {
             if cap >= gang {
                 return Some(total);
             }
         }
         let total = self.room_brought_up_to_date((worker, base), shape, gang, count)?;
-        self.room_totals.insert((worker, shape), (gang, total));
+        self.room_totals.insert((at, shape), (gang, total));
         Some(total)
     }
 
@@ -502,7 +514,7 @@ impl<'w> CachedOracle<'w> {
             }
         }
         self.view_rooms.insert(
-            (worker, shape),
+            (std::ptr::from_ref(base), shape),
             ViewRoom {
                 version,
                 cap,
