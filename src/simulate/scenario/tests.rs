@@ -275,3 +275,43 @@ fn a_bad_kueue_is_named_with_what_to_do() {
         assert!(got.contains(want), "{kueue}\n  said: {got}\n  want: {want}");
     }
 }
+
+/// Jobs with the same pod template share one shape (and so one admission class), whether the
+/// template is written inline or in block style, while a template that differs in anything
+/// the engine reads (a quantity written otherwise, a toleration) gets a shape of its own.
+#[test]
+fn identical_pod_templates_share_one_shape_and_different_ones_do_not() {
+    let s = parse(&with_jobs(&format!(
+        r#"
+  - {{name: a, queue: training, submitAt: 0s, parallelism: 1, duration: 1m, template: {GPU_POD}}}
+  - name: b
+    queue: training
+    submitAt: 1s
+    parallelism: 1
+    duration: 1m
+    template:
+      containers:
+        - name: c
+          resources:
+            requests: {{cpu: "2", memory: 8Gi, nvidia.com/gpu: "1"}}
+  - {{name: c, queue: training, submitAt: 2s, parallelism: 1, duration: 1m, template: {CPU_POD}}}
+  - {{name: d, queue: training, submitAt: 3s, parallelism: 1, duration: 1m, template: {{containers: [{{name: c, resources: {{requests: {{cpu: 2, memory: 8Gi, nvidia.com/gpu: "1"}}}}}}]}}}}
+  - {{name: e, queue: training, submitAt: 4s, parallelism: 1, duration: 1m, template: {{containers: [{{name: c, resources: {{requests: {{cpu: "2", memory: 8Gi, nvidia.com/gpu: "1"}}}}}}], tolerations: [{{key: gpu, operator: Exists}}]}}}}
+  - {{name: f, queue: training, submitAt: 5s, parallelism: 1, duration: 1m, template: {CPU_POD}}}
+"#
+    )))
+    .unwrap();
+    let key = |name: &str| {
+        let j = s.jobs.iter().find(|j| j.name == name).unwrap();
+        j.shape_key
+    };
+    assert_eq!(key("a"), key("b"));
+    assert_eq!(key("c"), key("f"));
+    assert_ne!(key("a"), key("c"));
+    // A bare number is written otherwise than the string "2": kept apart, as before.
+    assert_ne!(key("a"), key("d"));
+    assert_ne!(key("a"), key("e"));
+    assert_ne!(key("d"), key("e"));
+    // Keys are handed out in order of first appearance.
+    assert_eq!((key("a"), key("c"), key("d"), key("e")), (0, 1, 2, 3));
+}
