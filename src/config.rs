@@ -269,35 +269,12 @@ impl ServeSettings {
             field: "tls",
             message: "serve needs --tls-cert FILE --tls-key FILE, or --dev-tls DIR for a development certificate (file keys tlsCert/tlsKey or devTls)".into(),
         })?;
-        let default_queue = args.default_queue.clone().or(file.default_queue);
-        if let Some(q) = &default_queue {
-            if !is_dns1123_label(q) {
-                return Err(ConfigError::Invalid {
-                    field: "defaultQueue",
-                    message: format!(
-                        "{q:?} is not a DNS-1123 label (lowercase letters, digits and '-')"
-                    ),
-                });
-            }
-        }
-        if let Some(sel) = &file.managed_namespaces {
-            selector::check(sel).map_err(|message| ConfigError::Invalid {
-                field: "managedNamespaces",
-                message,
-            })?;
-        }
-        let dispatcher_usernames = if !args.dispatcher_usernames.is_empty() {
-            args.dispatcher_usernames.clone()
-        } else {
-            file.dispatcher_usernames
-                .unwrap_or_else(|| vec![DEFAULT_DISPATCHER_USERNAME.into()])
-        };
-        if dispatcher_usernames.is_empty() {
-            return Err(ConfigError::Invalid {
-                field: "dispatcherUsernames",
-                message: "must name at least one user, or no Job could ever start".into(),
-            });
-        }
+        let policy = admission_policy(
+            args,
+            file.default_queue,
+            file.managed_namespaces,
+            file.dispatcher_usernames,
+        )?;
         let duration = |field: &'static str,
                         flag: &Option<String>,
                         file: Option<String>,
@@ -413,11 +390,7 @@ impl ServeSettings {
             tls,
             client_ca: args.client_ca.clone().or(file.client_ca),
             standalone: args.standalone || file.standalone.unwrap_or(false),
-            policy: AdmissionPolicy {
-                default_queue,
-                managed_namespaces: file.managed_namespaces,
-                dispatcher_usernames,
-            },
+            policy,
             workers,
             shutdown_timeout: above_zero(
                 "shutdownTimeout",
@@ -469,6 +442,48 @@ impl ServeSettings {
             },
         })
     }
+}
+
+/// The webhooks' admission policy: flags over file over defaults, each checked.
+fn admission_policy(
+    args: &ServeArgs,
+    default_queue: Option<String>,
+    managed_namespaces: Option<LabelSelector>,
+    dispatcher_usernames: Option<Vec<String>>,
+) -> Result<AdmissionPolicy, ConfigError> {
+    let default_queue = args.default_queue.clone().or(default_queue);
+    if let Some(q) = &default_queue {
+        if !is_dns1123_label(q) {
+            return Err(ConfigError::Invalid {
+                field: "defaultQueue",
+                message: format!(
+                    "{q:?} is not a DNS-1123 label (lowercase letters, digits and '-')"
+                ),
+            });
+        }
+    }
+    if let Some(sel) = &managed_namespaces {
+        selector::check(sel).map_err(|message| ConfigError::Invalid {
+            field: "managedNamespaces",
+            message,
+        })?;
+    }
+    let dispatcher_usernames = if !args.dispatcher_usernames.is_empty() {
+        args.dispatcher_usernames.clone()
+    } else {
+        dispatcher_usernames.unwrap_or_else(|| vec![DEFAULT_DISPATCHER_USERNAME.into()])
+    };
+    if dispatcher_usernames.is_empty() {
+        return Err(ConfigError::Invalid {
+            field: "dispatcherUsernames",
+            message: "must name at least one user, or no Job could ever start".into(),
+        });
+    }
+    Ok(AdmissionPolicy {
+        default_queue,
+        managed_namespaces,
+        dispatcher_usernames,
+    })
 }
 
 /// `value` unless it is zero, which `why` explains is never what anyone wants.

@@ -816,11 +816,9 @@ impl Simulation {
                 continue;
             };
             // Names are copied into the maps only the first time (this runs at every step).
-            if !self.max_quota.contains_key(name) {
-                self.max_quota.insert(name.clone(), BTreeMap::new());
-            }
-            let Some(entry) = self.max_quota.get_mut(name) else {
-                continue;
+            let entry = match self.max_quota.get_mut(name) {
+                Some(e) => e,
+                None => self.max_quota.entry(name.clone()).or_default(),
             };
             for (r, limit) in &quota {
                 if *limit <= 0 {

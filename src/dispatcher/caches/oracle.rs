@@ -47,6 +47,11 @@ struct ViewRoom {
 /// well as its name does, and is hashed and compared for less). Never read through.
 type WorkerAt = *const Cluster;
 
+/// The [`WorkerAt`] of the worker whose cluster in the inventory is `base`.
+fn at(base: &Cluster) -> WorkerAt {
+    base
+}
+
 /// One queue's memo inputs, fixed for the pass.
 struct QueueMemo<'w> {
     /// The queue's name.
@@ -54,7 +59,7 @@ struct QueueMemo<'w> {
     key: MemoKey,
     /// Per worker of the queue (by position in its list): its cluster in the inventory,
     /// found by name once per pass instead of at every question.
-    clusters: Vec<Option<&'w Arc<Cluster>>>,
+    clusters: Vec<Option<&'w Cluster>>,
     /// Per worker of the queue (by position in its list): its capacity epoch, `None` when
     /// the inventory does not have it.
     epochs: Arc<[Option<u64>]>,
@@ -76,7 +81,7 @@ impl<'w> QueueMemo<'w> {
         let mut epochs = Vec::with_capacity(now.workers.len());
         let mut capacities = Vec::with_capacity(now.workers.len());
         for name in now.workers {
-            let cluster = state.inventory.cluster_arc(name);
+            let cluster = state.inventory.cluster(name);
             clusters.push(cluster);
             nodes += cluster.map_or(0, |c| c.nodes.len());
             epochs.push(cluster.map(|_| caches.capacity_epoch(name)));
@@ -262,11 +267,11 @@ impl<'w> CachedOracle<'w> {
 
     /// The exact fit of the gang in `worker`, the queue's worker at `order`.
     fn exact(&mut self, gang: &Gang, worker: &'w str, order: usize) -> Fit {
-        let memo = self.queues[self.judging.slot].as_ref();
-        let (Some(epoch), Some(base)) = (
-            memo.and_then(|q| q.epochs.get(order).copied().flatten()),
-            memo.and_then(|q| q.clusters.get(order).copied().flatten()),
-        ) else {
+        let found = self.queues[self.judging.slot].as_ref().and_then(|q| {
+            let epoch = q.epochs.get(order).copied().flatten()?;
+            Some((epoch, q.clusters.get(order).copied().flatten()?))
+        });
+        let Some((epoch, base)) = found else {
             return Fit::not_in_inventory();
         };
         if let Some(fit) = self
@@ -300,7 +305,7 @@ impl<'w> CachedOracle<'w> {
     fn misfit_stands(
         &mut self,
         gang: &Gang,
-        (worker, base): (&'w str, &'w Arc<Cluster>),
+        (worker, base): (&'w str, &'w Cluster),
         order: usize,
         known: &'w KnownMisfit,
         epoch: u64,
@@ -312,7 +317,7 @@ impl<'w> CachedOracle<'w> {
             }
             None
         } else {
-            let room = self.room_bound(gang, worker, base)?;
+            let room = self.room_bound(gang, (worker, base))?;
             if room >= gang.pods {
                 return None;
             }
@@ -353,16 +358,11 @@ impl<'w> CachedOracle<'w> {
     /// without a search: each node's room for the gang's pods is its own, so the gang fits
     /// only if the nodes' counts add up to it. `base` is the worker's cluster in the
     /// inventory.
-    fn room_bound(
-        &mut self,
-        gang: &Gang,
-        worker: &'w str,
-        base: &'w Arc<Cluster>,
-    ) -> Option<usize> {
+    fn room_bound(&mut self, gang: &Gang, (worker, base): (&'w str, &Cluster)) -> Option<usize> {
         let shape = gang.class.shape;
         // Found for the shape earlier in the pass, on the worker as the pass sees it now, with
         // nodes counted up to at least the gang.
-        if let Some(known) = self.view_rooms.get(&(Arc::as_ptr(base), shape)) {
+        if let Some(known) = self.view_rooms.get(&(at(base), shape)) {
             if known.version == self.view.version(worker) && known.cap >= gang.pods {
                 return Some(known.total);
             }
@@ -407,14 +407,13 @@ impl<'w> CachedOracle<'w> {
     ) -> Option<usize> {
         // The inventory does not change during a pass: a total found for gangs of at least
         // this size stands for the rest of it.
-        let at: WorkerAt = base;
-        if let Some(&(cap, total)) = self.room_totals.get(&(at, shape)) {
+        if let Some(&(cap, total)) = self.room_totals.get(&(at(base), shape)) {
             if cap >= gang {
                 return Some(total);
             }
         }
         let total = self.room_brought_up_to_date((worker, base), shape, gang, count)?;
-        self.room_totals.insert((at, shape), (gang, total));
+        self.room_totals.insert((at(base), shape), (gang, total));
         Some(total)
     }
 
@@ -514,7 +513,7 @@ impl<'w> CachedOracle<'w> {
             }
         }
         self.view_rooms.insert(
-            (std::ptr::from_ref(base), shape),
+            (at(base), shape),
             ViewRoom {
                 version,
                 cap,
