@@ -5,7 +5,7 @@
 mod common;
 
 use common::dispatch::*;
-use common::fake_api::{Refusal, EVENTS, JOBS};
+use common::fake_api::{Loss, Refusal, EVENTS, JOBS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -1906,6 +1906,100 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
     assert_eq!(fleet.copies("claimed").len(), 1);
     assert_eq!(annotation(&fleet.job("claimed"), CLAIM), Some("east"));
     assert_eq!(fleet.job("claimed")["spec"]["suspend"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_whose_job_the_dispatchers_watch_has_not_shown_yet_is_kept() {
+    let fleet = Fleet::start(
+        &east_west(16, 16),
+        queue("research", &["east", "west"], json!({})),
+    )
+    .await;
+    // The dispatcher lists no Job, and its watch then shows nothing.
+    fleet.manager.hang_watches(JOBS, true);
+    let d = fleet.dispatcher(true);
+    d.settled().await;
+    // Another dispatcher's Job, claimed for east, with its copy there: to this dispatcher the
+    // copy's Job is unknown, and the Job read again shows it keeps the copy.
+    let mut claimed = job("claimed", "research", 1, 4);
+    claimed["metadata"]["annotations"] =
+        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
+    claimed["spec"]["suspend"] = json!(false);
+    let stored = fleet.manager.upsert(JOBS, claimed);
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    eventually(10, "the dispatcher reads the Job again", || {
+        fleet.manager.count("GET", "/jobs/claimed") > 0
+    })
+    .await;
+    d.settled().await;
+    d.settled().await;
+    assert_eq!(
+        fleet.workers["east"].count("DELETE", "/jobs"),
+        0,
+        "the copy stays"
+    );
+    assert_eq!(
+        fleet.manager.count("GET", "/jobs/claimed"),
+        1,
+        "read once, not again at every look while the watch is behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_while_it_was_read_again_does_not_keep_its_copy() {
+    let fleet = Fleet::start(
+        &east_west(16, 16),
+        queue("research", &["east", "west"], json!({})),
+    )
+    .await;
+    // As above: the dispatcher's view of the manager's Jobs falls behind after its first list.
+    fleet.manager.hang_watches(JOBS, true);
+    fleet.submit(job("claimed", "elsewhere", 1, 4));
+    let _d = fleet.dispatcher(true);
+    eventually(10, "the dispatcher has seen the Job wait", || {
+        condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    // Another dispatcher claims it for east and creates its copy; this dispatcher's read of
+    // the Job (to check the copy it thinks unkept) sees that claim, but its answer is slow.
+    let mut claimed = fleet.job("claimed");
+    claimed["metadata"]["annotations"] =
+        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
+    claimed["spec"]["suspend"] = json!(false);
+    let stored = fleet.manager.upsert(JOBS, claimed);
+    fleet.manager.lose_next(
+        "GET",
+        "/jobs/claimed",
+        1,
+        Loss::Hang(Duration::from_secs(3)),
+    );
+    let copy =
+        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
+    fleet.workers["east"].upsert(JOBS, copy);
+    eventually(10, "the dispatcher reads the Job again", || {
+        fleet.manager.count("GET", "/jobs/claimed") > 0
+    })
+    .await;
+    // Meanwhile the Job is deleted, and the dispatcher's watch catches up (its deletion
+    // included) before that read answers.
+    fleet.manager.delete(JOBS, "claimed");
+    fleet.manager.hang_watches(JOBS, false);
+    fleet.manager.end_watches();
+    eventually(10, "the watch shows the deletion", || {
+        fleet
+            .manager
+            .watches(JOBS)
+            .iter()
+            .any(|w| w.last_sent.is_some())
+    })
+    .await;
+    // The late answer is older than the deletion: the copy goes with its Job.
+    eventually(15, "the copy is removed", || {
+        fleet.copies("claimed").is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

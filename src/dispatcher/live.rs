@@ -476,6 +476,9 @@ struct Live {
     /// Copies (worker, copy uid) the workers' watches showed deleted lately: a create's late
     /// answer must not bring one back.
     gone_copies: HashSet<(String, String)>,
+    /// Manager Jobs (by uid) the watch showed deleted lately: a late read must not bring one
+    /// back (see [`Live::read_again`]).
+    gone_jobs: HashSet<String>,
     /// Writes and removals the last look started.
     decided: usize,
     /// The watches of the manager's Jobs, one per kind, and which start of them they are.
@@ -670,6 +673,7 @@ impl Live {
             wait_written: HashMap::new(),
             quota_series: HashSet::new(),
             gone_copies: HashSet::new(),
+            gone_jobs: HashSet::new(),
             decided: 0,
             job_watches: Vec::new(),
             jobs_generation: 0,
@@ -999,7 +1003,19 @@ impl Live {
                     self.put_job(key.kind, Arc::new(obj));
                 }
             }
-            None => self.forget_job(&key),
+            None => {
+                if let Some(uid) = self
+                    .raw
+                    .get(&key)
+                    .and_then(|raw| object::str_at(raw, "/metadata/uid"))
+                {
+                    if self.gone_jobs.len() >= 10_000 {
+                        self.gone_jobs.clear();
+                    }
+                    self.gone_jobs.insert(uid.to_string());
+                }
+                self.forget_job(&key)
+            }
         }
     }
 
@@ -1623,10 +1639,34 @@ impl Live {
         });
     }
 
+    /// The Job as a read made to check a copy returned it (see [`Done::fresh`]), taken only
+    /// if it is newer than the latest the watch has shown. The watch may have moved on while
+    /// the answer was on its way: a Job deleted meanwhile stays deleted (taking it back would
+    /// keep its copy running with no Job to answer for it), and a later change is not undone.
+    /// A Job the watch has not shown yet is taken: the watch brings it only later, and the
+    /// copy's Job would be read again at every look meanwhile.
+    fn read_again(&mut self, key: JobKey, obj: Value) {
+        // The latest event: stashed while writes are in flight (`None`: deleted), else held.
+        let latest = match self.stashed.get(&key) {
+            Some(stashed) => Some(stashed.as_ref()),
+            None => self.raw.get(&key).map(|raw| Some(&**raw)),
+        };
+        let take = match latest {
+            Some(Some(latest)) => object::newer(&obj, object::resource_version(latest)),
+            Some(None) => false,
+            // Not shown yet, or shown deleted: a uid is never used again.
+            None => object::str_at(&obj, "/metadata/uid")
+                .is_none_or(|uid| !self.gone_jobs.contains(uid)),
+        };
+        if take {
+            self.job_event(key, Some(obj));
+        }
+    }
+
     /// A Job's writes (or a copy's removal) landed.
     fn writes_landed(&mut self, done: Done) {
         if let Some((key, obj)) = done.fresh {
-            self.job_event(key.clone(), Some(obj));
+            self.read_again(key.clone(), obj);
             self.world.touch(&key);
         }
         if let Some(id) = &done.deleted {

@@ -37,7 +37,7 @@ impl Priorities {
     }
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 

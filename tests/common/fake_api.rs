@@ -1447,8 +1447,12 @@ impl FakeApi {
         };
         tokio::spawn(async move {
             if silent {
-                // Hold the stream open without a byte until the client gives up.
-                held.closed().await;
+                // Hold the stream open without a byte until the client gives up, or the
+                // server ends every watch (`end_watches`: a restart ends silent ones too).
+                tokio::select! {
+                    _ = held.closed() => {}
+                    _ = kick.changed() => {}
+                }
                 return;
             }
             drop(held);
