@@ -4,12 +4,12 @@
 //! it also has `dev` (a smaller quota, two of the workers), `ready` (`waitForPodsReady` with a
 //! 1 s timeout and a requeuing limit of 1) and `wide` (`placement.fanout: 2`), and JobSets
 //! (jobset.x-k8s.io/v1alpha2, served by every server; about a third of the arrivals are
-//! JobSets). Each schedule mixes Job arrivals, their pods starting and finishing, workers cut
-//! off and back, the leader stepping down (the standby leads a lease gap later, or at once for
+//! JobSets). Each schedule mixes Job arrivals, their pods starting and finishing, Jobs deleted
+//! by their users, workers cut off and back, the leader stepping down (the standby leads a lease gap later, or at once for
 //! about half of the hand-overs, as after a release on SIGTERM) and the leader
 //! killed (a new replica leads at once) right after its Nth write, 409,
 //! 429 and 500 answers, writes that land but whose answer is lost (a 500, or an answer past
-//! the write timeout), writes that land only after the write timeout, and watches ended and
+//! the write timeout; a read of the manager's Job answered late, after it may have changed), writes that land only after the write timeout, and watches ended and
 //! answered 410 Gone. After every step:
 //! - no Job has two running copies (a copy in a worker that was cut off and whose Job was
 //!   given up for lost is exempt, as documented, until it is removed); a Job of the fanout
@@ -17,7 +17,7 @@
 //!   "One worker at a time, and fanout");
 //! - no queue's quota is exceeded, counted both by the copies that run (a Job once, however
 //!   many copies it has) and by the Jobs the manager shows claimed or offered;
-//! - no Job is lost, and a result the manager records comes from a copy that ended so; an end
+//! - no Job is lost (but those deleted), and a result the manager records comes from a copy that ended so; an end
 //!   the manager shows (`Complete`, `Failed`, a JobSet's `Completed`) is never undone;
 //! - a requeue is counted only in the `waitForPodsReady` queue, never past its limit, with a
 //!   `Requeued` reason (once the dispatcher settled: a requeue is two writes, the Job then
@@ -28,7 +28,8 @@
 //!   and tests/common/jobset_rules.rs), and the dispatcher reported none as refused.
 //!
 //! At the end every fault is healed and every copy allowed to finish: each Job must end with
-//! its result (or deactivated, with no copy left), with no copy left anywhere, a fanout Job's
+//! its result (or deactivated, with no copy left), with no copy left anywhere (a deleted Job's
+//! copies removed), a fanout Job's
 //! losing copies gone once the fleet settles, and meanwhile say why it waits.
 //!
 //!     cargo test --test fault_schedules -- --nocapture               # CI: 12 schedules
@@ -261,6 +262,10 @@ enum Step {
         pick: usize,
         ok: bool,
     },
+    /// The Job's user deletes it from the manager (its copies must go too).
+    Delete {
+        job: usize,
+    },
     /// The worker cannot be reached (its copies run on).
     CutOff {
         worker: usize,
@@ -287,7 +292,7 @@ enum Step {
         times: u32,
     },
     /// The next `times` such writes land but their answers are lost: a 500, or an answer
-    /// past the write timeout (`hang`).
+    /// past the write timeout (`hang`). A read is made at once and answered so.
     LoseAnswers {
         server: Server,
         method: &'static str,
@@ -417,7 +422,8 @@ fn schedule(seed: u64, len: usize) -> (Setup, Vec<Step>) {
             80..=87 => {
                 let server = server(&mut rng);
                 let method = match server {
-                    Server::Manager => "PATCH",
+                    // A read of a Job answered late: the Job may have changed meanwhile.
+                    Server::Manager => ["PATCH", "PATCH", "GET"][pick(&mut rng, 3)],
                     Server::Worker(_) => ["POST", "DELETE"][pick(&mut rng, 2)],
                 };
                 Step::LoseAnswers {
@@ -436,6 +442,9 @@ fn schedule(seed: u64, len: usize) -> (Setup, Vec<Step>) {
                     times: 1 + rng.below(2) as u32,
                 }
             }
+            94..=95 => Step::Delete {
+                job: pick(&mut rng, submitted),
+            },
             _ => Step::Expire {
                 server: server(&mut rng),
                 times: 1 + rng.below(2) as u32,
@@ -500,6 +509,8 @@ struct Rig {
     /// Jobs whose copy we ended, succeeded or failed.
     ended_ok: BTreeSet<usize>,
     ended_failed: BTreeSet<usize>,
+    /// Jobs deleted from the manager.
+    deleted: BTreeSet<usize>,
     /// Invariant checks passed, crashes and hand-overs that happened.
     checks: u64,
     crashes: u64,
@@ -712,6 +723,7 @@ impl Rig {
             seen_ended: BTreeSet::new(),
             lost: HashSet::new(),
             ended_ok: BTreeSet::new(),
+            deleted: BTreeSet::new(),
             ended_failed: BTreeSet::new(),
             checks: 0,
             crashes: 0,
@@ -1075,6 +1087,11 @@ impl Rig {
                     self.finish_copy(i, pick, ok);
                 }
             }
+            Step::Delete { job: i } => {
+                if i < self.jobs.len() && self.deleted.insert(i) {
+                    self.manager.delete(self.jobs[i].kind.path(), &job_name(i));
+                }
+            }
             Step::CutOff { worker } => self.cut_off(worker),
             Step::Reconnect { worker } => self.reconnect(worker),
             Step::HandOver { writes } => {
@@ -1209,6 +1226,9 @@ impl Rig {
         for i in 0..self.jobs.len() {
             let name = job_name(i);
             let Some(j) = self.manager_job(i) else {
+                if self.deleted.contains(&i) {
+                    continue;
+                }
                 return Err(format!("Job {name} is lost from the manager"));
             };
             match annotation(&j, RESULT) {
@@ -1438,10 +1458,9 @@ impl Rig {
         out
     }
 
-    /// Why Job `i` is not done yet, if it is not: ended with its result recorded and its
-    /// copies removed.
+    /// Why Job `i` is not done yet, if it is not: ended with its result recorded (or
+    /// deleted) and its copies removed.
     fn not_done(&self, i: usize) -> Option<String> {
-        let j = self.manager_job(i)?;
         let copies: Vec<&str> = self
             .workers
             .iter()
@@ -1452,6 +1471,10 @@ impl Rig {
             })
             .map(|(w, _)| WORKERS[w].name)
             .collect();
+        let Some(j) = self.manager_job(i) else {
+            return (!copies.is_empty())
+                .then(|| format!("{}: deleted, copies left in {copies:?}", job_name(i)));
+        };
         let result = annotation(&j, RESULT);
         let consistent = match result {
             Some("Succeeded") => is_true(&j, "Complete") || is_true(&j, "Completed"),
@@ -1570,6 +1593,8 @@ struct Ran {
     multi_queue: u64,
     per_queue: [u64; QUEUES.len()],
     jobsets: u64,
+    /// Jobs deleted by their users (the copies made of them removed).
+    deleted: u64,
     /// Requeues counted for pods not Ready in time; Jobs deactivated at the limit.
     requeues: u64,
     deactivated: u64,
@@ -1607,6 +1632,7 @@ async fn run(setup: Setup, steps: &[Step], keep: Option<&[usize]>) -> Result<Ran
         hand_overs: rig.hand_overs,
         instant: rig.instant,
         jobs: rig.jobs.len() as u64,
+        deleted: rig.deleted.len() as u64,
         multi_queue: u64::from(setup.queues.iter().filter(|q| **q).count() > 1),
         ..Default::default()
     };
@@ -1791,6 +1817,7 @@ async fn fault_schedules_keep_every_invariant() {
                     sum.per_queue[q] += n;
                 }
                 sum.jobsets += r.jobsets;
+                sum.deleted += r.deleted;
                 sum.requeues += r.requeues;
                 sum.deactivated += r.deactivated;
                 sum.doubled += r.doubled;
@@ -1811,7 +1838,7 @@ async fn fault_schedules_keep_every_invariant() {
     drop(results);
     println!(
         "fault schedules: {ran} schedules of {len} steps, {} failed, {:.1} s\n  \
-         passed: {} steps, {} invariant checks ({} invariants each), {} Jobs run to their end, \
+         passed: {} steps, {} invariant checks ({} invariants each), {} Jobs run to their end ({} of them deleted), \
          {} leaders killed right after a write, {} leases handed over right after a write ({} of them at once), \
          {} requests served, {} of them answered 409, 429, 500 or 503\n  \
          {} schedules with several queues; Jobs by queue (research, dev, ready, wide) {:?}, {} of them JobSets; \
@@ -1822,6 +1849,7 @@ async fn fault_schedules_keep_every_invariant() {
         sum.checks,
         INVARIANTS,
         sum.jobs,
+        sum.deleted,
         sum.crashes,
         sum.hand_overs,
         sum.instant,
