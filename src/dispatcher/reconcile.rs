@@ -150,14 +150,13 @@ impl<'a> Step<'a> {
         } else {
             return;
         };
-        let digest = job.status.digest();
-        if self.world.state.writes.refused_status.get(&job.uid) == Some(&digest) {
+        if self.refused_before(&job.status) {
             return;
         }
         self.out.push(Action::WriteStatus {
             job: job.key.clone(),
             status: Box::new(target),
-            digest,
+            digest: job.status.digest(),
         });
     }
 
@@ -625,15 +624,13 @@ impl<'a> Step<'a> {
     /// there); returns whether a write was asked for.
     fn write_concluded(&mut self, result: JobResult) -> bool {
         let job = self.job;
-        let digest = job.status.digest();
-        let refused = self.world.state.writes.refused_status.get(&job.uid) == Some(&digest);
-        if refused || job.status.terminal().is_some() {
+        if self.refused_before(&job.status) || job.status.terminal().is_some() {
             return false;
         }
         self.out.push(Action::WriteStatus {
             job: job.key.clone(),
             status: Box::new(job.status.concluded(result, self.now)),
-            digest,
+            digest: job.status.digest(),
         });
         true
     }
@@ -736,8 +733,7 @@ impl<'a> Step<'a> {
     /// write was asked for.
     fn write_status(&mut self, copy: &WorkerCopy, readiness: Readiness) -> bool {
         let (job, now) = (self.job, self.now);
-        let digest = copy.status.digest();
-        if self.world.state.writes.refused_status.get(&job.uid) == Some(&digest) {
+        if self.refused_before(&copy.status) {
             return false;
         }
         let mut desired = job.status.mirrored(&copy.status, readiness, now);
@@ -783,9 +779,20 @@ impl<'a> Step<'a> {
         self.out.push(Action::WriteStatus {
             job: job.key.clone(),
             status: Box::new(desired),
-            digest,
+            digest: copy.status.digest(),
         });
         true
+    }
+
+    /// Whether the API server already refused the status write made from `from` (the same
+    /// status, by digest) for this Job. The digest is taken only for a Job with a refusal.
+    fn refused_before(&self, from: &super::kind::Status) -> bool {
+        self.world
+            .state
+            .writes
+            .refused_status
+            .get(&self.job.uid)
+            .is_some_and(|refused| *refused == from.digest())
     }
 }
 
