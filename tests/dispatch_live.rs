@@ -1864,31 +1864,51 @@ async fn a_job_in_backoff_keeps_saying_when_it_is_tried_next() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed() {
+/// A fleet whose dispatcher's watch of the manager's Jobs shows nothing after its first list:
+/// its view falls behind, as a second dispatcher's (or a cached list's) would. With `claimed`,
+/// that list held the Job `claimed` of a queue that does not exist, and it was seen waiting.
+async fn a_view_behind(claimed: bool) -> (Fleet, Running) {
     let fleet = Fleet::start(
         &east_west(16, 16),
         queue("research", &["east", "west"], json!({})),
     )
     .await;
-    // The dispatcher's watch of the manager's Jobs shows nothing after its first list: its
-    // view falls behind, as a second dispatcher's (or a cached list's) would.
     fleet.manager.hang_watches(JOBS, true);
-    fleet.submit(job("claimed", "elsewhere", 1, 4));
+    if claimed {
+        fleet.submit(job("claimed", "elsewhere", 1, 4));
+    }
     let d = fleet.dispatcher(true);
-    eventually(10, "the dispatcher has seen the Job wait", || {
-        condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
-    })
-    .await;
-    // Another dispatcher claims it for east, creates its copy and unsuspends it.
-    let mut claimed = fleet.job("claimed");
-    claimed["metadata"]["annotations"] =
-        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
-    claimed["spec"]["suspend"] = json!(false);
-    let stored = fleet.manager.upsert(JOBS, claimed);
+    if claimed {
+        eventually(10, "the dispatcher has seen the Job wait", || {
+            condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+    } else {
+        d.settled().await;
+    }
+    (fleet, d)
+}
+
+/// `job` claimed for east and unsuspended, as another dispatcher writes it; as stored.
+fn claimed_for_east(fleet: &Fleet, mut job: Value) -> Value {
+    job["metadata"]["annotations"] = json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
+    job["spec"]["suspend"] = json!(false);
+    fleet.manager.upsert(JOBS, job)
+}
+
+/// The copy of the manager Job `stored` in east, as its dispatcher creates it.
+fn copy_in_east(fleet: &Fleet, stored: &Value) {
     let copy =
-        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
+        switchyard::dispatcher::remote::copy_of(stored, "switchyard", Default::default()).unwrap();
     fleet.workers["east"].upsert(JOBS, copy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed() {
+    let (fleet, d) = a_view_behind(true).await;
+    // Another dispatcher claims it for east, creates its copy and unsuspends it.
+    let stored = claimed_for_east(&fleet, fleet.job("claimed"));
+    copy_in_east(&fleet, &stored);
 
     // Seen from the stale view, the copy is one its Job does not keep; the Job read again
     // says it does.
@@ -1910,25 +1930,12 @@ async fn a_copy_claimed_by_a_job_newer_than_the_dispatchers_view_is_not_removed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_whose_job_the_dispatchers_watch_has_not_shown_yet_is_kept() {
-    let fleet = Fleet::start(
-        &east_west(16, 16),
-        queue("research", &["east", "west"], json!({})),
-    )
-    .await;
     // The dispatcher lists no Job, and its watch then shows nothing.
-    fleet.manager.hang_watches(JOBS, true);
-    let d = fleet.dispatcher(true);
-    d.settled().await;
+    let (fleet, d) = a_view_behind(false).await;
     // Another dispatcher's Job, claimed for east, with its copy there: to this dispatcher the
     // copy's Job is unknown, and the Job read again shows it keeps the copy.
-    let mut claimed = job("claimed", "research", 1, 4);
-    claimed["metadata"]["annotations"] =
-        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
-    claimed["spec"]["suspend"] = json!(false);
-    let stored = fleet.manager.upsert(JOBS, claimed);
-    let copy =
-        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
-    fleet.workers["east"].upsert(JOBS, copy);
+    let stored = claimed_for_east(&fleet, job("claimed", "research", 1, 4));
+    copy_in_east(&fleet, &stored);
     eventually(10, "the dispatcher reads the Job again", || {
         fleet.manager.count("GET", "/jobs/claimed") > 0
     })
@@ -1949,35 +1956,17 @@ async fn a_copy_whose_job_the_dispatchers_watch_has_not_shown_yet_is_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_deleted_while_it_was_read_again_does_not_keep_its_copy() {
-    let fleet = Fleet::start(
-        &east_west(16, 16),
-        queue("research", &["east", "west"], json!({})),
-    )
-    .await;
-    // As above: the dispatcher's view of the manager's Jobs falls behind after its first list.
-    fleet.manager.hang_watches(JOBS, true);
-    fleet.submit(job("claimed", "elsewhere", 1, 4));
-    let _d = fleet.dispatcher(true);
-    eventually(10, "the dispatcher has seen the Job wait", || {
-        condition(&fleet.job("claimed"), "Admitted").is_some_and(|c| c["status"] == "False")
-    })
-    .await;
+    let (fleet, _d) = a_view_behind(true).await;
     // Another dispatcher claims it for east and creates its copy; this dispatcher's read of
     // the Job (to check the copy it thinks unkept) sees that claim, but its answer is slow.
-    let mut claimed = fleet.job("claimed");
-    claimed["metadata"]["annotations"] =
-        json!({CLAIM: "east", "switchyard.dev/admitted-at": ago(0)});
-    claimed["spec"]["suspend"] = json!(false);
-    let stored = fleet.manager.upsert(JOBS, claimed);
+    let stored = claimed_for_east(&fleet, fleet.job("claimed"));
     fleet.manager.lose_next(
         "GET",
         "/jobs/claimed",
         1,
         Loss::Hang(Duration::from_secs(3)),
     );
-    let copy =
-        switchyard::dispatcher::remote::copy_of(&stored, "switchyard", Default::default()).unwrap();
-    fleet.workers["east"].upsert(JOBS, copy);
+    copy_in_east(&fleet, &stored);
     eventually(10, "the dispatcher reads the Job again", || {
         fleet.manager.count("GET", "/jobs/claimed") > 0
     })
