@@ -200,19 +200,39 @@ impl State {
 
     pub(super) fn put_copy(&mut self, copy: WorkerCopy) {
         if let Some(key) = self.by_uid.get(&copy.origin_uid) {
-            self.dirty.insert(key.clone());
+            if !self.dirty.contains(key) {
+                self.dirty.insert(key.clone());
+            }
+        }
+        // Most puts change a copy already known (its status): names are copied into the maps
+        // only for a new one.
+        let names = match self.names.get_mut(&copy.key) {
+            Some(names) => names,
+            None => self.names.entry(copy.key.clone()).or_default(),
+        };
+        match names.get_mut(&copy.cluster) {
+            Some(uid) => {
+                if *uid != copy.origin_uid {
+                    uid.clone_from(&copy.origin_uid);
+                }
+            }
+            None => {
+                names.insert(copy.cluster.clone(), copy.origin_uid.clone());
+            }
         }
         let uid = copy.origin_uid.clone();
-        let cluster = copy.cluster.clone();
-        self.names
-            .entry(copy.key.clone())
-            .or_default()
-            .insert(cluster.clone(), uid.clone());
-        self.copies
-            .entry(uid.clone())
-            .or_default()
-            .insert(cluster.clone(), copy);
-        self.restale(&uid, Some(&cluster));
+        let by_cluster = match self.copies.get_mut(&uid) {
+            Some(by_cluster) => by_cluster,
+            None => self.copies.entry(uid.clone()).or_default(),
+        };
+        match by_cluster.get_mut(&copy.cluster) {
+            Some(known) => *known = copy,
+            None => {
+                by_cluster.insert(copy.cluster.clone(), copy);
+            }
+        }
+        // The copy's worker is among its Job's copies' now.
+        self.restale(&uid, None);
     }
 
     pub(super) fn take_copy(&mut self, cluster: &str, origin_uid: &str) {
