@@ -224,26 +224,30 @@ impl Ledger {
         let Some(c) = self.charges.remove(key) else {
             return;
         };
-        let u = self.uses.entry(c.queue.clone()).or_default();
-        for (r, v) in &c.usage {
-            if let Some(x) = u.usage.get_mut(r) {
-                *x -= v;
-                if *x == 0 {
-                    u.usage.remove(r);
+        // A charge's queue has had its use since the charge was made (uses are never removed).
+        if let Some(u) = self.uses.get_mut(&c.queue) {
+            for (r, v) in &c.usage {
+                if let Some(x) = u.usage.get_mut(r) {
+                    *x -= v;
+                    if *x == 0 {
+                        u.usage.remove(r);
+                    }
                 }
             }
-        }
-        if c.admitted {
-            u.admitted -= 1;
-        }
-        if c.running {
-            u.running -= 1;
-        }
-        if let Some(rank) = &c.rank {
-            u.not_ready.remove(rank);
+            if c.admitted {
+                u.admitted -= 1;
+            }
+            if c.running {
+                u.running -= 1;
+            }
+            if let Some(rank) = &c.rank {
+                u.not_ready.remove(rank);
+            }
+            if c.pending.is_some() {
+                u.pending -= 1;
+            }
         }
         if let Some((class, rank)) = &c.pending {
-            u.pending -= 1;
             if let Some(set) = self.pending.get_mut(class) {
                 set.remove(rank);
                 if set.is_empty() {
@@ -259,9 +263,18 @@ impl Ledger {
             self.class_names.share(&mut class.queue);
             self.class_names.share(&mut class.namespace);
         }
-        let u = self.uses.entry(c.queue.clone()).or_default();
+        // Names are copied into the totals only the first time.
+        let u = match self.uses.get_mut(&c.queue) {
+            Some(u) => u,
+            None => self.uses.entry(c.queue.clone()).or_default(),
+        };
         for (r, v) in &c.usage {
-            *u.usage.entry(r.clone()).or_insert(0) += v;
+            match u.usage.get_mut(r) {
+                Some(total) => *total += v,
+                None => {
+                    u.usage.insert(r.clone(), *v);
+                }
+            }
         }
         if c.admitted {
             u.admitted += 1;

@@ -168,9 +168,15 @@ impl State {
                 self.by_uid.insert(job.uid.clone(), job.key.clone());
             }
         }
-        self.dirty.insert(job.key.clone());
+        if !self.dirty.contains(&job.key) {
+            self.dirty.insert(job.key.clone());
+        }
         let uid = job.uid.clone();
-        let old = self.jobs.insert(job.key.clone(), job);
+        // Most puts change a Job already known: its key is copied only for a new one.
+        let old = match self.jobs.get_mut(&job.key) {
+            Some(known) => Some(std::mem::replace(known, job)),
+            None => self.jobs.insert(job.key.clone(), job),
+        };
         self.restale(&uid, None);
         old
     }
