@@ -1992,6 +1992,39 @@ async fn a_job_deleted_while_it_was_read_again_does_not_keep_its_copy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_its_watch_never_showed_deleted_while_it_was_read_again_does_not_keep_its_copy() {
+    // The Job is made, read and deleted while the dispatcher's watch shows nothing; the watch
+    // then has to list the Jobs again (410 Gone), and the list no longer has it. (Its queue
+    // does not exist, so the dispatcher has nothing to write to it: a write would find it gone.)
+    let (fleet, _d) = a_view_behind(false).await;
+    let stored = claimed_for_east(&fleet, job("claimed", "elsewhere", 1, 4));
+    fleet.manager.lose_next(
+        "GET",
+        "/jobs/claimed",
+        1,
+        Loss::Hang(Duration::from_secs(3)),
+    );
+    copy_in_east(&fleet, &stored);
+    eventually(10, "the dispatcher reads the Job again", || {
+        fleet.manager.count("GET", "/jobs/claimed") > 0
+    })
+    .await;
+    fleet.manager.delete(JOBS, "claimed");
+    fleet.submit(job("later", "elsewhere", 1, 4));
+    fleet.manager.expire_next_watches(JOBS, 1);
+    fleet.manager.hang_watches(JOBS, false);
+    fleet.manager.end_watches();
+    eventually(10, "the list after the 410 shows a later Job", || {
+        condition(&fleet.job("later"), "Admitted").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    eventually(15, "the copy is removed", || {
+        fleet.copies("claimed").is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_whose_job_read_again_still_does_not_keep_it_is_removed() {
     let fleet = Fleet::start(
         &east_west(16, 16),

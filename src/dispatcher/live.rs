@@ -479,6 +479,9 @@ struct Live {
     /// Manager Jobs (by uid) the watch showed deleted lately: a late read must not bring one
     /// back (see [`Live::read_again`]).
     gone_jobs: HashSet<String>,
+    /// The highest resourceVersion the watch of each kind of manager Job has shown since it
+    /// last listed them: a Job read at or before it that the watch does not show is gone.
+    watched_to: HashMap<Kind, u64>,
     /// Writes and removals the last look started.
     decided: usize,
     /// The watches of the manager's Jobs, one per kind, and which start of them they are.
@@ -674,6 +677,7 @@ impl Live {
             quota_series: HashSet::new(),
             gone_copies: HashSet::new(),
             gone_jobs: HashSet::new(),
+            watched_to: HashMap::new(),
             decided: 0,
             job_watches: Vec::new(),
             jobs_generation: 0,
@@ -958,6 +962,10 @@ impl Live {
             // its writes, and a replica that takes the lead lists them afresh (`watch_jobs`).
             Change::Relisting => {}
             Change::Listed(all) => {
+                // Not the highest ever: a list starts the count again (after an API server's
+                // store was restored, resourceVersions go back).
+                let to = all.iter().filter_map(object::resource_version).max();
+                self.watched_to.insert(kind, to.unwrap_or(0));
                 let listed: HashSet<JobKey> = all
                     .iter()
                     .filter_map(|o| object::job_key(kind, o))
@@ -980,15 +988,24 @@ impl Live {
                 self.world.state.jobs_synced = self.jobs_synced();
             }
             Change::Applied(obj) => {
+                self.watched(kind, &obj);
                 if let Some(k) = object::job_key(kind, &obj) {
                     self.job_event(k, Some(obj));
                 }
             }
             Change::Deleted(obj) => {
+                self.watched(kind, &obj);
                 if let Some(k) = object::job_key(kind, &obj) {
                     self.job_event(k, None);
                 }
             }
+        }
+    }
+
+    fn watched(&mut self, kind: Kind, obj: &Value) {
+        if let Some(rv) = object::resource_version(obj) {
+            let to = self.watched_to.entry(kind).or_insert(0);
+            *to = (*to).max(rv);
         }
     }
 
@@ -1644,7 +1661,9 @@ impl Live {
     /// the answer was on its way: a Job deleted meanwhile stays deleted (taking it back would
     /// keep its copy running with no Job to answer for it), and a later change is not undone.
     /// A Job the watch has not shown yet is taken: the watch brings it only later, and the
-    /// copy's Job would be read again at every look meanwhile.
+    /// copy's Job would be read again at every look meanwhile. One the watch should have shown
+    /// (it has shown a later change of another Job, or listed them since) and does not is gone:
+    /// deleted, or without its queue label (which the dispatcher would not take either).
     fn read_again(&mut self, key: JobKey, obj: Value) {
         // The latest event: stashed while writes are in flight (`None`: deleted), else held.
         let latest = match self.stashed.get(&key) {
@@ -1654,9 +1673,14 @@ impl Live {
         let take = match latest {
             Some(Some(latest)) => object::newer(&obj, object::resource_version(latest)),
             Some(None) => false,
-            // Not shown yet, or shown deleted: a uid is never used again.
-            None => object::str_at(&obj, "/metadata/uid")
-                .is_none_or(|uid| !self.gone_jobs.contains(uid)),
+            // Shown deleted (a uid is never used again), or not shown yet.
+            None => {
+                let gone = object::str_at(&obj, "/metadata/uid")
+                    .is_some_and(|uid| self.gone_jobs.contains(uid));
+                let passed = object::resource_version(&obj)
+                    .is_some_and(|rv| self.watched_to.get(&key.kind).is_some_and(|to| *to >= rv));
+                !gone && !passed
+            }
         };
         if take {
             self.job_event(key, Some(obj));
