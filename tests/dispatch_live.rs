@@ -1954,23 +1954,29 @@ async fn a_copy_whose_job_the_dispatchers_watch_has_not_shown_yet_is_kept() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_deleted_while_it_was_read_again_does_not_keep_its_copy() {
-    let (fleet, _d) = a_view_behind(true).await;
-    // Another dispatcher claims it for east and creates its copy; this dispatcher's read of
-    // the Job (to check the copy it thinks unkept) sees that claim, but its answer is slow.
-    let stored = claimed_for_east(&fleet, fleet.job("claimed"));
+/// The copy of `stored` is made in east, and the dispatcher, to which it looks unkept, reads
+/// the Job again: the read is made at once and answered 3 s late.
+async fn read_late_with_its_copy_in_east(fleet: &Fleet, stored: &Value) {
     fleet.manager.lose_next(
         "GET",
         "/jobs/claimed",
         1,
         Loss::Hang(Duration::from_secs(3)),
     );
-    copy_in_east(&fleet, &stored);
+    copy_in_east(fleet, stored);
     eventually(10, "the dispatcher reads the Job again", || {
         fleet.manager.count("GET", "/jobs/claimed") > 0
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_while_it_was_read_again_does_not_keep_its_copy() {
+    let (fleet, _d) = a_view_behind(true).await;
+    // Another dispatcher claims it for east and creates its copy; this dispatcher's read of
+    // the Job (to check the copy it thinks unkept) sees that claim, but its answer is slow.
+    let stored = claimed_for_east(&fleet, fleet.job("claimed"));
+    read_late_with_its_copy_in_east(&fleet, &stored).await;
     // Meanwhile the Job is deleted, and the dispatcher's watch catches up (its deletion
     // included) before that read answers.
     fleet.manager.delete(JOBS, "claimed");
@@ -1998,17 +2004,7 @@ async fn a_job_its_watch_never_showed_deleted_while_it_was_read_again_does_not_k
     // does not exist, so the dispatcher has nothing to write to it: a write would find it gone.)
     let (fleet, _d) = a_view_behind(false).await;
     let stored = claimed_for_east(&fleet, job("claimed", "elsewhere", 1, 4));
-    fleet.manager.lose_next(
-        "GET",
-        "/jobs/claimed",
-        1,
-        Loss::Hang(Duration::from_secs(3)),
-    );
-    copy_in_east(&fleet, &stored);
-    eventually(10, "the dispatcher reads the Job again", || {
-        fleet.manager.count("GET", "/jobs/claimed") > 0
-    })
-    .await;
+    read_late_with_its_copy_in_east(&fleet, &stored).await;
     fleet.manager.delete(JOBS, "claimed");
     fleet.submit(job("later", "elsewhere", 1, 4));
     fleet.manager.expire_next_watches(JOBS, 1);
