@@ -1026,10 +1026,7 @@ impl Live {
                     .get(&key)
                     .and_then(|raw| object::str_at(raw, "/metadata/uid"))
                 {
-                    if self.gone_jobs.len() >= 10_000 {
-                        self.gone_jobs.clear();
-                    }
-                    self.gone_jobs.insert(uid.to_string());
+                    note_gone(&mut self.gone_jobs, uid.to_string());
                 }
                 self.forget_job(&key)
             }
@@ -1067,11 +1064,7 @@ impl Live {
             }
             Change::Deleted(obj) => {
                 if let Some(c) = remote::parse_copy(kind, cluster, &obj) {
-                    if self.gone_copies.len() >= 10_000 {
-                        self.gone_copies.clear();
-                    }
-                    self.gone_copies
-                        .insert((cluster.to_string(), c.uid.clone()));
+                    note_gone(&mut self.gone_copies, (cluster.to_string(), c.uid.clone()));
                     self.world.forget_copy(cluster, &c.origin_uid, &c.uid);
                 }
             }
@@ -1673,7 +1666,9 @@ impl Live {
         let take = match latest {
             Some(Some(latest)) => object::newer(&obj, object::resource_version(latest)),
             Some(None) => false,
-            // Shown deleted (a uid is never used again), or not shown yet.
+            // Not held. Gone if the watch showed it deleted (a uid is never used again: this
+            // also covers a list without it, whose Jobs may all be older than the read), or
+            // if the watch has moved past the read without showing it; else not shown yet.
             None => {
                 let gone = object::str_at(&obj, "/metadata/uid")
                     .is_some_and(|uid| self.gone_jobs.contains(uid));
@@ -2297,6 +2292,16 @@ impl JobWriter<'_> {
         }
         ok
     }
+}
+
+/// Records an object the watch showed deleted, so that a late answer does not bring it back.
+/// Such answers come within seconds: the record is dropped whole past 10,000, so that a
+/// long-lived leader's does not grow without end.
+fn note_gone<T: std::hash::Hash + Eq>(gone: &mut HashSet<T>, what: T) {
+    if gone.len() >= 10_000 {
+        gone.clear();
+    }
+    gone.insert(what);
 }
 
 /// The manager Job as the API server has it now, if it keeps its copy in `cluster` (the same
