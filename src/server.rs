@@ -154,97 +154,29 @@ pub async fn start_with_client(
     let certificates = CertificateStore::load(&cert_path, &key_path)?;
     let tls_config = tls::server_config(certificates.clone(), settings.client_ca.as_deref())?;
     let metrics = Arc::new(Metrics::new());
+    let standalone = client.is_none();
+    let (stop_background, stop_rx) = tokio::sync::watch::channel(false);
 
     let mut notes = Vec::new();
-    let standalone = client.is_none();
-    let client_for_extender = client.clone();
-    let namespaces = match client {
-        None => {
-            notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
-            tracing::warn!("standalone: no Kubernetes API server is contacted; managedNamespaces matches on kubernetes.io/metadata.name only");
-            NamespaceLabels::Standalone
-        }
-        Some(client) => NamespaceLabels::live(client, settings.namespace_cache_ttl),
-    };
-    if settings.policy.default_queue.is_some() && settings.policy.managed_namespaces.is_none() {
-        tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
-    }
-
-    // The extender's inventory: a file; else, live, every WorkerCluster (manager) or the
-    // cluster this server runs in (worker); else none.
+    let namespaces = namespace_labels(client.as_ref(), &settings, &mut notes);
     let store = Arc::new(InventoryStore::default());
-    let (stop_background, stop_rx) = tokio::sync::watch::channel(false);
-    let mut manager = None;
-    let mut election = None;
-    let mut background = Vec::new();
-    let mut leader_line = None;
-    match (&settings.inventory, &client_for_extender, settings.role) {
-        (Some(path), _, _) => {
-            let inv = crate::inventory::load_file(path)?;
-            tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
-            store.replace(inv);
-        }
-        (None, Some(client), Role::Manager) => {
-            let started = start_manager(
-                client.clone(),
-                &settings,
-                store.clone(),
-                metrics.clone(),
-                stop_rx.clone(),
-            );
-            notes.extend(started.notes);
-            election = started.election;
-            background = started.background;
-            leader_line = started.leader_line;
-            manager = Some(started.manager);
-        }
-        (None, Some(client), Role::Worker) => {
-            let mut hub = crate::workers::hub::Hub::new(store.clone(), settings.stale_after);
-            hub.add_worker(
-                LOCAL_CLUSTER,
-                Default::default(),
-                std::time::SystemTime::now(),
-            );
-            let (tx, rx) = tokio::sync::mpsc::channel(4096);
-            let options = crate::workers::watch::WatchOptions {
-                restarts: Some(metrics.worker(LOCAL_CLUSTER).watch_restarts),
-                timings: crate::workers::watch::WatchTimings::for_stale_after(settings.stale_after),
-                ..Default::default()
-            };
-            background.push(tokio::spawn(crate::workers::watch::run(
-                LOCAL_CLUSTER.to_string(),
-                client.clone(),
-                tx,
-                options,
-            )));
-            background.push(tokio::spawn(crate::workers::hub::run(
-                hub,
-                rx,
-                Duration::from_millis(100),
-            )));
-            notes.push(format!(
-                "extender: live inventory of this cluster (as {LOCAL_CLUSTER:?}) from watches"
-            ));
-        }
-        (None, None, role) => {
-            if role == Role::Manager {
-                notes.push("manager: off (--standalone): no WorkerCluster controller, leader election or virtual nodes".to_string());
-            }
-            notes.push(
-                "extender: no inventory (--inventory FILE): every node is reported as unknown"
-                    .to_string(),
-            );
-        }
-    }
+    let mut started = start_inventory(
+        &settings,
+        client.as_ref(),
+        store.clone(),
+        metrics.clone(),
+        stop_rx.clone(),
+    )?;
+    notes.append(&mut started.notes);
     let readiness = Arc::new(Readiness {
         shutting_down: AtomicBool::new(false),
         notes,
-        leader: leader_line,
+        leader: started.leader_line,
     });
     let extender = Arc::new(crate::extender::Extender::new(
         store,
         settings.extender.clone(),
-        client_for_extender,
+        client,
     ));
     let state = web::Data::new(State {
         webhooks: Webhooks {
@@ -259,9 +191,170 @@ pub async fn start_with_client(
 
     let https_listener = bind_https(settings.listen)?;
     let https_addr = https_listener.local_addr()?;
-    let shutdown_secs = settings.shutdown_timeout.as_secs().max(1);
+    let https = https_server(&settings, state, https_listener, tls_config)?;
+    let https_handle = https.handle();
+    let probe_listener = bind(settings.probe_listen)?;
+    let probe_addr = probe_listener.local_addr()?;
+    let probe = probe_server(
+        &settings,
+        readiness.clone(),
+        metrics.clone(),
+        probe_listener,
+    )?;
+    let probe_handle = probe.handle();
+
+    tokio::spawn(extender.clone().housekeep(stop_rx.clone()));
+    tokio::spawn(certificates.clone().watch(
+        settings.tls_reload_interval,
+        metrics.clone(),
+        stop_rx,
+    ));
+    let servers = vec![tokio::spawn(https), tokio::spawn(probe)];
+    tracing::info!(%https_addr, %probe_addr, standalone, "serving");
+    Ok(Running {
+        https_addr,
+        probe_addr,
+        metrics,
+        https: https_handle,
+        probe: probe_handle,
+        servers,
+        readiness,
+        stop_background,
+        manager: started.manager,
+        election: started.election,
+        background: started.background,
+    })
+}
+
+/// Where the webhooks read namespace labels (for `managedNamespaces`) from: the API server,
+/// or, standalone, only the label every namespace has.
+fn namespace_labels(
+    client: Option<&kube::Client>,
+    settings: &ServeSettings,
+    notes: &mut Vec<String>,
+) -> NamespaceLabels {
+    if settings.policy.default_queue.is_some() && settings.policy.managed_namespaces.is_none() {
+        tracing::warn!("defaultQueue is set but managedNamespaces is not: no namespace gets the default queue (use managedNamespaces: {{}} for all)");
+    }
+    match client {
+        None => {
+            notes.push("kubernetes-api: off (--standalone): namespace labels for defaultQueue are reduced to kubernetes.io/metadata.name".to_string());
+            tracing::warn!("standalone: no Kubernetes API server is contacted; managedNamespaces matches on kubernetes.io/metadata.name only");
+            NamespaceLabels::Standalone
+        }
+        Some(client) => NamespaceLabels::live(client.clone(), settings.namespace_cache_ttl),
+    }
+}
+
+/// What runs beside the HTTPS surfaces, by [`start_inventory`].
+#[derive(Default)]
+struct Started {
+    /// Present with `role: manager` and a cluster.
+    manager: Option<Manager>,
+    /// One `/readyz` line per surface started or left off.
+    notes: Vec<String>,
+    election: Option<(tokio::task::JoinHandle<()>, Duration)>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    leader_line: Option<(String, tokio::sync::watch::Receiver<bool>)>,
+}
+
+/// Fills the extender's inventory, from the first source there is: a file; else, live, every
+/// WorkerCluster (manager, which starts the dispatcher too) or the cluster this server runs in
+/// (worker); else none.
+fn start_inventory(
+    settings: &ServeSettings,
+    client: Option<&kube::Client>,
+    store: Arc<InventoryStore>,
+    metrics: Arc<Metrics>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> crate::Result<Started> {
+    match (&settings.inventory, client, settings.role) {
+        (Some(path), _, _) => {
+            let inv = crate::inventory::load_file(path)?;
+            tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
+            store.replace(inv);
+            Ok(Started::default())
+        }
+        (None, Some(client), Role::Manager) => Ok(start_manager(
+            client.clone(),
+            settings,
+            store,
+            metrics,
+            stop,
+        )),
+        (None, Some(client), Role::Worker) => Ok(watch_local_cluster(
+            client.clone(),
+            settings,
+            store,
+            &metrics,
+        )),
+        (None, None, role) => {
+            let mut notes = Vec::new();
+            if role == Role::Manager {
+                notes.push("manager: off (--standalone): no WorkerCluster controller, leader election or virtual nodes".to_string());
+            }
+            notes.push(
+                "extender: no inventory (--inventory FILE): every node is reported as unknown"
+                    .to_string(),
+            );
+            Ok(Started {
+                notes,
+                ..Default::default()
+            })
+        }
+    }
+}
+
+/// A worker's inventory: its own nodes, from watches, as [`LOCAL_CLUSTER`].
+fn watch_local_cluster(
+    client: kube::Client,
+    settings: &ServeSettings,
+    store: Arc<InventoryStore>,
+    metrics: &Metrics,
+) -> Started {
+    let mut hub = crate::workers::hub::Hub::new(store, settings.stale_after);
+    hub.add_worker(
+        LOCAL_CLUSTER,
+        Default::default(),
+        std::time::SystemTime::now(),
+    );
+    let (tx, rx) = tokio::sync::mpsc::channel(4096);
+    let options = crate::workers::watch::WatchOptions {
+        restarts: Some(metrics.worker(LOCAL_CLUSTER).watch_restarts),
+        timings: crate::workers::watch::WatchTimings::for_stale_after(settings.stale_after),
+        ..Default::default()
+    };
+    Started {
+        background: vec![
+            tokio::spawn(crate::workers::watch::run(
+                LOCAL_CLUSTER.to_string(),
+                client,
+                tx,
+                options,
+            )),
+            tokio::spawn(crate::workers::hub::run(
+                hub,
+                rx,
+                Duration::from_millis(100),
+            )),
+        ],
+        notes: vec![format!(
+            "extender: live inventory of this cluster (as {LOCAL_CLUSTER:?}) from watches"
+        )],
+        ..Default::default()
+    }
+}
+
+/// The HTTPS server of the webhooks and the extender, with every request timed into the
+/// metrics by the route and result its handler left ([`Outcome`]).
+fn https_server(
+    settings: &ServeSettings,
+    state: web::Data<State>,
+    listener: TcpListener,
+    tls_config: rustls::ServerConfig,
+) -> std::io::Result<actix_web::dev::Server> {
     let per_worker = settings.max_connections.div_ceil(settings.workers).max(1);
-    let https = HttpServer::new(move || {
+    Ok(HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .wrap_fn(|req, srv| {
@@ -293,7 +386,7 @@ pub async fn start_with_client(
     })
     .workers(settings.workers)
     .disable_signals()
-    .shutdown_timeout(shutdown_secs)
+    .shutdown_timeout(shutdown_secs(settings))
     // actix counts connections per worker, and a worker at its share stops taking more (the
     // rest wait in the listen backlog), so the share is the bound divided among the workers.
     .max_connections(per_worker)
@@ -310,14 +403,19 @@ pub async fn start_with_client(
     // TLS record waits for the client's delayed ACK (40 ms on Linux) whenever it follows a
     // large one, which kube-scheduler and kube-apiserver would see as a slow extender/webhook.
     .tcp_nodelay(true)
-    .listen_rustls_0_23(https_listener, tls_config)?
-    .run();
-    let https_handle = https.handle();
+    .listen_rustls_0_23(listener, tls_config)?
+    .run())
+}
 
-    let probe_listener = bind(settings.probe_listen)?;
-    let probe_addr = probe_listener.local_addr()?;
-    let probe_state = (readiness.clone(), metrics.clone());
-    let probe = HttpServer::new(move || {
+/// The plain-HTTP probe server: `/healthz`, `/readyz` and `/metrics`.
+fn probe_server(
+    settings: &ServeSettings,
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+    listener: TcpListener,
+) -> std::io::Result<actix_web::dev::Server> {
+    let probe_state = (readiness, metrics);
+    Ok(HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(probe_state.clone()))
             .route(
@@ -329,41 +427,14 @@ pub async fn start_with_client(
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(shutdown_secs)
-    .listen(probe_listener)?
-    .run();
-    let probe_handle = probe.handle();
-
-    tokio::spawn(extender.clone().housekeep(stop_rx.clone()));
-    tokio::spawn(certificates.clone().watch(
-        settings.tls_reload_interval,
-        metrics.clone(),
-        stop_rx,
-    ));
-    let servers = vec![tokio::spawn(https), tokio::spawn(probe)];
-    tracing::info!(%https_addr, %probe_addr, standalone, "serving");
-    Ok(Running {
-        https_addr,
-        probe_addr,
-        metrics,
-        https: https_handle,
-        probe: probe_handle,
-        servers,
-        readiness,
-        stop_background,
-        manager,
-        election,
-        background,
-    })
+    .shutdown_timeout(shutdown_secs(settings))
+    .listen(listener)?
+    .run())
 }
 
-/// What [`start_manager`] started.
-struct ManagerStarted {
-    manager: Manager,
-    notes: Vec<String>,
-    election: Option<(tokio::task::JoinHandle<()>, Duration)>,
-    background: Vec<tokio::task::JoinHandle<()>>,
-    leader_line: Option<(String, tokio::sync::watch::Receiver<bool>)>,
+/// How long a stopping server waits for requests in flight, in actix's whole seconds.
+fn shutdown_secs(settings: &ServeSettings) -> u64 {
+    settings.shutdown_timeout.as_secs().max(1)
 }
 
 /// A manager replica's tasks: leader election, the WorkerCluster controller feeding the
@@ -374,7 +445,7 @@ fn start_manager(
     store: Arc<InventoryStore>,
     metrics: Arc<Metrics>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> ManagerStarted {
+) -> Started {
     use crate::workers::{controller, virtual_node, ControllerOptions};
     let namespace = settings.namespace.clone();
     let dispatcher_stop = stop.clone();
@@ -494,13 +565,13 @@ fn start_manager(
         crate::dispatcher::ORIGIN_LABEL,
         settings.manager_id
     ));
-    ManagerStarted {
-        manager: Manager {
+    Started {
+        manager: Some(Manager {
             client,
             namespace,
             workers,
             leader,
-        },
+        }),
         notes,
         election,
         background,
