@@ -193,6 +193,27 @@ fn queue_q(order: &str) -> Queue {
     )
 }
 
+/// The names of the Jobs `keep` keeps, sorted (the state's map has no order a seed can repeat).
+fn job_names(env: &Env, keep: impl Fn(&Job) -> bool) -> Vec<String> {
+    let names: BTreeSet<String> = env
+        .world
+        .state
+        .jobs
+        .values()
+        .filter(|j| keep(j))
+        .map(|j| j.key.name.clone())
+        .collect();
+    names.into_iter().collect()
+}
+
+/// Every copy in the workers, as (worker, uid of its Job).
+fn every_copy(env: &Env) -> Vec<(String, String)> {
+    env.remote
+        .iter()
+        .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
+        .collect()
+}
+
 fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
     let mut rng = Rng::new(seed + 1);
     let inv = InventoryBuilder::default()
@@ -275,11 +296,7 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
             }
             25..=44 => {
                 // Pods of a copy get Ready (or some stop being Ready).
-                let copies: Vec<(String, String)> = env
-                    .remote
-                    .iter()
-                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
-                    .collect();
+                let copies = every_copy(&env);
                 if let Some((c, uid)) = rng.pick(&copies).cloned() {
                     let Some(name) = env.world.state.job_by_uid(&uid).map(|j| j.key.name.clone())
                     else {
@@ -301,11 +318,7 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
             }
             45..=54 => {
                 // A copy finishes.
-                let copies: Vec<(String, String)> = env
-                    .remote
-                    .iter()
-                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
-                    .collect();
+                let copies = every_copy(&env);
                 if let Some((c, uid)) = rng.pick(&copies).cloned() {
                     let Some(j) = env.world.state.job_by_uid(&uid) else {
                         continue;
@@ -326,11 +339,7 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
             }
             55..=58 => {
                 // Someone deletes a copy in its worker.
-                let copies: Vec<(String, String)> = env
-                    .remote
-                    .iter()
-                    .flat_map(|(c, m)| m.keys().map(move |u| (c.clone(), u.clone())))
-                    .collect();
+                let copies = every_copy(&env);
                 if let Some((c, uid)) = rng.pick(&copies).cloned() {
                     env.remote.get_mut(&c).expect("worker").remove(&uid);
                     if env.reachable(&c) {
@@ -340,31 +349,14 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
             }
             59..=61 => {
                 // The user suspends an admitted Job.
-                let admitted: Vec<String> = env
-                    .world
-                    .state
-                    .jobs
-                    .values()
-                    .filter(|j| j.admitted_at.is_some() && !j.suspended)
-                    .map(|j| j.key.name.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
+                let admitted = job_names(&env, |j| j.admitted_at.is_some() && !j.suspended);
                 if let Some(name) = rng.pick(&admitted).cloned() {
                     env.user_suspends(&name);
                 }
             }
             62..=63 => {
                 // The user deletes a Job: gone at once, or kept while its copies go.
-                let names: Vec<String> = env
-                    .world
-                    .state
-                    .jobs
-                    .values()
-                    .map(|j| j.key.name.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
+                let names = job_names(&env, |_| true);
                 if let Some(name) = rng.pick(&names).cloned() {
                     let key = JobKey::new("team", &name);
                     if rng.percent(50) {
