@@ -438,7 +438,7 @@ fn shutdown_secs(settings: &ServeSettings) -> u64 {
 }
 
 /// A manager replica's tasks: leader election, the WorkerCluster controller feeding the
-/// extender's inventory, and (while leading) the virtual nodes.
+/// extender's inventory, (while leading) the virtual nodes, and the dispatcher.
 fn start_manager(
     client: kube::Client,
     settings: &ServeSettings,
@@ -448,57 +448,21 @@ fn start_manager(
 ) -> Started {
     use crate::workers::{controller, virtual_node, ControllerOptions};
     let namespace = settings.namespace.clone();
-    let dispatcher_stop = stop.clone();
-    let mut notes = Vec::new();
-    let mut background = Vec::new();
-    let le = &settings.leader_election;
+    let mut started = Started::default();
     // The dispatcher's writes, which the Lease is given up after (see `WritesInFlight`).
     let writes = crate::leader::WritesInFlight::default();
-    let (leader, election, leader_line) = if le.enabled {
-        let config = crate::leader::ElectionConfig {
-            namespace: namespace.clone(),
-            lease_name: le.lease_name.clone(),
-            identity: crate::leader::identity_from_env(),
-            lease_duration: le.lease_duration,
-            renew_deadline: le.renew_deadline,
-            retry_period: le.retry_period,
-        };
-        let line = format!(
-            "leader election: Lease {namespace}/{} as {}",
-            config.lease_name, config.identity
-        );
-        tracing::info!(lease = %config.lease_name, identity = %config.identity, "leader election");
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(crate::leader::run(
-            client.clone(),
-            config,
-            tx,
-            stop,
-            writes.clone(),
-        ));
-        (
-            rx.clone(),
-            Some((task, le.renew_deadline)),
-            Some((line, rx)),
-        )
-    } else {
-        notes.push(
-            "leader election: off (leaderElection.enabled: false): this replica leads".to_string(),
-        );
-        (crate::leader::always(), None, None)
-    };
-    {
-        let mut leader = leader.clone();
-        let metrics = metrics.clone();
-        background.push(tokio::spawn(async move {
-            loop {
-                metrics.leader.set(i64::from(*leader.borrow_and_update()));
-                if leader.changed().await.is_err() {
-                    return;
-                }
-            }
-        }));
-    }
+    let leader = start_election(
+        &client,
+        settings,
+        stop.clone(),
+        writes.clone(),
+        &mut started,
+    );
+    started.background.push(tokio::spawn(show_leadership(
+        leader.clone(),
+        metrics.clone(),
+    )));
+
     let mut options = ControllerOptions::new(&namespace);
     options.stale_after = settings.stale_after;
     options.link.watch = crate::workers::watch::WatchTimings::for_stale_after(settings.stale_after);
@@ -511,31 +475,37 @@ fn start_manager(
         leader.clone(),
         Some(metrics.clone()),
     );
-    background.push(task);
-    notes.push(format!(
+    started.background.push(task);
+    started.notes.push(format!(
         "manager: WorkerCluster controller (kubeconfig Secrets in {namespace}; {} QPS, burst {} per worker)",
         settings.worker_qps, settings.worker_burst
     ));
-    notes.push("extender: live inventory of every WorkerCluster from watches".to_string());
+    started
+        .notes
+        .push("extender: live inventory of every WorkerCluster from watches".to_string());
+
     if settings.virtual_nodes {
         let options = virtual_node::VirtualNodeOptions {
             prefix: settings.extender.virtual_node_prefix.clone(),
             ..Default::default()
         };
-        background.push(tokio::spawn(virtual_node::maintain(
+        started.background.push(tokio::spawn(virtual_node::maintain(
             client.clone(),
             workers.clone(),
             store.clone(),
             leader.clone(),
             options,
         )));
-        notes.push(format!(
+        started.notes.push(format!(
             "virtual nodes: one per worker ({}<cluster>), kept by the leader",
             settings.extender.virtual_node_prefix
         ));
     } else {
-        notes.push("virtual nodes: off (virtualNodes: false)".to_string());
+        started
+            .notes
+            .push("virtual nodes: off (virtualNodes: false)".to_string());
     }
+
     let options = crate::dispatcher::live::LiveOptions {
         config: crate::dispatcher::DispatchConfig {
             manager_id: settings.manager_id.clone(),
@@ -545,37 +515,74 @@ fn start_manager(
         jobsets: settings.jobsets,
         ..Default::default()
     };
-    background.push(
-        crate::dispatcher::live::start(
-            crate::dispatcher::live::Inputs {
-                client: client.clone(),
-                workers: workers.clone(),
-                leader: leader.clone(),
-                inventory: store.clone(),
-                metrics: Some(metrics.clone()),
-                writes,
-            },
-            options,
-            dispatcher_stop,
-        )
-        .task,
-    );
-    notes.push(format!(
+    let inputs = crate::dispatcher::live::Inputs {
+        client: client.clone(),
+        workers: workers.clone(),
+        leader: leader.clone(),
+        inventory: store,
+        metrics: Some(metrics),
+        writes,
+    };
+    started
+        .background
+        .push(crate::dispatcher::live::start(inputs, options, stop).task);
+    started.notes.push(format!(
         "dispatcher: queued Jobs to worker clusters, copies labelled {}={} (the leader dispatches)",
         crate::dispatcher::ORIGIN_LABEL,
         settings.manager_id
     ));
-    Started {
-        manager: Some(Manager {
-            client,
-            namespace,
-            workers,
-            leader,
-        }),
-        notes,
-        election,
-        background,
-        leader_line,
+    started.manager = Some(Manager {
+        client,
+        namespace,
+        workers,
+        leader,
+    });
+    started
+}
+
+/// Whether this replica leads: by the Lease when leader election is on (its task and
+/// `/readyz` line go into `started`), else always.
+fn start_election(
+    client: &kube::Client,
+    settings: &ServeSettings,
+    stop: tokio::sync::watch::Receiver<bool>,
+    writes: crate::leader::WritesInFlight,
+    started: &mut Started,
+) -> tokio::sync::watch::Receiver<bool> {
+    let le = &settings.leader_election;
+    if !le.enabled {
+        started.notes.push(
+            "leader election: off (leaderElection.enabled: false): this replica leads".to_string(),
+        );
+        return crate::leader::always();
+    }
+    let config = crate::leader::ElectionConfig {
+        namespace: settings.namespace.clone(),
+        lease_name: le.lease_name.clone(),
+        identity: crate::leader::identity_from_env(),
+        lease_duration: le.lease_duration,
+        renew_deadline: le.renew_deadline,
+        retry_period: le.retry_period,
+    };
+    let line = format!(
+        "leader election: Lease {}/{} as {}",
+        settings.namespace, config.lease_name, config.identity
+    );
+    tracing::info!(lease = %config.lease_name, identity = %config.identity, "leader election");
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(crate::leader::run(client.clone(), config, tx, stop, writes));
+    started.election = Some((task, le.renew_deadline));
+    started.leader_line = Some((line, rx.clone()));
+    rx
+}
+
+/// Keeps the leader gauge equal to whether this replica leads.
+async fn show_leadership(mut leader: tokio::sync::watch::Receiver<bool>, metrics: Arc<Metrics>) {
+    loop {
+        metrics.leader.set(i64::from(*leader.borrow_and_update()));
+        if leader.changed().await.is_err() {
+            return;
+        }
     }
 }
 
