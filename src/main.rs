@@ -14,7 +14,36 @@ use switchyard::config::{FileConfig, ServeSettings};
 #[global_allocator]
 static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the process with 1 and one line on stderr: what failed, then each cause that
+/// line does not already say. No backtrace, even with `RUST_BACKTRACE` set (as many
+/// developers' shells have it): these are a user's mistakes or a cluster's state, not bugs.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {}", error_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, `: ` between them; a cause whose text the line
+/// already holds (an error that quotes its source) is not said twice.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+fn run() -> anyhow::Result<()> {
     switchyard::metrics::report_heap_with(|| ALLOCATOR.allocated());
     let cli = Cli::parse();
     switchyard::install_crypto_provider();
@@ -155,4 +184,27 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+    use anyhow::Context as _;
+
+    #[test]
+    fn an_error_line_gives_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let quoted: anyhow::Result<()> =
+            Err(io).context("cannot read scenario s.yaml: no such file");
+        assert_eq!(
+            error_line(&quoted.unwrap_err()),
+            "cannot read scenario s.yaml: no such file"
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let chained: anyhow::Result<()> = Err(io).context("cannot write the report to r.html");
+        assert_eq!(
+            error_line(&chained.unwrap_err()),
+            "cannot write the report to r.html: denied"
+        );
+    }
 }
