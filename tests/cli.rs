@@ -247,21 +247,26 @@ fn the_flags_choice_of_certificate_replaces_the_files() {
     );
 }
 
+/// What `simulate --scenario PATH` prints on stderr when it fails, with `RUST_BACKTRACE` set to
+/// `backtrace` as a developer's shell may have it; the exit code must be 1.
+fn simulate_failure(path: &Path, backtrace: &str) -> String {
+    let out = switchyard()
+        .args(["simulate", "--scenario"])
+        .arg(path)
+        .env("RUST_BACKTRACE", backtrace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A mistake on the command line is one line on stderr that names it, each cause once, and
 /// no backtrace even where the shell sets `RUST_BACKTRACE` (the user did nothing wrong in
 /// Switchyard's code).
 #[test]
 fn a_failing_command_says_why_in_one_line_without_a_backtrace() {
     let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("missing.yaml");
-    let out = switchyard()
-        .args(["simulate", "--scenario"])
-        .arg(&missing)
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = simulate_failure(&dir.path().join("missing.yaml"), "1");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.starts_with("Error: cannot read scenario") && err.contains("missing.yaml"),
@@ -271,14 +276,7 @@ fn a_failing_command_says_why_in_one_line_without_a_backtrace() {
 
     let broken = dir.path().join("broken.yaml");
     std::fs::write(&broken, "clusters: [\n").unwrap();
-    let out = switchyard()
-        .args(["simulate", "--scenario"])
-        .arg(&broken)
-        .env("RUST_BACKTRACE", "full")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = simulate_failure(&broken, "full");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("line 2 column 1"), "{err}");
 }
