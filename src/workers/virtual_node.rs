@@ -422,90 +422,109 @@ pub async fn maintain(
             if !view.connected && !kept.contains_key(name) {
                 continue;
             }
-            let node_name = format!("{}{name}", options.prefix);
-            let now = SystemTime::now();
-            let mut node = desired(
-                &node_name,
+            let node = desired(
+                &format!("{}{name}", options.prefix),
                 cluster,
                 &inventory.resources,
                 &view.labels,
                 view.active,
-                now,
+                SystemTime::now(),
             );
-            let previous = kept.get(name);
-            // Ready's transition time moves only when Ready does.
-            if let Some(p) = previous.filter(|p| p.ready == view.active) {
-                node["status"]["conditions"][0]["lastTransitionTime"] = p.transition.clone();
-            }
-            let node_content = content(&node);
-            let due = previous.is_none_or(|p| {
-                p.content != node_content || p.applied_at.elapsed() >= options.status_every
-            });
-            if due {
-                match bounded(options.request_timeout, apply(&client, &node)).await {
-                    Ok(()) => {
-                        let renewed_at = previous.and_then(|p| p.renewed_at);
-                        kept.insert(
-                            name.clone(),
-                            Kept {
-                                content: node_content,
-                                ready: view.active,
-                                transition: node["status"]["conditions"][0]["lastTransitionTime"]
-                                    .clone(),
-                                applied_at: Instant::now(),
-                                renewed_at,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        tracing::warn!(node = %node_name, error = %e, "cannot write virtual node")
-                    }
-                }
-            }
-            let Some(k) = kept.get_mut(name) else {
-                continue;
-            };
-            // A little early, so a pass that runs late never lets the lease lapse.
-            let renew_due = k
-                .renewed_at
-                .is_none_or(|t| t.elapsed() >= options.heartbeat.mul_f32(0.8));
-            if renew_due {
-                match bounded(
-                    options.request_timeout,
-                    renew_lease(&client, &node_name, now),
-                )
-                .await
-                {
-                    Ok(()) => k.renewed_at = Some(Instant::now()),
-                    Err(e) => {
-                        tracing::warn!(node = %node_name, error = %e, "cannot renew virtual node lease")
-                    }
-                }
-            }
+            keep_node(&client, &options, name, node, view.active, &mut kept).await;
         }
         if synced && *leader.borrow() {
-            let gone: Vec<String> = kept
-                .keys()
-                .filter(|n| !views.contains_key(*n))
-                .cloned()
-                .collect();
-            for name in gone {
-                let node_name = format!("{}{name}", options.prefix);
-                match bounded(options.request_timeout, remove(&client, &node_name)).await {
-                    Ok(()) => {
-                        tracing::info!(node = %node_name, "virtual node removed with its worker");
-                        kept.remove(&name);
-                    }
-                    Err(e) => {
-                        tracing::warn!(node = %node_name, error = %e, "cannot remove virtual node")
-                    }
-                }
-            }
+            remove_gone(&client, &options, &views, &mut kept).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(options.heartbeat / 2) => {}
             alive = workers.changed(), if workers_alive => workers_alive = alive,
             changed = leader.changed(), if leader_alive => leader_alive = changed.is_ok(),
+        }
+    }
+}
+
+/// Writes worker `name`'s virtual node (`node`, as [`desired`] made it) when it changed or its
+/// status is due, and renews its Lease when due; `kept` records what was written.
+async fn keep_node(
+    client: &kube::Client,
+    options: &VirtualNodeOptions,
+    name: &str,
+    mut node: Value,
+    ready: bool,
+    kept: &mut BTreeMap<String, Kept>,
+) {
+    let node_name = format!("{}{name}", options.prefix);
+    let now = SystemTime::now();
+    let previous = kept.get(name);
+    // Ready's transition time moves only when Ready does.
+    if let Some(p) = previous.filter(|p| p.ready == ready) {
+        node["status"]["conditions"][0]["lastTransitionTime"] = p.transition.clone();
+    }
+    let node_content = content(&node);
+    let due = previous.is_none_or(|p| {
+        p.content != node_content || p.applied_at.elapsed() >= options.status_every
+    });
+    if due {
+        match bounded(options.request_timeout, apply(client, &node)).await {
+            Ok(()) => {
+                let renewed_at = previous.and_then(|p| p.renewed_at);
+                kept.insert(
+                    name.to_string(),
+                    Kept {
+                        content: node_content,
+                        ready,
+                        transition: node["status"]["conditions"][0]["lastTransitionTime"].clone(),
+                        applied_at: Instant::now(),
+                        renewed_at,
+                    },
+                );
+            }
+            Err(e) => tracing::warn!(node = %node_name, error = %e, "cannot write virtual node"),
+        }
+    }
+    let Some(k) = kept.get_mut(name) else {
+        return;
+    };
+    // A little early, so a pass that runs late never lets the lease lapse.
+    let renew_due = k
+        .renewed_at
+        .is_none_or(|t| t.elapsed() >= options.heartbeat.mul_f32(0.8));
+    if renew_due {
+        match bounded(
+            options.request_timeout,
+            renew_lease(client, &node_name, now),
+        )
+        .await
+        {
+            Ok(()) => k.renewed_at = Some(Instant::now()),
+            Err(e) => {
+                tracing::warn!(node = %node_name, error = %e, "cannot renew virtual node lease")
+            }
+        }
+    }
+}
+
+/// Removes the virtual nodes kept for workers no longer in `views` (their WorkerCluster is
+/// gone); a node that cannot be removed is tried again on the next pass.
+async fn remove_gone(
+    client: &kube::Client,
+    options: &VirtualNodeOptions,
+    views: &BTreeMap<String, super::registry::WorkerView>,
+    kept: &mut BTreeMap<String, Kept>,
+) {
+    let gone: Vec<String> = kept
+        .keys()
+        .filter(|n| !views.contains_key(*n))
+        .cloned()
+        .collect();
+    for name in gone {
+        let node_name = format!("{}{name}", options.prefix);
+        match bounded(options.request_timeout, remove(client, &node_name)).await {
+            Ok(()) => {
+                tracing::info!(node = %node_name, "virtual node removed with its worker");
+                kept.remove(&name);
+            }
+            Err(e) => tracing::warn!(node = %node_name, error = %e, "cannot remove virtual node"),
         }
     }
 }
