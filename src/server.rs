@@ -253,8 +253,11 @@ struct Started {
     manager: Option<Manager>,
     /// One `/readyz` line per surface started or left off.
     notes: Vec<String>,
+    /// The leader election's task and how long it may take to give the Lease up.
     election: Option<(tokio::task::JoinHandle<()>, Duration)>,
+    /// Aborted on shutdown.
     background: Vec<tokio::task::JoinHandle<()>>,
+    /// `/readyz`'s leader line, and whether this replica leads.
     leader_line: Option<(String, tokio::sync::watch::Receiver<bool>)>,
 }
 
