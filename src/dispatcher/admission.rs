@@ -808,14 +808,7 @@ impl<'w> Pass<'w> {
                     }
                     Err(why_not) => wait(
                         reason::NO_WORKER_FITS,
-                        self.say(|| {
-                            format!(
-                                "no worker can take {} now; it has waited since {}, but {why_not}: {}",
-                                the_gang(job),
-                                rfc3339(job.waiting_since()),
-                                join(&reasons)
-                            )
-                        }),
+                        self.say(|| no_room_message(job, &why_not, &reasons)),
                     ),
                 };
             }
@@ -827,12 +820,7 @@ impl<'w> Pass<'w> {
         wait(
             reason::NO_WORKER_FITS,
             self.say(|| match no_room {
-                Some(why_not) => format!(
-                    "no worker can take {} now; it has waited since {}, but {why_not}: {}",
-                    the_gang(job),
-                    rfc3339(job.waiting_since()),
-                    join(&reasons)
-                ),
+                Some(why_not) => no_room_message(job, &why_not, &reasons),
                 None => format!(
                     "no worker can take {} now: {}",
                     the_gang(job),
@@ -1121,6 +1109,16 @@ fn kueue_pending<'w>(
             (name.as_str(), pending)
         })
         .collect()
+}
+
+/// Why a starving Job that fits no worker has no room kept for it (`why_not`).
+fn no_room_message(job: &Job, why_not: &str, reasons: &[WorkerReason]) -> String {
+    format!(
+        "no worker can take {} now; it has waited since {}, but {why_not}: {}",
+        the_gang(job),
+        rfc3339(job.waiting_since()),
+        join(reasons)
+    )
 }
 
 /// "the gang of N pods", or "the Job's pod" for one.
