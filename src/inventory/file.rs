@@ -208,6 +208,40 @@ pub(crate) fn build_topology(
     t: TopologySpec,
     resources: &mut ResourceTable,
 ) -> Result<NumaTopology, InventoryError> {
+    let (policy, scope, mut options) = topology_manager(at, &t.attributes)?;
+    let zones_only = t
+        .zones
+        .into_iter()
+        .filter(|z| z.zone_type.as_deref().is_none_or(|ty| ty == "Node"));
+    let mut zones = Vec::new();
+    let mut managed = Vec::new();
+    let mut raw_costs = Vec::new();
+    for (i, z) in zones_only.enumerate() {
+        let (zone, costs) = numa_zone(at, i, z, resources, &mut managed)?;
+        zones.push(zone);
+        raw_costs.push(costs);
+    }
+    let info = numa_info(at, &zones, raw_costs)?;
+    if options.prefer_closest_numa && info.distances.len() < info.nodes.len() {
+        // The kubelet would refuse to start; treat the option as off rather than fail the node.
+        options.prefer_closest_numa = false;
+    }
+    Ok(NumaTopology {
+        policy,
+        scope,
+        options,
+        info: info.into(),
+        zones,
+        managed: managed.into(),
+    })
+}
+
+/// The kubelet Topology Manager's settings, from the topology's attributes as
+/// node-feature-discovery publishes them (the kubelet's defaults where absent).
+fn topology_manager(
+    at: &str,
+    attributes: &[NameValue],
+) -> Result<(Policy, Scope, PolicyOptions), InventoryError> {
     let invalid = |message: String| InventoryError::Invalid {
         at: at.to_string(),
         message,
@@ -215,7 +249,7 @@ pub(crate) fn build_topology(
     let mut policy = Policy::None;
     let mut scope = Scope::Container;
     let mut options = PolicyOptions::default();
-    for a in &t.attributes {
+    for a in attributes {
         let value = scalar(&a.value);
         match a.name.as_str() {
             "topologyManagerPolicy" => {
@@ -249,100 +283,99 @@ pub(crate) fn build_topology(
             _ => {}
         }
     }
-    let zones_only = t
-        .zones
-        .into_iter()
-        .filter(|z| z.zone_type.as_deref().is_none_or(|ty| ty == "Node"));
-    let mut zones = Vec::new();
-    let mut managed = Vec::new();
-    let mut names = Vec::new();
-    let mut raw_costs = Vec::new();
-    for (i, z) in zones_only.enumerate() {
-        let id = z
-            .name
-            .strip_prefix("node-")
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(i as u32);
-        if id > 63 {
-            return Err(invalid(format!(
-                "zone {} has NUMA id {id}; ids go up to 63",
-                z.name
-            )));
-        }
-        let mut allocatable = Vec::new();
-        let mut available = Vec::new();
-        for r in &z.resources {
-            let rid = resources.intern(&r.name);
-            let parse = |q: &Option<QuantityText>| -> Result<Option<i64>, InventoryError> {
-                q.as_ref()
-                    .map(|q| {
-                        q.parse().map_err(|e| InventoryError::Invalid {
-                            at: format!("{at} zone {} {}", z.name, r.name),
-                            message: e.to_string(),
-                        })
-                    })
-                    .transpose()
-            };
-            let cap = parse(&r.capacity)?;
-            let alloc = parse(&r.allocatable)?.or(cap).unwrap_or(0);
-            let avail = parse(&r.available)?.unwrap_or(alloc);
-            if allocatable.len() <= rid {
-                allocatable.resize(rid + 1, 0);
-                available.resize(rid + 1, 0);
-            }
-            if managed.len() <= rid {
-                managed.resize(rid + 1, false);
-            }
-            allocatable[rid] = alloc;
-            available[rid] = avail;
-            managed[rid] = true;
-        }
-        names.push((z.name.clone(), id));
-        raw_costs.push(z.costs);
-        zones.push(NumaZone {
-            name: z.name.into(),
-            id,
-            allocatable: allocatable.into(),
-            available,
+    Ok((policy, scope, options))
+}
+
+/// The `i`th NUMA zone of a topology (its id from its name `node-<id>`, else `i`), with its
+/// costs to the other zones as published; marks the resources it reports in `managed` (by
+/// resource id).
+fn numa_zone(
+    at: &str,
+    i: usize,
+    z: ZoneSpec,
+    resources: &mut ResourceTable,
+    managed: &mut Vec<bool>,
+) -> Result<(NumaZone, Vec<NameValue>), InventoryError> {
+    let id = z
+        .name
+        .strip_prefix("node-")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(i as u32);
+    if id > 63 {
+        return Err(InventoryError::Invalid {
+            at: at.to_string(),
+            message: format!("zone {} has NUMA id {id}; ids go up to 63", z.name),
         });
     }
+    let mut allocatable = Vec::new();
+    let mut available = Vec::new();
+    for r in &z.resources {
+        let rid = resources.intern(&r.name);
+        let parse = |q: &Option<QuantityText>| -> Result<Option<i64>, InventoryError> {
+            q.as_ref()
+                .map(|q| {
+                    q.parse().map_err(|e| InventoryError::Invalid {
+                        at: format!("{at} zone {} {}", z.name, r.name),
+                        message: e.to_string(),
+                    })
+                })
+                .transpose()
+        };
+        let cap = parse(&r.capacity)?;
+        let alloc = parse(&r.allocatable)?.or(cap).unwrap_or(0);
+        let avail = parse(&r.available)?.unwrap_or(alloc);
+        if allocatable.len() <= rid {
+            allocatable.resize(rid + 1, 0);
+            available.resize(rid + 1, 0);
+        }
+        if managed.len() <= rid {
+            managed.resize(rid + 1, false);
+        }
+        allocatable[rid] = alloc;
+        available[rid] = avail;
+        managed[rid] = true;
+    }
+    let zone = NumaZone {
+        name: z.name.into(),
+        id,
+        allocatable: allocatable.into(),
+        available,
+    };
+    Ok((zone, z.costs))
+}
+
+/// The NUMA ids of `zones` and, when any zone publishes costs, the distance rows between them
+/// (a cost to a zone not in the topology is left out).
+fn numa_info(
+    at: &str,
+    zones: &[NumaZone],
+    raw_costs: Vec<Vec<NameValue>>,
+) -> Result<NumaInfo, InventoryError> {
     let ids: Vec<u32> = zones.iter().map(|z| z.id).collect();
+    let max_id = ids.iter().copied().max().unwrap_or(0) as usize;
     let mut distances = BTreeMap::new();
     for (zone, costs) in zones.iter().zip(raw_costs) {
         if costs.is_empty() {
             continue;
         }
-        let max_id = ids.iter().copied().max().unwrap_or(0) as usize;
         let mut row = vec![0u64; max_id + 1];
         for c in costs {
-            let target = names.iter().find(|(n, _)| *n == c.name).map(|(_, id)| *id);
-            let value: u64 = scalar(&c.value).parse().map_err(|_| {
-                invalid(format!(
-                    "zone {} cost to {} is not a number",
-                    zone.name, c.name
-                ))
-            })?;
+            let target = zones.iter().find(|z| *z.name == *c.name).map(|z| z.id);
+            let value: u64 = scalar(&c.value)
+                .parse()
+                .map_err(|_| InventoryError::Invalid {
+                    at: at.to_string(),
+                    message: format!("zone {} cost to {} is not a number", zone.name, c.name),
+                })?;
             if let Some(t) = target {
                 row[t as usize] = value;
             }
         }
         distances.insert(zone.id, row);
     }
-    let info = if distances.is_empty() {
+    Ok(if distances.is_empty() {
         NumaInfo::new(ids)
     } else {
         NumaInfo::with_distances(ids, distances)
-    };
-    if options.prefer_closest_numa && info.distances.len() < info.nodes.len() {
-        // The kubelet would refuse to start; treat the option as off rather than fail the node.
-        options.prefer_closest_numa = false;
-    }
-    Ok(NumaTopology {
-        policy,
-        scope,
-        options,
-        info: info.into(),
-        zones,
-        managed: managed.into(),
     })
 }
