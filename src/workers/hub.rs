@@ -72,6 +72,84 @@ impl Worker {
             self.topologies_served = true;
         }
     }
+    /// Applies a Node watch event; returns whether the worker's inventory changed (a relist
+    /// changes it once, when it completes).
+    fn on_node(&mut self, event: Event<Node>) -> bool {
+        match event {
+            Event::Apply(n) => self.state.apply_node(&n),
+            Event::Delete(n) => self
+                .state
+                .delete_node(n.metadata.name.as_deref().unwrap_or_default()),
+            Event::Init => {
+                self.state.begin_node_relist();
+                return false;
+            }
+            Event::InitApply(n) => {
+                self.state.relist_node(&n);
+                return false;
+            }
+            Event::InitDone => {
+                self.state.end_node_relist();
+                self.loaded[Kind::Nodes.index()] = true;
+            }
+        }
+        true
+    }
+
+    /// Applies a Pod watch event, as [`Worker::on_node`] does a Node's.
+    fn on_pod(&mut self, event: Event<Pod>) -> bool {
+        match event {
+            Event::Apply(p) => self.state.apply_pod(&p),
+            Event::Delete(p) => self
+                .state
+                .delete_pod(p.metadata.uid.as_deref().unwrap_or_default()),
+            Event::Init => {
+                self.state.begin_pod_relist();
+                return false;
+            }
+            Event::InitApply(p) => {
+                self.state.relist_pod(&p);
+                return false;
+            }
+            Event::InitDone => {
+                self.state.end_pod_relist();
+                self.loaded[Kind::Pods.index()] = true;
+            }
+        }
+        true
+    }
+
+    /// Applies a NodeResourceTopology watch event, as [`Worker::on_node`] does a Node's;
+    /// objects whose node cannot be told are left out.
+    fn on_topology(&mut self, event: Event<DynamicObject>, table: &mut ResourceTable) -> bool {
+        match event {
+            Event::Apply(o) => {
+                if let Some(n) = topology_name(&o) {
+                    self.state.apply_topology(&n, &o.data, table);
+                }
+            }
+            Event::Delete(o) => {
+                if let Some(n) = topology_name(&o) {
+                    self.state.delete_topology(&n);
+                }
+            }
+            Event::Init => {
+                self.state.begin_topology_relist();
+                return false;
+            }
+            Event::InitApply(o) => {
+                if let Some(n) = topology_name(&o) {
+                    self.state.relist_topology(&n, &o.data, table);
+                }
+                return false;
+            }
+            Event::InitDone => {
+                self.state.end_topology_relist();
+                self.loaded[Kind::Topologies.index()] = true;
+            }
+        }
+        true
+    }
 }
 
 pub struct Hub {
@@ -169,83 +247,9 @@ impl Hub {
                 w.state.forget_topologies();
                 true
             }
-            Update::Node(_, ev) => match *ev {
-                Event::Apply(n) => {
-                    w.state.apply_node(&n);
-                    true
-                }
-                Event::Delete(n) => {
-                    w.state
-                        .delete_node(n.metadata.name.as_deref().unwrap_or_default());
-                    true
-                }
-                Event::Init => {
-                    w.state.begin_node_relist();
-                    false
-                }
-                Event::InitApply(n) => {
-                    w.state.relist_node(&n);
-                    false
-                }
-                Event::InitDone => {
-                    w.state.end_node_relist();
-                    w.loaded[Kind::Nodes.index()] = true;
-                    true
-                }
-            },
-            Update::Pod(_, ev) => match *ev {
-                Event::Apply(p) => {
-                    w.state.apply_pod(&p);
-                    true
-                }
-                Event::Delete(p) => {
-                    w.state
-                        .delete_pod(p.metadata.uid.as_deref().unwrap_or_default());
-                    true
-                }
-                Event::Init => {
-                    w.state.begin_pod_relist();
-                    false
-                }
-                Event::InitApply(p) => {
-                    w.state.relist_pod(&p);
-                    false
-                }
-                Event::InitDone => {
-                    w.state.end_pod_relist();
-                    w.loaded[Kind::Pods.index()] = true;
-                    true
-                }
-            },
-            Update::Topology(_, ev) => match *ev {
-                Event::Apply(o) => {
-                    if let Some(n) = topology_name(&o) {
-                        w.state.apply_topology(&n, &o.data, table);
-                    }
-                    true
-                }
-                Event::Delete(o) => {
-                    if let Some(n) = topology_name(&o) {
-                        w.state.delete_topology(&n);
-                    }
-                    true
-                }
-                Event::Init => {
-                    w.state.begin_topology_relist();
-                    false
-                }
-                Event::InitApply(o) => {
-                    if let Some(n) = topology_name(&o) {
-                        w.state.relist_topology(&n, &o.data, table);
-                    }
-                    false
-                }
-                Event::InitDone => {
-                    w.state.end_topology_relist();
-                    w.loaded[Kind::Topologies.index()] = true;
-                    true
-                }
-            },
+            Update::Node(_, ev) => w.on_node(*ev),
+            Update::Pod(_, ev) => w.on_pod(*ev),
+            Update::Topology(_, ev) => w.on_topology(*ev, table),
         };
         if changed {
             self.dirty.insert(cluster);
