@@ -3,7 +3,10 @@
 use anyhow::Context;
 use clap::Parser;
 use std::io::Read;
-use switchyard::cli::{Cli, Command, LogFormat, NumaUnknownArg, TopologyCommand};
+use switchyard::cli::{
+    CertsArgs, Cli, Command, ExplainArgs, LogFormat, NumaUnknownArg, ServeArgs, SimulateArgs,
+    TopologyCommand,
+};
 use switchyard::config::{FileConfig, ServeSettings};
 
 // mimalloc: the dispatcher and `simulate` allocate and free many small maps and strings per
@@ -48,140 +51,163 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     switchyard::install_crypto_provider();
     match cli.command {
-        Command::Serve(args) => {
-            let file = match &args.config {
-                Some(path) => FileConfig::load(path)?,
-                None => FileConfig::default(),
-            };
-            let format = cli
-                .log_format
-                .or(file.log_format)
-                .unwrap_or(LogFormat::Text);
-            let filter = cli.log_filter.clone().or(file.log.clone());
-            switchyard::telemetry::init(format, filter.as_deref()).map_err(anyhow::Error::msg)?;
-            let settings = ServeSettings::resolve(&args, file)?;
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?
-                .block_on(switchyard::server::run(settings))?;
+        Command::Serve(args) => serve(cli.log_format, cli.log_filter, &args),
+        Command::Certs(args) => certs(args),
+        Command::Topology(TopologyCommand::Merge) => topology_merge(),
+        Command::Explain(args) => explain(&args),
+        Command::Crds => {
+            print!("{}", switchyard::api::crds_yaml());
+            Ok(())
         }
-        Command::Certs(args) => {
-            let (default_dns, default_ips) = switchyard::certs::default_names();
-            let dns = if args.dns.is_empty() {
-                default_dns
-            } else {
-                args.dns
-            };
-            let ips = if args.ip.is_empty() {
-                default_ips
-            } else {
-                args.ip
-            };
-            let generated = switchyard::certs::generate(&dns, &ips)?;
-            switchyard::certs::write(&args.out, &generated)?;
-            let names: Vec<String> = dns
-                .iter()
-                .cloned()
-                .chain(ips.iter().map(ToString::to_string))
-                .collect();
-            println!(
-                "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
-                args.out.display(),
-                names.join(", ")
-            );
+        Command::Simulate(args) => simulate(&args),
+    }
+}
+
+/// `serve`: the configuration (flags over file), logging, then the server until SIGTERM.
+fn serve(
+    log_format: Option<LogFormat>,
+    log_filter: Option<String>,
+    args: &ServeArgs,
+) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let format = log_format.or(file.log_format).unwrap_or(LogFormat::Text);
+    let filter = log_filter.or(file.log.clone());
+    switchyard::telemetry::init(format, filter.as_deref()).map_err(anyhow::Error::msg)?;
+    let settings = ServeSettings::resolve(args, file)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(switchyard::server::run(settings))?;
+    Ok(())
+}
+
+/// `certs`: a development CA and serving pair, for the names asked (else this machine's).
+fn certs(args: CertsArgs) -> anyhow::Result<()> {
+    let (default_dns, default_ips) = switchyard::certs::default_names();
+    let dns = if args.dns.is_empty() {
+        default_dns
+    } else {
+        args.dns
+    };
+    let ips = if args.ip.is_empty() {
+        default_ips
+    } else {
+        args.ip
+    };
+    let generated = switchyard::certs::generate(&dns, &ips)?;
+    switchyard::certs::write(&args.out, &generated)?;
+    let names: Vec<String> = dns
+        .iter()
+        .cloned()
+        .chain(ips.iter().map(ToString::to_string))
+        .collect();
+    println!(
+        "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
+        args.out.display(),
+        names.join(", ")
+    );
+    Ok(())
+}
+
+/// `topology merge`: merge cases (JSON on stdin) to their results, as the vectors hold them.
+fn topology_merge() -> anyhow::Result<()> {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .context("cannot read merge cases from stdin")?;
+    let output = switchyard::topology::conformance::run_cases(&input)
+        .context("stdin is not a JSON array of Topology Manager merge cases")?;
+    println!("{output}");
+    Ok(())
+}
+
+/// `explain`: why a pod fits or not, per node or cluster of an inventory file.
+fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
+    let inventory = switchyard::inventory::load_file(&args.inventory)?;
+    let text = std::fs::read_to_string(&args.pod)
+        .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
+    let view: switchyard::placement::PodView = serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
+    let shape = switchyard::placement::PodShape::from_view(&view)?;
+    let config = switchyard::placement::EngineConfig {
+        numa_unknown: match args.numa_unknown {
+            NumaUnknownArg::Allow => switchyard::placement::NumaUnknown::Allow,
+            NumaUnknownArg::Deny => switchyard::placement::NumaUnknown::Deny,
+        },
+        ..Default::default()
+    };
+    let target = match (&args.node, &args.cluster) {
+        (Some(n), _) => switchyard::explain::Target::Node(n),
+        (_, Some(c)) => switchyard::explain::Target::Cluster(c),
+        _ => switchyard::explain::Target::Everything,
+    };
+    let report = switchyard::explain::render(&inventory, &shape, target, &config)
+        .map_err(anyhow::Error::msg)?;
+    print!("{report}");
+    Ok(())
+}
+
+/// `simulate`: the scenario (or the bundled one) under each strategy asked, then the reports.
+fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
+    use switchyard::cli::{SimOutput, SimStrategy};
+    use switchyard::simulate::{self, Strategy};
+    let scenario = match &args.scenario {
+        Some(path) => simulate::scenario::load(path)?,
+        None => simulate::scenario::parse(simulate::scenario::BUNDLED)
+            .context("the bundled scenario does not parse")?,
+    };
+    // Opened before the run: a path that cannot be written fails at once, not after it.
+    let report_file = args
+        .report
+        .as_ref()
+        .map(|path| {
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write the report to {}", path.display()))
+        })
+        .transpose()?;
+    let strategies = match args.strategy {
+        SimStrategy::Switchyard => vec![Strategy::Switchyard],
+        SimStrategy::AllAtOnce => vec![Strategy::AllAtOnce],
+        SimStrategy::SumAggregate => vec![Strategy::SumAggregate],
+        SimStrategy::All => Strategy::ALL.to_vec(),
+    };
+    let mut reports = Vec::new();
+    for strategy in strategies {
+        let mut sim = simulate::Simulation::new(&scenario, strategy);
+        if args.events {
+            sim = sim.with_events();
         }
-        Command::Topology(TopologyCommand::Merge) => {
-            let mut input = String::new();
-            std::io::stdin()
-                .read_to_string(&mut input)
-                .context("cannot read merge cases from stdin")?;
-            let output = switchyard::topology::conformance::run_cases(&input)
-                .context("stdin is not a JSON array of Topology Manager merge cases")?;
-            println!("{output}");
+        if args.report.is_some() {
+            sim = sim.with_usage_history();
         }
-        Command::Explain(args) => {
-            let inventory = switchyard::inventory::load_file(&args.inventory)?;
-            let text = std::fs::read_to_string(&args.pod)
-                .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
-            let view: switchyard::placement::PodView = serde_yaml::from_str(&text)
-                .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
-            let shape = switchyard::placement::PodShape::from_view(&view)?;
-            let config = switchyard::placement::EngineConfig {
-                numa_unknown: match args.numa_unknown {
-                    NumaUnknownArg::Allow => switchyard::placement::NumaUnknown::Allow,
-                    NumaUnknownArg::Deny => switchyard::placement::NumaUnknown::Deny,
-                },
-                ..Default::default()
-            };
-            let target = match (&args.node, &args.cluster) {
-                (Some(n), _) => switchyard::explain::Target::Node(n),
-                (_, Some(c)) => switchyard::explain::Target::Cluster(c),
-                _ => switchyard::explain::Target::Everything,
-            };
-            let report = switchyard::explain::render(&inventory, &shape, target, &config)
-                .map_err(anyhow::Error::msg)?;
-            print!("{report}");
+        let report = sim.run();
+        if args.events && args.strategy == SimStrategy::All {
+            eprintln!("strategy: {}", strategy.as_str());
         }
-        Command::Crds => print!("{}", switchyard::api::crds_yaml()),
-        Command::Simulate(args) => {
-            use switchyard::cli::{SimOutput, SimStrategy};
-            use switchyard::simulate::{self, Strategy};
-            let scenario = match &args.scenario {
-                Some(path) => simulate::scenario::load(path)?,
-                None => simulate::scenario::parse(simulate::scenario::BUNDLED)
-                    .context("the bundled scenario does not parse")?,
-            };
-            // Opened before the run: a path that cannot be written fails at once, not after it.
-            let report_file = args
-                .report
-                .as_ref()
-                .map(|path| {
-                    std::fs::File::create(path)
-                        .with_context(|| format!("cannot write the report to {}", path.display()))
-                })
-                .transpose()?;
-            let strategies = match args.strategy {
-                SimStrategy::Switchyard => vec![Strategy::Switchyard],
-                SimStrategy::AllAtOnce => vec![Strategy::AllAtOnce],
-                SimStrategy::SumAggregate => vec![Strategy::SumAggregate],
-                SimStrategy::All => Strategy::ALL.to_vec(),
-            };
-            let mut reports = Vec::new();
-            for strategy in strategies {
-                let mut sim = simulate::Simulation::new(&scenario, strategy);
-                if args.events {
-                    sim = sim.with_events();
-                }
-                if args.report.is_some() {
-                    sim = sim.with_usage_history();
-                }
-                let report = sim.run();
-                if args.events && args.strategy == SimStrategy::All {
-                    eprintln!("strategy: {}", strategy.as_str());
-                }
-                for line in &report.events {
-                    eprintln!("{line}");
-                }
-                reports.push(report);
-            }
-            match (args.output, reports.as_slice()) {
-                (SimOutput::Json, [one]) => println!("{}", one.to_json()),
-                (SimOutput::Text, [one]) => print!("{}", one.to_text()),
-                (SimOutput::Json, many) => println!("{}", simulate::report::compare_json(many)),
-                (SimOutput::Text, many) => print!("{}", simulate::report::compare_text(many)),
-            }
-            if let (Some(mut file), Some(path)) = (report_file, &args.report) {
-                use std::io::Write as _;
-                let source = args.scenario.as_ref().map_or_else(
-                    || "examples/scenario.yaml (bundled)".to_string(),
-                    |p| p.display().to_string(),
-                );
-                let page = simulate::report::html::render(&scenario, &reports, &source);
-                file.write_all(page.as_bytes())
-                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
-            }
+        for line in &report.events {
+            eprintln!("{line}");
         }
+        reports.push(report);
+    }
+    match (args.output, reports.as_slice()) {
+        (SimOutput::Json, [one]) => println!("{}", one.to_json()),
+        (SimOutput::Text, [one]) => print!("{}", one.to_text()),
+        (SimOutput::Json, many) => println!("{}", simulate::report::compare_json(many)),
+        (SimOutput::Text, many) => print!("{}", simulate::report::compare_text(many)),
+    }
+    if let (Some(mut file), Some(path)) = (report_file, &args.report) {
+        use std::io::Write as _;
+        let source = args.scenario.as_ref().map_or_else(
+            || "examples/scenario.yaml (bundled)".to_string(),
+            |p| p.display().to_string(),
+        );
+        let page = simulate::report::html::render(&scenario, &reports, &source);
+        file.write_all(page.as_bytes())
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
     }
     Ok(())
 }
