@@ -30,15 +30,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The error and its causes on one line, `: ` between them; a cause whose text the line
-/// already holds (an error that quotes its source) is not said twice.
+/// The error and its causes on one line, `: ` between them; a cause the line already ends
+/// with (an error that quotes its source last, as `cannot read X: {source}`) is not said twice.
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
         if line.is_empty() {
             line = text;
-        } else if !line.contains(&text) {
+        } else if !line.ends_with(&text) {
             line.push_str(": ");
             line.push_str(&text);
         }
@@ -231,6 +231,13 @@ mod tests {
         assert_eq!(
             error_line(&chained.unwrap_err()),
             "cannot write the report to r.html: denied"
+        );
+        // A cause is left out only when the line ends with it, not wherever its words occur.
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let inside: anyhow::Result<()> = Err(io).context("cannot write the report to denied.html");
+        assert_eq!(
+            error_line(&inside.unwrap_err()),
+            "cannot write the report to denied.html: denied"
         );
     }
 }
