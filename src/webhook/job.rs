@@ -236,7 +236,9 @@ fn queue_field() -> String {
     format!("metadata.labels[{QUEUE_LABEL}]")
 }
 
-/// The validating hook at CREATE and UPDATE.
+/// The validating hook at CREATE and UPDATE: the first rule that denies says why, in the
+/// order below (the queue's name, who manages the Job, how it was created, whether its queue
+/// may change, who may unsuspend it).
 ///
 /// UPDATE rules ratchet as the API server's own validation does: a problem the old object
 /// already had does not block an unrelated update (a status write, a finalizer), only a
@@ -254,102 +256,171 @@ pub(super) fn validate(
     if sub_resource.is_some() {
         return Decision::allow();
     }
-    let old = if operation == Operation::Update {
-        old
-    } else {
-        None
-    };
+    let old = old.filter(|_| operation == Operation::Update);
     let ours = job.queue().is_some()
         || job.is_managed_by_us()
         || old.is_some_and(|o| o.queue().is_some() || o.is_managed_by_us());
     if !ours {
         return Decision::allow();
     }
-    let queue = job.queue();
-    let old_queue = old.and_then(JobView::queue);
-    let queue_changed = old.is_some() && queue != old_queue;
-    // How the messages name the Job: by its queue, or, carrying none, by its controller.
-    let whose = match queue.or(old_queue) {
-        Some(q) => format!("a {kind} of queue {q:?}"),
-        None => format!("a {kind} managed by {MANAGED_BY:?} (with no {QUEUE_LABEL} label)"),
+    let review = Reviewed {
+        kind,
+        operation,
+        job,
+        old,
+        username,
+        policy,
     };
-
-    if let Some(q) = queue {
-        if (old.is_none() || queue_changed) && !crate::api::is_dns1123_label(q) {
-            return Decision::deny(Denial::invalid(format!(
-                "{}: Invalid value: {q:?}: a queue name must be a DNS-1123 label: at most 63 \
-                 lowercase letters, digits or '-', starting and ending with a letter or digit \
-                 (e.g. \"research\")",
-                queue_field()
-            )));
-        }
-        let old_had_same_problem =
-            old.is_some_and(|o| o.queue().is_some() && !o.is_managed_by_us());
-        if !job.is_managed_by_us() && !old_had_same_problem {
-            let found = job.managed_by().unwrap_or("");
-            let how = match (operation, job.managed_by()) {
-                (Operation::Update, _) => format!("spec.managedBy is immutable, so an existing {kind} cannot join a Switchyard queue: delete it and create it again with the label"),
-                (_, None) => own_hook_missing(kind),
-                (_, Some(c)) if c == kind.own_controller() => own_hook_missing(kind),
-                _ => format!("remove the {QUEUE_LABEL} label to let that controller run the {kind}, or remove spec.managedBy to let Switchyard run it"),
-            };
-            return Decision::deny(Denial::invalid(format!(
-                "spec.managedBy: Invalid value: {found:?}: a {kind} labelled {QUEUE_LABEL} must be managed by {MANAGED_BY:?}; {how}"
-            )));
-        }
+    let rules: [fn(&Reviewed) -> Option<Denial>; 5] = [
+        queue_is_a_label,
+        managed_by_switchyard,
+        created_suspended,
+        queue_stays_once_dispatched,
+        only_the_dispatcher_unsuspends,
+    ];
+    if let Some(denial) = rules.iter().find_map(|rule| rule(&review)) {
+        return Decision::deny(denial);
     }
-
-    let is_dispatcher = policy.dispatcher_usernames.iter().any(|u| u == username);
-    let Some(old) = old else {
-        // CREATE: the mutating hook has made every Job of ours suspended. One that is not was
-        // created around it, which would bypass the admission gate.
-        if job.suspend() == Some(false) && !is_dispatcher {
-            return Decision::deny(Denial::forbidden(format!(
-                "spec.suspend: Forbidden: {whose} must be created suspended, and Switchyard's mutating webhook suspends it; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace"
-            )));
-        }
-        return Decision::allow();
-    };
-
-    if queue_changed && old_queue.is_some() {
-        let what = match queue {
-            Some(q) => format!("Invalid value: {q:?}: the queue cannot change"),
-            None => "Required value: the queue label cannot be removed".to_string(),
-        };
-        let when = match old.dispatched_to() {
-            Some(cluster) => Some(format!(
-                "the {kind} was dispatched to worker cluster {cluster:?}"
-            )),
-            None if old.suspend() == Some(false) => {
-                Some(format!("the {kind} was admitted (spec.suspend is false)"))
-            }
-            None => None,
-        };
-        if let Some(when) = when {
-            return Decision::deny(Denial::invalid(format!(
-                "{}: {what} after {when}; delete the {kind} and create it again to move it",
-                queue_field()
-            )));
-        }
-    }
-
-    if old.suspend() == Some(true) && job.suspend() != Some(true) && !is_dispatcher {
-        return Decision::deny(Denial::forbidden(format!(
-            "spec.suspend: Forbidden: only the Switchyard dispatcher ({}) may unsuspend {whose}, not user {username:?}; {}",
-            policy.dispatcher_usernames.join(", "),
-            if queue.or(old_queue).is_some() {
-                "it starts when its queue admits it"
-            } else {
-                "without a queue it never starts: delete it and create it again"
-            }
-        )));
-    }
-
     let mut decision = Decision::allow();
-    if queue.is_none() && old_queue.is_some() && job.is_managed_by_us() {
+    if review.queue().is_none() && review.old_queue().is_some() && job.is_managed_by_us() {
         decision.warnings.push(format!(
             "removing {QUEUE_LABEL} leaves this {kind} managed by {MANAGED_BY} (spec.managedBy is immutable) with no queue: it will never run; delete it and create it again without the label to run it elsewhere"
         ));
     }
     decision
+}
+
+/// A write of one of our Jobs, as the validating rules read it. `old` is the object before an
+/// UPDATE (`None` at CREATE).
+struct Reviewed<'r, 'a> {
+    kind: Kind,
+    operation: Operation,
+    job: &'r JobView<'a>,
+    old: Option<&'r JobView<'a>>,
+    username: &'r str,
+    policy: &'r AdmissionPolicy,
+}
+
+impl Reviewed<'_, '_> {
+    fn queue(&self) -> Option<&str> {
+        self.job.queue()
+    }
+
+    fn old_queue(&self) -> Option<&str> {
+        self.old.and_then(JobView::queue)
+    }
+
+    fn queue_changed(&self) -> bool {
+        self.old.is_some() && self.queue() != self.old_queue()
+    }
+
+    fn by_dispatcher(&self) -> bool {
+        self.policy
+            .dispatcher_usernames
+            .iter()
+            .any(|u| u == self.username)
+    }
+
+    /// How the messages name the Job: by its queue, or, carrying none, by its controller.
+    fn whose(&self) -> String {
+        let kind = self.kind;
+        match self.queue().or(self.old_queue()) {
+            Some(q) => format!("a {kind} of queue {q:?}"),
+            None => format!("a {kind} managed by {MANAGED_BY:?} (with no {QUEUE_LABEL} label)"),
+        }
+    }
+}
+
+/// A queue named when the Job is created, or changed to, is a DNS-1123 label, as a
+/// DispatchQueue's name is.
+fn queue_is_a_label(r: &Reviewed) -> Option<Denial> {
+    let q = r.queue()?;
+    if (r.old.is_some() && !r.queue_changed()) || crate::api::is_dns1123_label(q) {
+        return None;
+    }
+    Some(Denial::invalid(format!(
+        "{}: Invalid value: {q:?}: a queue name must be a DNS-1123 label: at most 63 \
+         lowercase letters, digits or '-', starting and ending with a letter or digit \
+         (e.g. \"research\")",
+        queue_field()
+    )))
+}
+
+/// A Job with a queue is managed by Switchyard: another controller would run it around the
+/// queue.
+fn managed_by_switchyard(r: &Reviewed) -> Option<Denial> {
+    r.queue()?;
+    let old_had_same_problem = r
+        .old
+        .is_some_and(|o| o.queue().is_some() && !o.is_managed_by_us());
+    if r.job.is_managed_by_us() || old_had_same_problem {
+        return None;
+    }
+    let kind = r.kind;
+    let found = r.job.managed_by().unwrap_or("");
+    let how = match (r.operation, r.job.managed_by()) {
+        (Operation::Update, _) => format!("spec.managedBy is immutable, so an existing {kind} cannot join a Switchyard queue: delete it and create it again with the label"),
+        (_, None) => own_hook_missing(kind),
+        (_, Some(c)) if c == kind.own_controller() => own_hook_missing(kind),
+        _ => format!("remove the {QUEUE_LABEL} label to let that controller run the {kind}, or remove spec.managedBy to let Switchyard run it"),
+    };
+    Some(Denial::invalid(format!(
+        "spec.managedBy: Invalid value: {found:?}: a {kind} labelled {QUEUE_LABEL} must be managed by {MANAGED_BY:?}; {how}"
+    )))
+}
+
+/// At CREATE the mutating hook has made every Job of ours suspended. One that is not was
+/// created around it, which would bypass the admission gate.
+fn created_suspended(r: &Reviewed) -> Option<Denial> {
+    if r.old.is_some() || r.job.suspend() != Some(false) || r.by_dispatcher() {
+        return None;
+    }
+    Some(Denial::forbidden(format!(
+        "spec.suspend: Forbidden: {} must be created suspended, and Switchyard's mutating webhook suspends it; it did not run, check that the MutatingWebhookConfiguration switchyard-mutating exists and selects this namespace",
+        r.whose()
+    )))
+}
+
+/// A Job's queue may change (or go) only while nothing was done with it: not once it was
+/// dispatched to a worker or admitted.
+fn queue_stays_once_dispatched(r: &Reviewed) -> Option<Denial> {
+    let old = r.old?;
+    if !r.queue_changed() || r.old_queue().is_none() {
+        return None;
+    }
+    let kind = r.kind;
+    let when = match old.dispatched_to() {
+        Some(cluster) => format!("the {kind} was dispatched to worker cluster {cluster:?}"),
+        None if old.suspend() == Some(false) => {
+            format!("the {kind} was admitted (spec.suspend is false)")
+        }
+        None => return None,
+    };
+    let what = match r.queue() {
+        Some(q) => format!("Invalid value: {q:?}: the queue cannot change"),
+        None => "Required value: the queue label cannot be removed".to_string(),
+    };
+    Some(Denial::invalid(format!(
+        "{}: {what} after {when}; delete the {kind} and create it again to move it",
+        queue_field()
+    )))
+}
+
+/// Only the dispatcher unsuspends a Job of ours: that is how its queue admits it.
+fn only_the_dispatcher_unsuspends(r: &Reviewed) -> Option<Denial> {
+    let old = r.old?;
+    if old.suspend() != Some(true) || r.job.suspend() == Some(true) || r.by_dispatcher() {
+        return None;
+    }
+    Some(Denial::forbidden(format!(
+        "spec.suspend: Forbidden: only the Switchyard dispatcher ({}) may unsuspend {}, not user {:?}; {}",
+        r.policy.dispatcher_usernames.join(", "),
+        r.whose(),
+        r.username,
+        if r.queue().or(r.old_queue()).is_some() {
+            "it starts when its queue admits it"
+        } else {
+            "without a queue it never starts: delete it and create it again"
+        }
+    )))
 }
