@@ -295,6 +295,22 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            // Ratcheting: a Job labelled before the hook existed, so not managed by us, still
+            // takes an unrelated update (an annotation); only a change that brings a problem
+            // in is refused.
+            fixture: "validate-update-annotate-unmanaged",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
+            // The same for a queue label that is not a queue name but was there already.
+            fixture: "validate-update-annotate-bad-queue",
+            hook: Validate,
+            default_queue: None,
+            expect: unchanged(),
+        },
+        Case {
             fixture: "validate-update-unlabel-admitted",
             hook: Validate,
             default_queue: None,
