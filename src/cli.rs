@@ -56,6 +56,51 @@ pub enum Command {
     Crds,
     /// Run the dispatcher against simulated worker clusters in virtual time.
     Simulate(SimulateArgs),
+    /// Print the kubeconfig Secret and the WorkerCluster that register a worker with the
+    /// manager, made from the dispatcher's token Secret the worker's chart created. Run it with
+    /// the worker's kubeconfig; apply its output to the manager (`| kubectl apply -f -`).
+    RegisterWorker(RegisterWorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterWorkerArgs {
+    /// The WorkerCluster's name (the kubeconfig Secret is NAME-kubeconfig).
+    pub name: String,
+    /// The worker's kubeconfig [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The worker's context in it [default: its current context].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The worker's API server as the manager's pods reach it [default: the context's server].
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Switchyard's namespace, in the worker (the token Secret) and in the manager (the
+    /// kubeconfig Secret).
+    #[arg(long, default_value = "switchyard-system")]
+    pub namespace: String,
+    /// The worker's Secret holding the dispatcher's ServiceAccount token.
+    #[arg(long, default_value = "switchyard-dispatcher-token")]
+    pub token_secret: String,
+    /// spec.schedulerName: the worker's second scheduler, when its chart enabled one
+    /// (`switchyard-scheduler`).
+    #[arg(long, value_name = "NAME")]
+    pub scheduler_name: Option<String>,
+    /// spec.kueue.localQueueName: the worker runs Kueue, and copies enter this LocalQueue.
+    #[arg(long, value_name = "NAME")]
+    pub kueue_local_queue: Option<String>,
+    /// spec.labels entry (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub labels: Vec<(String, String)>,
+    /// Seconds to wait for the worker's token controller to fill a new token Secret.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub wait: u64,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 #[derive(Debug, Args)]

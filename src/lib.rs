@@ -20,6 +20,7 @@ pub mod namespaces;
 pub mod placement;
 pub mod quantity;
 pub mod rbac;
+pub mod register;
 pub mod rng;
 pub mod selector;
 pub mod server;

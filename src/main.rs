@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::Parser;
 use std::io::Read;
 use switchyard::cli::{
-    CertsArgs, Cli, Command, ExplainArgs, LogFormat, NumaUnknownArg, ServeArgs, SimulateArgs,
-    TopologyCommand,
+    CertsArgs, Cli, Command, ExplainArgs, LogFormat, NumaUnknownArg, RegisterWorkerArgs, ServeArgs,
+    SimulateArgs, TopologyCommand,
 };
 use switchyard::config::{FileConfig, ServeSettings};
 
@@ -32,10 +32,18 @@ fn main() -> std::process::ExitCode {
 
 /// The error and its causes on one line, `: ` between them; a cause the line already ends
 /// with (an error that quotes its source last, as `cannot read X: {source}`) is not said twice.
+/// Of a message over several lines only the first is kept: what follows is a picture of the
+/// input (a YAML parser's caret under the column its first line names).
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
+        let text = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end()
+            .to_string();
         if line.is_empty() {
             line = text;
         } else if !line.ends_with(&text) {
@@ -60,7 +68,36 @@ fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Simulate(args) => simulate(&args),
+        Command::RegisterWorker(args) => register_worker(args),
     }
+}
+
+/// `register-worker`: the manifests on stdout, warnings on stderr.
+fn register_worker(args: RegisterWorkerArgs) -> anyhow::Result<()> {
+    let source = switchyard::register::Source {
+        worker: switchyard::register::Worker {
+            name: args.name,
+            scheduler_name: args.scheduler_name,
+            labels: args.labels.into_iter().collect(),
+            kueue_local_queue: args.kueue_local_queue,
+        },
+        kubeconfig: args.kubeconfig,
+        context: args.context,
+        server: args.server,
+        namespace: args.namespace,
+        token_secret: args.token_secret,
+        wait: std::time::Duration::from_secs(args.wait),
+    };
+    let registration = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(switchyard::register::read(&source, &mut |w| {
+            eprintln!("Warning: {w}")
+        }))?;
+    let manifests = registration.manifests().map_err(anyhow::Error::msg)?;
+    print!("{manifests}");
+    Ok(())
 }
 
 /// `serve`: the configuration (flags over file), logging, then the server until SIGTERM.
@@ -238,6 +275,14 @@ mod tests {
         assert_eq!(
             error_line(&inside.unwrap_err()),
             "cannot write the report to denied.html: denied"
+        );
+        // A parser's picture of the input under its message stays out of the line.
+        let yaml = "failed to parse YAML: line 1 column 11: unclosed bracket '['\n --> <input>:1:11\n  |\n1 | clusters: [oops\n  |           ^";
+        let pictured: anyhow::Result<()> =
+            Err(anyhow::anyhow!(yaml)).context("cannot read the worker's kubeconfig k");
+        assert_eq!(
+            error_line(&pictured.unwrap_err()),
+            "cannot read the worker's kubeconfig k: failed to parse YAML: line 1 column 11: unclosed bracket '['"
         );
     }
 }
