@@ -230,38 +230,23 @@ install_chart() {
   done
 }
 
-# The token controller fills the Secret's token shortly after the install.
-token_is_filled() {
-  [[ -n $(w "$1" -n "$NAMESPACE" get secret switchyard-dispatcher-token -o jsonpath='{.data.token}') ]]
-}
-
-# The kubeconfig Secret and WorkerCluster of each worker, as the README's "Register a worker"
-# shows, with the API server address the manager's pods reach: the worker's control-plane
-# container on the kind network.
+# Each worker registered as the README's "Register a worker" shows: `switchyard register-worker`
+# (built here on the host, as a user runs it) with the worker's kind context, and the address
+# the manager's pods reach: the worker's control-plane container on the kind network. It waits
+# for the token controller to fill the token Secret the worker install made.
 register_workers() {
+  log "building switchyard on the host for register-worker"
+  cargo build --quiet --locked --bin switchyard || fail "cargo build --bin switchyard failed"
+  local bin=target/debug/switchyard
   for cluster in "${WORKERS[@]}"; do
-    local name ip token ca file
+    local name ip
     name=$(worker_name "$cluster")
-    wait_for "the dispatcher's token in $cluster" 60 token_is_filled "$cluster"
     ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$cluster-control-plane")
-    token=$(w "$cluster" -n "$NAMESPACE" get secret switchyard-dispatcher-token -o jsonpath='{.data.token}' | base64 -d)
-    ca=$(kind get kubeconfig --name "$cluster" | awk '/certificate-authority-data:/ {print $2; exit}')
-    file="$work/$name.kubeconfig"
-    kubectl config --kubeconfig="$file" set-cluster "$name" --server="https://$ip:6443" >/dev/null
-    kubectl config --kubeconfig="$file" set "clusters.$name.certificate-authority-data" "$ca" >/dev/null
-    kubectl config --kubeconfig="$file" set-credentials dispatcher --token="$token" >/dev/null
-    kubectl config --kubeconfig="$file" set-context "$name" --cluster="$name" --user=dispatcher >/dev/null
-    kubectl config --kubeconfig="$file" use-context "$name" >/dev/null
-    m -n "$NAMESPACE" create secret generic "$name-kubeconfig" --from-file=kubeconfig="$file" >/dev/null
-    m apply -f - >/dev/null <<EOF
-apiVersion: switchyard.dev/v1alpha1
-kind: WorkerCluster
-metadata:
-  name: $name
-spec:
-  kubeConfig: {location: $name-kubeconfig, locationType: Secret}
-  schedulerName: switchyard-scheduler
-EOF
+    "$bin" register-worker "$name" --context "kind-$cluster" --server "https://$ip:6443" \
+      --namespace "$NAMESPACE" --scheduler-name switchyard-scheduler --wait 60 \
+      >"$work/$name.yaml" 2>"$work/$name.register.log" ||
+      fail "switchyard register-worker $name: $(cat "$work/$name.register.log")"
+    m apply -f "$work/$name.yaml" >/dev/null
   done
   for cluster in "${WORKERS[@]}"; do
     log "waiting for WorkerCluster $(worker_name "$cluster") to be Active"

@@ -9,8 +9,9 @@
 //!   Switchyard's Jobs alone); two kube-schedulers whose extender is Switchyard, one with
 //!   `nodeCacheCapable: true`, one without.
 //! - Workers `w1` (four nodes of 8 GPUs in two NUMA zones) and `w2` (one node of 4 GPUs in two
-//!   zones), each with the chart's worker RBAC, registered from a Secret holding a kubeconfig
-//!   with the token of the worker role's ServiceAccount.
+//!   zones), each with the chart's worker RBAC, registered by `switchyard register-worker`
+//!   (a Secret holding a kubeconfig with the token of the worker role's ServiceAccount, and the
+//!   WorkerCluster).
 //! - JobSets: the JobSet CRD in every cluster before Switchyard starts, the chart rendered with
 //!   `jobset.enabled=true` (its JobSet RBAC and webhooks) and Switchyard run with
 //!   `jobsets: true`; the real JobSet controller in every cluster once a JobSet scenario asks
@@ -21,7 +22,7 @@
 //!   scenario first asks ([`Env::kueue_worker`]), so the other scenarios never wait for it.
 
 use crate::helm;
-use crate::k8s::control_plane::{client_from, ControlPlane, Options};
+use crate::k8s::control_plane::{ControlPlane, Options};
 use crate::k8s::jobset;
 use crate::k8s::kubelet::{FakeKubelet, NodeSpec};
 use crate::k8s::objects::{self, apply};
@@ -31,7 +32,7 @@ use crate::k8s::{eventually, free_port, Assets};
 use base64::Engine;
 use futures::FutureExt;
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -666,9 +667,10 @@ async fn service_account_token(client: &Client, name: &str) -> Result<String, St
 }
 
 /// A worker as the README registers one: the chart's worker role (its dispatcher
-/// ServiceAccount, the long-lived token Secret and their RBAC), the token turned into a
-/// kubeconfig in a Secret of the manager, and a WorkerCluster pointing to it (with
-/// `spec.kueue.localQueueName` when it runs Kueue).
+/// ServiceAccount, the long-lived token Secret and their RBAC), then `switchyard
+/// register-worker` with the worker's admin kubeconfig, its output applied to the manager (the
+/// kubeconfig Secret and the WorkerCluster, with `spec.kueue.localQueueName` when the worker
+/// runs Kueue).
 async fn register_worker(
     manager: &Client,
     name: &'static str,
@@ -693,54 +695,48 @@ async fn register_worker(
             apply(&admin, object, false).await?;
         }
     }
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
-    let token = eventually(
-        &format!("{name}: the token controller fills Secret {NS}/switchyard-dispatcher-token"),
-        Duration::from_secs(60),
-        || {
-            let secrets = secrets.clone();
-            async move {
-                let secret = secrets
-                    .get("switchyard-dispatcher-token")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                secret
-                    .data
-                    .and_then(|d| d.get("token").cloned())
-                    .map(|t| String::from_utf8_lossy(&t.0).into_owned())
-                    .ok_or_else(|| "no token yet".to_string())
-            }
-        },
-    )
-    .await;
-    let kubeconfig = plane.token_kubeconfig(name, &token);
-    // The kubeconfig works before the manager is given it.
-    client_from(&kubeconfig).await?;
-    let secret = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": format!("{name}-kubeconfig"), "namespace": NS},
-        "stringData": {"kubeconfig": kubeconfig},
-    });
-    apply(manager, &secret, false).await?;
     let tier = match name {
         "w1" => "gold",
         "w2" => "silver",
         _ => "bronze",
     };
-    let mut worker_cluster = json!({
-        "apiVersion": "switchyard.dev/v1alpha1",
-        "kind": "WorkerCluster",
-        "metadata": {"name": name},
-        "spec": {
-            "kubeConfig": {"location": format!("{name}-kubeconfig"), "locationType": "Secret"},
-            "labels": {"tier": tier},
-        },
-    });
+    let mut command = switchyard();
+    command
+        .arg("register-worker")
+        .arg(name)
+        .arg("--kubeconfig")
+        .arg(&plane.admin_kubeconfig)
+        .args(["--namespace", NS, "--label", &format!("tier={tier}")])
+        .args(["--wait", "60"]);
     if let Some(q) = kueue_local_queue {
-        worker_cluster["spec"]["kueue"] = json!({"localQueueName": q});
+        command.args(["--kueue-local-queue", q]);
     }
-    apply(manager, &worker_cluster, false).await?;
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("switchyard register-worker {name}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "switchyard register-worker {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let documents: Vec<Value> = serde_yaml::Deserializer::from_str(&printed)
+        .map(|d| serde::Deserialize::deserialize(d).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let kinds: Vec<&str> = documents
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    if kinds != ["Secret", "WorkerCluster"] {
+        return Err(format!(
+            "register-worker {name} printed {kinds:?}: {printed}"
+        ));
+    }
+    for document in &documents {
+        apply(manager, document, false).await?;
+    }
     Ok(Worker {
         name,
         plane,
