@@ -195,24 +195,10 @@ pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Resu
         .get("token")
         .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
         .unwrap_or_default();
-    // The Secret's ca.crt is the cluster's root CA, as pods of the worker get it; the
-    // context's is the one this command reached the worker with. Both are trusted: the
-    // manager may reach the worker by another address than this machine did.
-    let mut ca_pem = String::new();
-    for pem in [
-        data.get("ca.crt")
-            .map(|c| String::from_utf8_lossy(&c.0).into_owned()),
-        context_ca,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let pem = pem.trim();
-        if !pem.is_empty() && !ca_pem.contains(pem) {
-            ca_pem.push_str(pem);
-            ca_pem.push('\n');
-        }
-    }
+    let secret_ca = data
+        .get("ca.crt")
+        .map(|c| String::from_utf8_lossy(&c.0).into_owned());
+    let ca_pem = ca_bundle([secret_ca, context_ca]);
     if ca_pem.is_empty() {
         bail!(
             "no CA for the worker's API server: Secret {}/{} has no ca.crt and the kubeconfig's context has no certificate-authority-data",
@@ -276,6 +262,22 @@ async fn token_secret(client: &kube::Client, source: &Source) -> anyhow::Result<
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The CAs the manager trusts for the worker, each once: the Secret's `ca.crt` is the
+/// cluster's root CA, as the worker's pods get it; the context's is the one this command
+/// reached the worker with. Both are kept, since the manager may reach the worker by another
+/// address than this machine did.
+fn ca_bundle(pems: impl IntoIterator<Item = Option<String>>) -> String {
+    let mut bundle = String::new();
+    for pem in pems.into_iter().flatten() {
+        let pem = pem.trim();
+        if !pem.is_empty() && !bundle.contains(pem) {
+            bundle.push_str(pem);
+            bundle.push('\n');
+        }
+    }
+    bundle
 }
 
 /// Reaches the worker with the registration's kubeconfig as the manager will: the same checks
@@ -425,6 +427,21 @@ mod tests {
         let mut r = registration();
         r.token = String::new();
         assert!(r.manifests().unwrap_err().contains("no token"));
+    }
+
+    #[test]
+    fn the_ca_bundle_holds_each_certificate_once() {
+        let a = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
+        let b = "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            ca_bundle([Some(a.into()), Some(format!("{a}\n"))]),
+            format!("{a}\n")
+        );
+        assert_eq!(
+            ca_bundle([Some(a.into()), None, Some(b.into())]),
+            format!("{a}\n{b}")
+        );
+        assert_eq!(ca_bundle([None, Some("  ".into())]), "");
     }
 
     #[test]
