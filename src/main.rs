@@ -32,18 +32,10 @@ fn main() -> std::process::ExitCode {
 
 /// The error and its causes on one line, `: ` between them; a cause the line already ends
 /// with (an error that quotes its source last, as `cannot read X: {source}`) is not said twice.
-/// Of a message over several lines only the first is kept: what follows is a picture of the
-/// input (a YAML parser's caret under the column its first line names).
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
-        let text = text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim_end()
-            .to_string();
+        let text = unpictured(&cause.to_string());
         if line.is_empty() {
             line = text;
         } else if !line.ends_with(&text) {
@@ -52,6 +44,50 @@ fn error_line(e: &anyhow::Error) -> String {
         }
     }
     line
+}
+
+/// A message over several lines as one: a parser's picture of its input (a YAML error's
+/// ` --> <input>:2:13`, the input's line under a `2 |` gutter, a caret under the column with
+/// the message's last words again) is left out, since the message already names the line and
+/// column; what follows the repeated words is kept, and the rest is joined with spaces.
+fn unpictured(text: &str) -> String {
+    let mut out = String::new();
+    for raw in text.lines() {
+        let trimmed = raw.trim();
+        if trimmed.starts_with("-->") {
+            continue;
+        }
+        let after_number = trimmed.trim_start_matches(|c: char| c.is_ascii_digit());
+        let part = match after_number.trim_start().strip_prefix('|') {
+            // The input's own line (`2 | clusters: [[[`).
+            Some(_) if after_number.len() != trimmed.len() => continue,
+            Some(under) => {
+                let label = under.trim_start().trim_start_matches(['^', '~']);
+                after_repeated(&out, label.trim_start())
+            }
+            None => trimmed,
+        };
+        if part.is_empty() {
+            continue;
+        }
+        // Text that closes a bracket or a clause joins what it closes.
+        if !out.is_empty() && !part.starts_with([')', ']', ',', ';', '.']) {
+            out.push(' ');
+        }
+        out.push_str(part);
+    }
+    out
+}
+
+/// `label` without the longest start of it, ending at a word's end, that `said` ends with.
+fn after_repeated<'a>(said: &str, label: &'a str) -> &'a str {
+    let word_end = |k: usize| {
+        label.is_char_boundary(k) && !label[k..].starts_with(|c: char| c.is_alphanumeric()) && k > 1
+    };
+    (1..=label.len())
+        .rev()
+        .find(|&k| word_end(k) && said.ends_with(&label[..k]))
+        .map_or(label, |k| label[k..].trim_start())
 }
 
 fn run() -> anyhow::Result<()> {
@@ -276,13 +312,27 @@ mod tests {
             error_line(&inside.unwrap_err()),
             "cannot write the report to denied.html: denied"
         );
-        // A parser's picture of the input under its message stays out of the line.
-        let yaml = "failed to parse YAML: line 1 column 11: unclosed bracket '['\n --> <input>:1:11\n  |\n1 | clusters: [oops\n  |           ^";
-        let pictured: anyhow::Result<()> =
-            Err(anyhow::anyhow!(yaml)).context("cannot read the worker's kubeconfig k");
-        assert_eq!(
-            error_line(&pictured.unwrap_err()),
-            "cannot read the worker's kubeconfig k: failed to parse YAML: line 1 column 11: unclosed bracket '['"
+        // A parser's picture of the input stays out of the line, and what the message says
+        // after it stays in (kube's error for an unreadable KUBECONFIG, as `serve` wraps it).
+        let picture =
+            "\n --> <input>:2:13\n  |\n2 | clusters: [[[\n  |             ^ unclosed bracket '['";
+        let pictured = anyhow::anyhow!(
+            "cannot build a Kubernetes client: kubeconfig: (failed to parse kubeconfig YAML: error: line 2 column 13: unclosed bracket '['{picture}); set KUBECONFIG or run in a pod, or pass --standalone to run without a cluster"
         );
+        assert_eq!(
+            error_line(&pictured),
+            "cannot build a Kubernetes client: kubeconfig: (failed to parse kubeconfig YAML: error: line 2 column 13: unclosed bracket '['); set KUBECONFIG or run in a pod, or pass --standalone to run without a cluster"
+        );
+        let caret_last: anyhow::Result<()> = Err(anyhow::anyhow!(
+            "failed to parse kubeconfig YAML: error: line 2 column 13: unclosed bracket '['{picture}"
+        ))
+        .context("cannot read the worker's kubeconfig k");
+        assert_eq!(
+            error_line(&caret_last.unwrap_err()),
+            "cannot read the worker's kubeconfig k: failed to parse kubeconfig YAML: error: line 2 column 13: unclosed bracket '['"
+        );
+        // Other messages over several lines are joined, nothing dropped.
+        let lines = anyhow::anyhow!("first part\n  second | part\nthird");
+        assert_eq!(error_line(&lines), "first part second | part third");
     }
 }

@@ -111,6 +111,9 @@ fn configuration_mistakes_are_reported_by_name_and_exit_non_zero() {
         err.contains("--standalone") && !err.contains("panicked"),
         "{err}"
     );
+    // The YAML parser's picture of the input (a caret under the column) stays out of it.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("line 2 column"), "{err}");
 }
 
 /// Runs `cmd` to completion; one still running after `secs` is killed and fails the test.

@@ -11,9 +11,9 @@ use std::process::Output;
 
 const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.dispatcher";
 
-/// The token Secret as kube-apiserver returns it once the token controller filled it (`data`
-/// absent before that).
-fn token_secret(api: &FakeApi, data: Option<(&str, &str)>) -> Value {
+/// The token Secret as kube-apiserver returns it once the token controller filled it with
+/// `token` and the worker's CA (`data` absent before that: `None`).
+fn token_secret(api: &FakeApi, token: Option<&str>) -> Value {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let mut secret = json!({
@@ -33,7 +33,8 @@ fn token_secret(api: &FakeApi, data: Option<(&str, &str)>) -> Value {
         },
         "type": "kubernetes.io/service-account-token",
     });
-    if let Some((token, ca)) = data {
+    if let Some(token) = token {
+        let ca = api.ca_pem.as_deref().expect("an HTTPS worker");
         secret["data"] =
             json!({"ca.crt": b64(ca), "namespace": b64("switchyard-system"), "token": b64(token)});
     }
@@ -87,8 +88,7 @@ fn error_of(out: &Output) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_manifests_register_the_worker_with_the_manager() {
     let worker = FakeApi::start_tls().await;
-    let ca = worker.ca_pem.clone().unwrap();
-    token_secret(&worker, Some((TOKEN, &ca)));
+    token_secret(&worker, Some(TOKEN));
     let (_dir, kubeconfig) = admin_kubeconfig(&worker);
     let out = register(args(&[
         "w1",
@@ -144,8 +144,7 @@ async fn the_printed_manifests_register_the_worker_with_the_manager() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_server_for_the_manager_is_written_and_not_checked_from_here() {
     let worker = FakeApi::start_tls().await;
-    let ca = worker.ca_pem.clone().unwrap();
-    token_secret(&worker, Some((TOKEN, &ca)));
+    token_secret(&worker, Some(TOKEN));
     let (_dir, kubeconfig) = admin_kubeconfig(&worker);
     // Port 1 on loopback: refused at once, as an address only the manager reaches would be.
     let out = register(args(&[
@@ -192,8 +191,7 @@ async fn a_token_secret_never_filled_is_waited_for_then_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_the_worker_refuses_is_reported_not_printed() {
     let worker = FakeApi::start_tls().await;
-    let ca = worker.ca_pem.clone().unwrap();
-    token_secret(&worker, Some(("revoked-token", &ca)));
+    token_secret(&worker, Some("revoked-token"));
     // The admin reads the Secret; the token in it is not accepted.
     worker.require_token("admin-token");
     let (_dir, kubeconfig) = admin_kubeconfig(&worker);
