@@ -1,9 +1,9 @@
 //! The result of a simulation, in the format of `tests/data/formats/simulate-output.md`: one
 //! JSON object (`--output json`), or a table and a summary for people (`--output text`).
 
-use super::{secs, Simulation};
+use super::{secs, Record, ScenarioJob, Simulation};
 use crate::dispatcher::kind::Status;
-use crate::dispatcher::JobResult;
+use crate::dispatcher::{Job, JobResult};
 use serde::Serialize;
 use serde_json::{Number, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -296,57 +296,7 @@ pub(super) fn build(sim: &Simulation) -> Report {
         let job = world.state.jobs.get(&sj.key());
         requested.extend(sj.shapes().flat_map(|pod| pod.node_request.keys().cloned()));
         let submitted = super::epoch() + sj.submit_at;
-        let (result, reason) = match job {
-            None => ("Pending".to_string(), Some("never submitted".to_string())),
-            Some(j) => match (j.result, &j.deactivated) {
-                (Some(JobResult::Succeeded), _) => ("Succeeded".into(), None),
-                (Some(JobResult::Failed), _) => {
-                    let worker = rec.cluster.as_deref().unwrap_or("?");
-                    let limit = super::worker::BACKOFF_LIMIT;
-                    let mut why = match &j.status {
-                        Status::Job(s) => format!(
-                            "its pods failed {} times in worker {worker} (backoffLimit {limit})",
-                            s.failed.unwrap_or(0),
-                        ),
-                        Status::JobSet(s) => format!(
-                            "{} of its Jobs failed in worker {worker} (each after its pods \
-                             failed past backoffLimit {limit}; the JobSet's failurePolicy \
-                             restarts none)",
-                            s.replicated_jobs_status
-                                .iter()
-                                .map(|r| r.failed.max(0))
-                                .sum::<i32>(),
-                        ),
-                    };
-                    if rec.topology_errors > 0 {
-                        let _ = write!(
-                            why,
-                            "; {} rejected by a kubelet's Topology Manager (TopologyAffinityError)",
-                            rec.topology_errors
-                        );
-                    }
-                    ("Failed".into(), Some(why))
-                }
-                (None, Some(msg)) => ("Deactivated".into(), Some(msg.clone())),
-                (None, None) => {
-                    let why = if let Some(c) = &j.cluster {
-                        format!("still running in worker {c} when the simulation ended")
-                    } else if !j.offers.is_empty() {
-                        format!(
-                            "offered to workers {} and not yet started when the simulation ended",
-                            j.offers.join(", ")
-                        )
-                    } else {
-                        sim.job_waiting
-                            .get(&j.key)
-                            .or_else(|| sim.waiting.get(&j.class()))
-                            .cloned()
-                            .unwrap_or_else(|| "never admitted".into())
-                    };
-                    ("Pending".into(), Some(why))
-                }
-            },
-        };
+        let (result, reason) = result_of(sim, job, rec);
         match result.as_str() {
             "Succeeded" => succeeded += 1,
             "Failed" => failed += 1,
@@ -365,25 +315,10 @@ pub(super) fn build(sim: &Simulation) -> Report {
         if let (true, Some(t)) = (succeeded, rec.finished) {
             completion_times.push(secs(t) - secs(submitted));
         }
-        // Work counts once its Job has succeeded: that of the copy that completed, each pod
-        // shape's (a JobSet may have several) for as long as its pods ran.
-        let mut goodput: BTreeMap<String, f64> = sj
-            .shapes()
-            .flat_map(|pod| pod.node_request.keys())
-            .map(|r| (r.clone(), 0.0))
-            .collect();
-        if let (true, Some(ran)) = (succeeded, &rec.ran) {
-            for (pod, d) in ran {
-                for (r, milli) in &pod.node_request {
-                    *goodput.entry(r.clone()).or_default() +=
-                        resource_hours(r, *milli, d.as_secs_f64());
-                }
-            }
-        }
         let outcome = Outcome {
             result: &result,
             start_wait,
-            goodput: goodput.into_iter().collect(),
+            goodput: goodput_of(sj, rec, succeeded),
         };
         all.add(&outcome);
         by_queue.entry(sj.queue.clone()).or_default().add(&outcome);
@@ -412,50 +347,6 @@ pub(super) fn build(sim: &Simulation) -> Report {
         num(waits.iter().sum::<f64>() / waits.len() as f64, 3)
     };
 
-    let table = &world.state.inventory.resources;
-    let mut utilization = BTreeMap::new();
-    for (name, integral) in sim.usage_integrals() {
-        let Some(cluster) = world.state.inventory.cluster(name) else {
-            continue;
-        };
-        let mut fracs = Vec::new();
-        for r in &requested {
-            let Some(id) = table.id(r) else { continue };
-            let alloc = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
-            if alloc <= 0 || makespan <= 0.0 {
-                continue;
-            }
-            fracs.push(integral.get(id).copied().unwrap_or(0.0) / (alloc as f64 * makespan));
-        }
-        let u = if fracs.is_empty() {
-            0.0
-        } else {
-            fracs.iter().sum::<f64>() / fracs.len() as f64
-        };
-        utilization.insert(name.to_string(), num(u, 3));
-    }
-
-    let mut max_quota_usage = BTreeMap::new();
-    for (queue, per) in &sim.max_quota {
-        let q_requested: BTreeSet<&String> = sim
-            .scenario_jobs()
-            .iter()
-            .filter(|j| &j.queue == queue)
-            .flat_map(|j| j.shapes())
-            .flat_map(|pod| pod.node_request.keys())
-            .collect();
-        let explicit = world
-            .state
-            .settings(queue)
-            .is_some_and(|s| s.quota.is_some());
-        let m: BTreeMap<String, Value> = per
-            .iter()
-            .filter(|(r, _)| explicit || q_requested.contains(r))
-            .map(|(r, v)| (r.clone(), num(*v, 3)))
-            .collect();
-        max_quota_usage.insert(queue.clone(), m);
-    }
-
     Report {
         strategy: sim.strategy().as_str().to_string(),
         jobs,
@@ -466,14 +357,14 @@ pub(super) fn build(sim: &Simulation) -> Report {
             pending,
             makespan: num(makespan, 3),
             mean_wait,
-            utilization,
+            utilization: utilization(sim, &requested, makespan),
             topology_affinity_errors: sim.topology_errors,
             remote_writes_per_job: if n == 0 {
                 num(0.0, 3)
             } else {
                 num(sim.remote_writes as f64 / n as f64, 3)
             },
-            max_quota_usage,
+            max_quota_usage: max_quota_usage(sim),
             start_wait: Spread::of(start_waits),
             completion_time: Spread::of(completion_times),
             goodput: hours(&all.goodput),
@@ -494,6 +385,142 @@ pub(super) fn build(sim: &Simulation) -> Report {
         status_writes: sim.status_writes.clone().unwrap_or_default(),
         capacity: capacity(sim, &requested, makespan),
     }
+}
+
+/// A Job's result as the report names it, and why when it did not succeed.
+fn result_of(sim: &Simulation, job: Option<&Job>, rec: &Record) -> (String, Option<String>) {
+    let Some(j) = job else {
+        return ("Pending".to_string(), Some("never submitted".to_string()));
+    };
+    match (j.result, &j.deactivated) {
+        (Some(JobResult::Succeeded), _) => ("Succeeded".into(), None),
+        (Some(JobResult::Failed), _) => ("Failed".into(), Some(why_failed(j, rec))),
+        (None, Some(msg)) => ("Deactivated".into(), Some(msg.clone())),
+        (None, None) => {
+            let why = if let Some(c) = &j.cluster {
+                format!("still running in worker {c} when the simulation ended")
+            } else if !j.offers.is_empty() {
+                format!(
+                    "offered to workers {} and not yet started when the simulation ended",
+                    j.offers.join(", ")
+                )
+            } else {
+                sim.job_waiting
+                    .get(&j.key)
+                    .or_else(|| sim.waiting.get(&j.class()))
+                    .cloned()
+                    .unwrap_or_else(|| "never admitted".into())
+            };
+            ("Pending".into(), Some(why))
+        }
+    }
+}
+
+/// Why a Job failed in its worker: its pods' failures, and the kubelets' rejections among them.
+fn why_failed(j: &Job, rec: &Record) -> String {
+    let worker = rec.cluster.as_deref().unwrap_or("?");
+    let limit = super::worker::BACKOFF_LIMIT;
+    let mut why = match &j.status {
+        Status::Job(s) => format!(
+            "its pods failed {} times in worker {worker} (backoffLimit {limit})",
+            s.failed.unwrap_or(0),
+        ),
+        Status::JobSet(s) => format!(
+            "{} of its Jobs failed in worker {worker} (each after its pods \
+             failed past backoffLimit {limit}; the JobSet's failurePolicy \
+             restarts none)",
+            s.replicated_jobs_status
+                .iter()
+                .map(|r| r.failed.max(0))
+                .sum::<i32>(),
+        ),
+    };
+    if rec.topology_errors > 0 {
+        let _ = write!(
+            why,
+            "; {} rejected by a kubelet's Topology Manager (TopologyAffinityError)",
+            rec.topology_errors
+        );
+    }
+    why
+}
+
+/// The resource-hours a Job's pods did, per resource it asks for: counted once its Job has
+/// succeeded, those of the copy that completed, each pod shape's (a JobSet may have several)
+/// for as long as its pods ran.
+fn goodput_of(sj: &ScenarioJob, rec: &Record, succeeded: bool) -> Vec<(String, f64)> {
+    let mut goodput: BTreeMap<String, f64> = sj
+        .shapes()
+        .flat_map(|pod| pod.node_request.keys())
+        .map(|r| (r.clone(), 0.0))
+        .collect();
+    if let (true, Some(ran)) = (succeeded, &rec.ran) {
+        for (pod, d) in ran {
+            for (r, milli) in &pod.node_request {
+                *goodput.entry(r.clone()).or_default() +=
+                    resource_hours(r, *milli, d.as_secs_f64());
+            }
+        }
+    }
+    goodput.into_iter().collect()
+}
+
+/// Each worker's mean use over the run, of the resources some Job asked for.
+fn utilization(
+    sim: &Simulation,
+    requested: &BTreeSet<String>,
+    makespan: f64,
+) -> BTreeMap<String, Value> {
+    let world = sim.world();
+    let table = &world.state.inventory.resources;
+    let mut utilization = BTreeMap::new();
+    for (name, integral) in sim.usage_integrals() {
+        let Some(cluster) = world.state.inventory.cluster(name) else {
+            continue;
+        };
+        let mut fracs = Vec::new();
+        for r in requested {
+            let Some(id) = table.id(r) else { continue };
+            let alloc = cluster.summary.allocatable.get(id).copied().unwrap_or(0);
+            if alloc <= 0 || makespan <= 0.0 {
+                continue;
+            }
+            fracs.push(integral.get(id).copied().unwrap_or(0.0) / (alloc as f64 * makespan));
+        }
+        let u = if fracs.is_empty() {
+            0.0
+        } else {
+            fracs.iter().sum::<f64>() / fracs.len() as f64
+        };
+        utilization.insert(name.to_string(), num(u, 3));
+    }
+    utilization
+}
+
+/// Each queue's highest quota use, of the resources its quota names or its Jobs ask for.
+fn max_quota_usage(sim: &Simulation) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let world = sim.world();
+    let mut max_quota_usage = BTreeMap::new();
+    for (queue, per) in &sim.max_quota {
+        let q_requested: BTreeSet<&String> = sim
+            .scenario_jobs()
+            .iter()
+            .filter(|j| &j.queue == queue)
+            .flat_map(|j| j.shapes())
+            .flat_map(|pod| pod.node_request.keys())
+            .collect();
+        let explicit = world
+            .state
+            .settings(queue)
+            .is_some_and(|s| s.quota.is_some());
+        let m: BTreeMap<String, Value> = per
+            .iter()
+            .filter(|(r, _)| explicit || q_requested.contains(r))
+            .map(|(r, v)| (r.clone(), num(*v, 3)))
+            .collect();
+        max_quota_usage.insert(queue.clone(), m);
+    }
+    max_quota_usage
 }
 
 /// The usage histories kept, per worker and resource requested by some Job, as steps.
