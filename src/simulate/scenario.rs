@@ -279,10 +279,41 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
     let file: File = serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
-    let mut scheduler_names = Vec::with_capacity(file.clusters.len());
-    let mut kueue = Vec::with_capacity(file.clusters.len());
-    let mut specs = Vec::with_capacity(file.clusters.len());
-    for (i, c) in file.clusters.into_iter().enumerate() {
+    let Clusters {
+        inventory,
+        scheduler_names,
+        kueue,
+    } = clusters(file.clusters)?;
+    let queues = queues(&file.queues, &inventory)?;
+    let names: BTreeSet<&str> = queues.iter().map(|(name, _)| name.as_str()).collect();
+    let mut jobs = Vec::with_capacity(file.jobs.len());
+    let mut seen = BTreeSet::new();
+    let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
+    for (i, j) in file.jobs.into_iter().enumerate() {
+        jobs.push(job(i, j, &names, &mut seen, &mut shapes)?);
+    }
+    Ok(Scenario {
+        inventory,
+        queues,
+        jobs,
+        scheduler_names,
+        kueue,
+    })
+}
+
+/// The scenario's clusters: the inventory, and what only a simulated worker has, per cluster
+/// in the inventory's order.
+struct Clusters {
+    inventory: Inventory,
+    scheduler_names: Vec<Option<String>>,
+    kueue: Vec<Option<Arc<KueueSpec>>>,
+}
+
+fn clusters(files: Vec<ClusterFile>) -> Result<Clusters, ScenarioError> {
+    let mut scheduler_names = Vec::with_capacity(files.len());
+    let mut kueue = Vec::with_capacity(files.len());
+    let mut specs = Vec::with_capacity(files.len());
+    for (i, c) in files.into_iter().enumerate() {
         if let Some(name) = &c.scheduler_name {
             if !crate::api::is_dns1123_subdomain(name) {
                 return Err(ScenarioError::Invalid(format!(
@@ -304,11 +335,23 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         });
     }
     let inventory = build(specs).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
-    let clusters: BTreeSet<&str> = inventory.clusters.iter().map(|c| c.name.as_str()).collect();
+    Ok(Clusters {
+        inventory,
+        scheduler_names,
+        kueue,
+    })
+}
 
+/// The queues, each checked as the DispatchQueue schema would and resolved, over clusters of
+/// the scenario.
+fn queues(
+    files: &[NamedQueueSpec],
+    inventory: &Inventory,
+) -> Result<Vec<(String, QueueSettings)>, ScenarioError> {
+    let clusters: BTreeSet<&str> = inventory.clusters.iter().map(|c| c.name.as_str()).collect();
     let mut queues = Vec::new();
     let mut names = BTreeSet::new();
-    for q in &file.queues {
+    for q in files {
         if !names.insert(q.name.clone()) {
             return Err(ScenarioError::Invalid(format!(
                 "queue {:?} appears twice",
@@ -331,133 +374,142 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         }
         queues.push((q.name.clone(), settings));
     }
+    Ok(queues)
+}
 
-    let mut jobs = Vec::with_capacity(file.jobs.len());
-    let mut seen = BTreeSet::new();
-    let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
-    for (i, j) in file.jobs.into_iter().enumerate() {
-        let at = |field: &str| format!("jobs[{i}] ({}): {field}", j.name);
-        let namespace = j.namespace.clone().unwrap_or_else(|| "default".into());
-        if !crate::api::is_dns1123_label(&namespace) {
-            return Err(ScenarioError::Invalid(format!(
-                "{}: {namespace:?} is not a namespace name",
-                at("namespace")
-            )));
-        }
-        if !seen.insert((namespace.clone(), j.name.clone())) {
-            return Err(ScenarioError::Invalid(format!(
-                "{}: {namespace}/{} appears twice (a scenario's Jobs and JobSets have names of their own, as its report names them)",
-                at("name"),
-                j.name
-            )));
-        }
-        if !names.contains(&j.queue) {
-            return Err(ScenarioError::Invalid(format!(
-                "{}: no queue named {:?}",
-                at("queue"),
-                j.queue
-            )));
-        }
-        let kind = match j.kind {
-            None | Some(KindFile::Job) => Kind::Job,
-            Some(KindFile::JobSet) => Kind::JobSet,
-        };
-        let dur = |field: &str, d: &KubeDuration| {
-            d.get()
-                .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
-        };
-        let submit_at = dur("submitAt", &j.submit_at)?;
-        let duration = dur("duration", &j.duration)?;
-        let pod_start_delay = match &j.pod_start_delay {
-            Some(d) => dur("podStartDelay", d)?,
-            None => Duration::ZERO,
-        };
-        let mut shape_of = |template: &PodSpecView, field: &str| {
-            analysed(&mut shapes, template)
-                .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
-        };
-        let pods = match kind {
-            Kind::Job => {
-                if j.replicated_jobs.is_some() {
-                    return Err(ScenarioError::Invalid(format!(
-                        "{}: only a JobSet has replicated Jobs (add `kind: JobSet`, or give \
-                         parallelism and template)",
-                        at("replicatedJobs")
-                    )));
-                }
-                let Some(parallelism) = j.parallelism else {
-                    return Err(ScenarioError::Invalid(format!(
-                        "{}: required for a Job",
-                        at("parallelism")
-                    )));
-                };
-                let completions = counts(parallelism, j.completions, &at)?;
-                let (shape_key, pod) = shape_of(&j.template.unwrap_or_default(), "template")?;
-                Pods {
-                    parallelism,
-                    completions,
-                    pod,
-                    shape_key,
-                    replicated_jobs: Vec::new(),
-                    parts: vec![Part {
-                        name: String::new(),
-                        jobs: 1,
-                        pods_per_job: parallelism.min(completions),
-                    }],
-                    extra: Arc::new([]),
-                }
-            }
-            Kind::JobSet => {
-                for (given, field) in [
-                    (j.parallelism.is_some(), "parallelism"),
-                    (j.completions.is_some(), "completions"),
-                    (j.template.is_some(), "template"),
-                ] {
-                    if given {
-                        return Err(ScenarioError::Invalid(format!(
-                            "{}: a JobSet has none of its own: give it in each of its replicatedJobs",
-                            at(field)
-                        )));
-                    }
-                }
-                let list = match j.replicated_jobs {
-                    Some(list) if !list.is_empty() => list,
-                    _ => {
-                        return Err(ScenarioError::Invalid(format!(
-                            "{}: a JobSet needs at least one replicated Job ({{name, replicas, \
-                             parallelism, completions, template}})",
-                            at("replicatedJobs")
-                        )))
-                    }
-                };
-                jobset_pods(list, &at, &mut shape_of)?
-            }
-        };
-        jobs.push(ScenarioJob {
-            name: j.name,
-            namespace,
-            queue: j.queue,
-            submit_at,
-            priority: j.priority.unwrap_or(0),
-            duration,
-            pod_start_delay,
-            fails: j.fails.unwrap_or(false),
-            parallelism: pods.parallelism,
-            completions: pods.completions,
-            pod: pods.pod,
-            shape_key: pods.shape_key,
-            kind,
-            replicated_jobs: pods.replicated_jobs,
-            parts: pods.parts,
-            extra: pods.extra,
-        });
+/// The `i`th Job (or JobSet) of the file, checked: its name unique in its namespace (`seen`),
+/// its queue among `queues`, its pod templates analysed once per distinct template (`shapes`).
+fn job(
+    i: usize,
+    mut j: JobFile,
+    queues: &BTreeSet<&str>,
+    seen: &mut BTreeSet<(String, String)>,
+    shapes: &mut HashMap<PodSpecView, (u64, Arc<PodShape>)>,
+) -> Result<ScenarioJob, ScenarioError> {
+    let template = j.template.take();
+    let at = |field: &str| format!("jobs[{i}] ({}): {field}", j.name);
+    let namespace = j.namespace.clone().unwrap_or_else(|| "default".into());
+    if !crate::api::is_dns1123_label(&namespace) {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: {namespace:?} is not a namespace name",
+            at("namespace")
+        )));
     }
-    Ok(Scenario {
-        inventory,
-        queues,
-        jobs,
-        scheduler_names,
-        kueue,
+    if !seen.insert((namespace.clone(), j.name.clone())) {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: {namespace}/{} appears twice (a scenario's Jobs and JobSets have names of their own, as its report names them)",
+            at("name"),
+            j.name
+        )));
+    }
+    if !queues.contains(j.queue.as_str()) {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: no queue named {:?}",
+            at("queue"),
+            j.queue
+        )));
+    }
+    let kind = match j.kind {
+        None | Some(KindFile::Job) => Kind::Job,
+        Some(KindFile::JobSet) => Kind::JobSet,
+    };
+    let dur = |field: &str, d: &KubeDuration| {
+        d.get()
+            .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
+    };
+    let submit_at = dur("submitAt", &j.submit_at)?;
+    let duration = dur("duration", &j.duration)?;
+    let pod_start_delay = match &j.pod_start_delay {
+        Some(d) => dur("podStartDelay", d)?,
+        None => Duration::ZERO,
+    };
+    let mut shape_of = |template: &PodSpecView, field: &str| {
+        analysed(shapes, template)
+            .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
+    };
+    let pods = match kind {
+        Kind::Job => job_pods(&j, template.unwrap_or_default(), &at, &mut shape_of)?,
+        Kind::JobSet => {
+            for (given, field) in [
+                (j.parallelism.is_some(), "parallelism"),
+                (j.completions.is_some(), "completions"),
+                (template.is_some(), "template"),
+            ] {
+                if given {
+                    return Err(ScenarioError::Invalid(format!(
+                        "{}: a JobSet has none of its own: give it in each of its replicatedJobs",
+                        at(field)
+                    )));
+                }
+            }
+            let list = match j.replicated_jobs {
+                Some(list) if !list.is_empty() => list,
+                _ => {
+                    return Err(ScenarioError::Invalid(format!(
+                        "{}: a JobSet needs at least one replicated Job ({{name, replicas, \
+                         parallelism, completions, template}})",
+                        at("replicatedJobs")
+                    )))
+                }
+            };
+            jobset_pods(list, &at, &mut shape_of)?
+        }
+    };
+    Ok(ScenarioJob {
+        name: j.name,
+        namespace,
+        queue: j.queue,
+        submit_at,
+        priority: j.priority.unwrap_or(0),
+        duration,
+        pod_start_delay,
+        fails: j.fails.unwrap_or(false),
+        parallelism: pods.parallelism,
+        completions: pods.completions,
+        pod: pods.pod,
+        shape_key: pods.shape_key,
+        kind,
+        replicated_jobs: pods.replicated_jobs,
+        parts: pods.parts,
+        extra: pods.extra,
+    })
+}
+
+/// A batch/v1 Job's pods: one template (`template`, taken from the Job's file), `parallelism`
+/// of them at once.
+fn job_pods(
+    j: &JobFile,
+    template: PodSpecView,
+    at: &dyn Fn(&str) -> String,
+    shape_of: &mut ShapeOf,
+) -> Result<Pods, ScenarioError> {
+    if j.replicated_jobs.is_some() {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: only a JobSet has replicated Jobs (add `kind: JobSet`, or give \
+             parallelism and template)",
+            at("replicatedJobs")
+        )));
+    }
+    let Some(parallelism) = j.parallelism else {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: required for a Job",
+            at("parallelism")
+        )));
+    };
+    let completions = counts(parallelism, j.completions, at)?;
+    let (shape_key, pod) = shape_of(&template, "template")?;
+    Ok(Pods {
+        parallelism,
+        completions,
+        pod,
+        shape_key,
+        replicated_jobs: Vec::new(),
+        parts: vec![Part {
+            name: String::new(),
+            jobs: 1,
+            pods_per_job: parallelism.min(completions),
+        }],
+        extra: Arc::new([]),
     })
 }
 
