@@ -169,26 +169,11 @@ pub struct Source {
 pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Result<Registration> {
     // What the manager would refuse is said before anything is read.
     source.worker.object().map_err(anyhow::Error::msg)?;
-    let kubeconfig = match &source.kubeconfig {
-        Some(path) => Kubeconfig::read_from(path)
-            .with_context(|| format!("cannot read the worker's kubeconfig {}", path.display()))?,
-        None => Kubeconfig::read().context(
-            "cannot read the worker's kubeconfig ($KUBECONFIG, else ~/.kube/config; or give --kubeconfig)",
-        )?,
-    };
-    let options = KubeConfigOptions {
-        context: source.context.clone(),
-        ..Default::default()
-    };
-    let context_ca = context_ca_pem(&kubeconfig, source.context.as_deref());
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .context("cannot use the worker's kubeconfig")?;
-    let context_server = config.cluster_url.to_string();
-    let context_server = context_server.trim_end_matches('/').to_string();
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(30));
-    let client = kube::Client::try_from(config).context("cannot build a client for the worker")?;
+    let Connection {
+        client,
+        server: context_server,
+        ca: context_ca,
+    } = connect(source).await?;
     let secret = token_secret(&client, source).await?;
     let data = secret.data.unwrap_or_default();
     let token = data
@@ -228,6 +213,40 @@ pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Resu
         Err(e) => return Err(e),
     }
     Ok(registration)
+}
+
+/// This machine's client for the worker, from the user's kubeconfig and context, with the
+/// server and CA that context names.
+struct Connection {
+    client: kube::Client,
+    /// Without a trailing `/`.
+    server: String,
+    /// PEM, when the kubeconfig embeds it.
+    ca: Option<String>,
+}
+
+async fn connect(source: &Source) -> anyhow::Result<Connection> {
+    let kubeconfig = match &source.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path)
+            .with_context(|| format!("cannot read the worker's kubeconfig {}", path.display()))?,
+        None => Kubeconfig::read().context(
+            "cannot read the worker's kubeconfig ($KUBECONFIG, else ~/.kube/config; or give --kubeconfig)",
+        )?,
+    };
+    let options = KubeConfigOptions {
+        context: source.context.clone(),
+        ..Default::default()
+    };
+    let ca = context_ca_pem(&kubeconfig, source.context.as_deref());
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .context("cannot use the worker's kubeconfig")?;
+    let server = config.cluster_url.to_string();
+    let server = server.trim_end_matches('/').to_string();
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(30));
+    let client = kube::Client::try_from(config).context("cannot build a client for the worker")?;
+    Ok(Connection { client, server, ca })
 }
 
 /// The token Secret, once the token controller has filled it (it does so right after the
