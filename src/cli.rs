@@ -75,10 +75,14 @@ pub struct RegisterWorkerArgs {
     /// The worker's API server as the manager's pods reach it [default: the context's server].
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
-    /// Switchyard's namespace, in the worker (the token Secret) and in the manager (the
-    /// kubeconfig Secret).
+    /// Switchyard's namespace in the worker (where its token Secret is), and in the manager
+    /// unless --manager-namespace says otherwise.
     #[arg(long, default_value = "switchyard-system")]
     pub namespace: String,
+    /// Switchyard's namespace in the manager, where the kubeconfig Secret goes [default: the
+    /// --namespace].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub manager_namespace: Option<String>,
     /// The worker's Secret holding the dispatcher's ServiceAccount token.
     #[arg(long, default_value = "switchyard-dispatcher-token")]
     pub token_secret: String,

@@ -120,6 +120,9 @@ fn register_worker(args: RegisterWorkerArgs) -> anyhow::Result<()> {
         kubeconfig: args.kubeconfig,
         context: args.context,
         server: args.server,
+        manager_namespace: args
+            .manager_namespace
+            .unwrap_or_else(|| args.namespace.clone()),
         namespace: args.namespace,
         token_secret: args.token_secret,
         wait: std::time::Duration::from_secs(args.wait),

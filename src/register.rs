@@ -156,8 +156,10 @@ pub struct Source {
     pub context: Option<String>,
     /// The server the manager reaches (`None`: the context's).
     pub server: Option<String>,
-    /// Switchyard's namespace, in the worker (the token Secret) and in the manager.
+    /// Switchyard's namespace in the worker, where the token Secret is.
     pub namespace: String,
+    /// Switchyard's namespace in the manager, where the kubeconfig Secret goes.
+    pub manager_namespace: String,
     pub token_secret: String,
     /// How long to wait for the token controller to fill a new Secret.
     pub wait: Duration,
@@ -199,7 +201,7 @@ pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Resu
     }
     let registration = Registration {
         worker: source.worker.clone(),
-        namespace: source.namespace.clone(),
+        namespace: source.manager_namespace.clone(),
         server: server.clone(),
         ca_pem,
         token,

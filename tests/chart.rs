@@ -1470,11 +1470,32 @@ fn the_worker_role_installs_the_extender_and_the_managers_access_only() {
             "ServiceAccount"
         ])
     );
+    // The notes give the one command that registers the worker with the manager.
+    assert!(
+        r.notes.contains("switchyard register-worker")
+            && r.notes.contains(&format!("--token-secret {sa}-token")),
+        "{}",
+        r.notes
+    );
+    let Some(r) = render(json!({"role": "worker", "scheduler": {"enabled": true}})) else {
+        return;
+    };
+    assert!(
+        r.notes.contains("--scheduler-name switchyard-scheduler"),
+        "{}",
+        r.notes
+    );
     let Some(r) = render(json!({"role": "worker", "workerAccess": {"createTokenSecret": false}}))
     else {
         return;
     };
     assert!(!r.has("Secret"));
+    // No token Secret to read: the notes say how to mint a token instead.
+    assert!(
+        r.notes.contains("kubectl -n") && r.notes.contains("create token"),
+        "{}",
+        r.notes
+    );
 }
 
 #[test]
@@ -1486,6 +1507,7 @@ fn notes_say_what_to_do_next() {
         wellknown::QUEUE_LABEL,
         "--skip-crds",
         "role=worker",
+        "switchyard register-worker",
     ] {
         assert!(
             r.notes.contains(what),

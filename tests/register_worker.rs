@@ -153,6 +153,8 @@ async fn another_server_for_the_manager_is_written_and_not_checked_from_here() {
         &kubeconfig,
         "--server",
         "https://127.0.0.1:1",
+        "--manager-namespace",
+        "batch-system",
     ]))
     .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -161,7 +163,10 @@ async fn another_server_for_the_manager_is_written_and_not_checked_from_here() {
         stderr.contains("could not check the kubeconfig against https://127.0.0.1:1"),
         "{stderr}"
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("server: https://127.0.0.1:1"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("server: https://127.0.0.1:1"), "{stdout}");
+    // The manager runs in a namespace of its own: the kubeconfig Secret goes there.
+    assert!(stdout.contains("namespace: batch-system"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
