@@ -85,33 +85,51 @@ fn error_of(out: &Output) -> String {
     errors[0].to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_printed_manifests_register_the_worker_with_the_manager() {
+/// A run that succeeds, against a worker whose token Secret is filled, with `extra` arguments.
+struct Registered {
+    worker: FakeApi,
+    stdout: String,
+    stderr: String,
+}
+
+async fn registered(extra: &[&str]) -> Registered {
     let worker = FakeApi::start_tls().await;
     token_secret(&worker, Some(TOKEN));
     let (_dir, kubeconfig) = admin_kubeconfig(&worker);
-    let out = register(args(&[
-        "w1",
-        "--kubeconfig",
-        &kubeconfig,
+    let mut all = args(&["w1", "--kubeconfig", &kubeconfig]);
+    all.extend(args(extra));
+    let out = register(all).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    Registered {
+        worker,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_manifests_register_the_worker_with_the_manager() {
+    let Registered {
+        worker,
+        stdout,
+        stderr,
+    } = registered(&[
         "--label",
         "tier=gold",
         "--scheduler-name",
         "switchyard-scheduler",
-    ]))
+    ])
     .await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     // The fake worker is on loopback, which the manager's pods would not reach.
     assert!(
         stderr.contains("loopback") && stderr.contains("--server"),
         "{stderr}"
     );
 
-    let docs: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .collect();
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
     assert_eq!(docs.len(), 2, "a Secret and a WorkerCluster");
     let (secret, worker_cluster) = (&docs[0], &docs[1]);
     assert_eq!(secret["metadata"]["namespace"], "switchyard-system");
@@ -143,27 +161,18 @@ async fn the_printed_manifests_register_the_worker_with_the_manager() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_server_for_the_manager_is_written_and_not_checked_from_here() {
-    let worker = FakeApi::start_tls().await;
-    token_secret(&worker, Some(TOKEN));
-    let (_dir, kubeconfig) = admin_kubeconfig(&worker);
     // Port 1 on loopback: refused at once, as an address only the manager reaches would be.
-    let out = register(args(&[
-        "w1",
-        "--kubeconfig",
-        &kubeconfig,
+    let Registered { stdout, stderr, .. } = registered(&[
         "--server",
         "https://127.0.0.1:1",
         "--manager-namespace",
         "batch-system",
-    ]))
+    ])
     .await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("could not check the kubeconfig against https://127.0.0.1:1"),
         "{stderr}"
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("server: https://127.0.0.1:1"), "{stdout}");
     // The manager runs in a namespace of its own: the kubeconfig Secret goes there.
     assert!(stdout.contains("namespace: batch-system"), "{stdout}");
