@@ -77,14 +77,14 @@ pub struct RegisterWorkerArgs {
     pub server: Option<String>,
     /// Switchyard's namespace in the worker (where its token Secret is), and in the manager
     /// unless --manager-namespace says otherwise.
-    #[arg(long, default_value = "switchyard-system")]
+    #[arg(long, default_value = crate::config::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Switchyard's namespace in the manager, where the kubeconfig Secret goes [default: the
     /// --namespace].
     #[arg(long, value_name = "NAMESPACE")]
     pub manager_namespace: Option<String>,
     /// The worker's Secret holding the dispatcher's ServiceAccount token.
-    #[arg(long, default_value = "switchyard-dispatcher-token")]
+    #[arg(long, default_value = crate::register::DEFAULT_TOKEN_SECRET)]
     pub token_secret: String,
     /// spec.schedulerName: the worker's second scheduler, when its chart enabled one
     /// (`switchyard-scheduler`).

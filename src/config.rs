@@ -105,7 +105,7 @@ impl Default for LeaderElectionSettings {
 /// Where the service account's namespace is mounted in a pod.
 pub(crate) const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-pub(crate) const DEFAULT_NAMESPACE: &str = "switchyard-system";
+pub const DEFAULT_NAMESPACE: &str = "switchyard-system";
 pub(crate) const DEFAULT_MANAGER_ID: &str = "switchyard";
 
 /// Switchyard's namespace: the flag (or `SWITCHYARD_NAMESPACE`), the file, `POD_NAMESPACE`,

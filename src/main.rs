@@ -127,14 +127,13 @@ fn register_worker(args: RegisterWorkerArgs) -> anyhow::Result<()> {
         token_secret: args.token_secret,
         wait: std::time::Duration::from_secs(args.wait),
     };
-    let registration = tokio::runtime::Builder::new_current_thread()
+    let manifests = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?
-        .block_on(switchyard::register::read(&source, &mut |w| {
+        .block_on(switchyard::register::manifests(&source, &mut |w| {
             eprintln!("Warning: {w}")
         }))?;
-    let manifests = registration.manifests().map_err(anyhow::Error::msg)?;
     print!("{manifests}");
     Ok(())
 }

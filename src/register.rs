@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 /// The Secret the worker chart creates for the dispatcher's token (`<fullname>-dispatcher-token`
 /// for a release named `switchyard`).
 pub const DEFAULT_TOKEN_SECRET: &str = "switchyard-dispatcher-token";
-/// Where the chart is installed, in the manager and in each worker (docs/install.md).
-pub const DEFAULT_NAMESPACE: &str = "switchyard-system";
 
 /// The WorkerCluster to make: its name and the spec fields the command sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +128,6 @@ impl Registration {
             "metadata": {
                 "name": self.worker.secret_name(),
                 "namespace": self.namespace,
-                "labels": {"switchyard.dev/worker-cluster": self.worker.name},
             },
             "type": "Opaque",
             "stringData": {"kubeconfig": kubeconfig},
@@ -165,27 +162,27 @@ pub struct Source {
     pub wait: Duration,
 }
 
-/// Reads the token Secret from the worker, makes the registration and checks that its
-/// kubeconfig works there. Warnings (a loopback server, a check that could not be made from
-/// here) go to `warn`.
-pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Result<Registration> {
-    // What the manager would refuse is said before anything is read.
+/// Reads the token Secret from the worker, makes the registration, and returns its manifests
+/// once its kubeconfig has worked there. What the manager would refuse is said before anything
+/// is read, and before the kubeconfig is tried. Warnings (a loopback server, a check that could
+/// not be made from here) go to `warn`.
+pub async fn manifests(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Result<String> {
     source.worker.object().map_err(anyhow::Error::msg)?;
     let Connection {
         client,
         server: context_server,
         ca: context_ca,
     } = connect(source).await?;
-    let secret = token_secret(&client, source).await?;
-    let data = secret.data.unwrap_or_default();
-    let token = data
-        .get("token")
-        .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
+    let data = token_secret(&client, source)
+        .await?
+        .data
         .unwrap_or_default();
-    let secret_ca = data
-        .get("ca.crt")
-        .map(|c| String::from_utf8_lossy(&c.0).into_owned());
-    let ca_pem = ca_bundle([secret_ca, context_ca]);
+    let text = |key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    let token = text("token").unwrap_or_default().trim().to_string();
+    let ca_pem = ca_bundle([text("ca.crt"), context_ca]);
     if ca_pem.is_empty() {
         bail!(
             "no CA for the worker's API server: Secret {}/{} has no ca.crt and the kubeconfig's context has no certificate-authority-data",
@@ -206,6 +203,7 @@ pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Resu
         ca_pem,
         token,
     };
+    let manifests = registration.manifests().map_err(anyhow::Error::msg)?;
     match try_kubeconfig(&registration).await {
         Ok(()) => {}
         // Another address than the one this machine used may only answer the manager.
@@ -214,7 +212,7 @@ pub async fn read(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Resu
         )),
         Err(e) => return Err(e),
     }
-    Ok(registration)
+    Ok(manifests)
 }
 
 /// This machine's client for the worker, from the user's kubeconfig and context, with the
@@ -383,7 +381,7 @@ mod tests {
                 labels: BTreeMap::from([("tier".into(), "gold".into())]),
                 kueue_local_queue: None,
             },
-            namespace: DEFAULT_NAMESPACE.into(),
+            namespace: crate::config::DEFAULT_NAMESPACE.into(),
             server: "https://gpu-1.example:6443".into(),
             ca_pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
             token: "eyJhbGciOi.token".into(),

@@ -254,3 +254,26 @@ async fn unreadable_kubeconfigs_and_unreachable_workers_say_so() {
     let err = error_of(&register(args(&["Not_A_Name", "--kubeconfig", &kubeconfig])).await);
     assert!(err.contains("not a WorkerCluster name"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_the_manager_would_refuse_is_an_error_not_a_warning() {
+    let worker = FakeApi::start_tls().await;
+    token_secret(&worker, Some(TOKEN));
+    let (_dir, kubeconfig) = admin_kubeconfig(&worker);
+    let out = register(args(&[
+        "w1",
+        "--kubeconfig",
+        &kubeconfig,
+        "--server",
+        "http://10.0.0.7:8080",
+    ]))
+    .await;
+    let err = error_of(&out);
+    assert!(err.contains("not https"), "{err}");
+    // Refused before the kubeconfig is tried: no warning that it could not be checked.
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("could not check"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

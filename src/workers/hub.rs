@@ -72,6 +72,7 @@ impl Worker {
             self.topologies_served = true;
         }
     }
+
     /// Applies a Node watch event; returns whether the worker's inventory changed (a relist
     /// changes it once, when it completes).
     fn on_node(&mut self, event: Event<Node>) -> bool {
