@@ -250,198 +250,264 @@ impl ServeSettings {
         }
     }
 
-    /// Flags over file over defaults.
+    /// Flags over file over defaults, each setting checked: the first one found wrong is the
+    /// error. Every key of the file is named here, so a key added to [`FileConfig`] and not
+    /// read is a compile error.
     pub fn resolve(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
-        let flags = tls_choice(
-            args.tls_cert.clone(),
-            args.tls_key.clone(),
-            args.dev_tls.clone(),
-            ("--tls-cert", "--tls-key", "--dev-tls"),
-        )?;
-        let from_file = tls_choice(
-            file.tls_cert,
-            file.tls_key,
-            file.dev_tls,
-            ("tlsCert", "tlsKey", "devTls"),
-        )?;
-        // As a unit: the flags' choice replaces the file's whole, never mixes with it.
-        let tls = flags.or(from_file).ok_or_else(|| ConfigError::Invalid {
-            field: "tls",
-            message: "serve needs --tls-cert FILE --tls-key FILE, or --dev-tls DIR for a development certificate (file keys tlsCert/tlsKey or devTls)".into(),
-        })?;
+        let FileConfig {
+            listen,
+            probe_listen,
+            tls_cert,
+            tls_key,
+            dev_tls,
+            client_ca,
+            standalone,
+            // Read by `main` before logging starts.
+            log_format: _,
+            log: _,
+            default_queue,
+            managed_namespaces,
+            dispatcher_usernames,
+            workers,
+            shutdown_timeout,
+            tls_reload_interval,
+            max_review_bytes,
+            max_connections,
+            namespace_cache_ttl,
+            inventory,
+            virtual_node_prefix,
+            numa_unknown,
+            placement_strategy,
+            inflight_ttl,
+            stale_after,
+            role,
+            namespace,
+            leader_election: election,
+            virtual_nodes,
+            worker_qps,
+            worker_burst,
+            manager_id,
+            jobsets,
+        } = file;
+        let tls = serving_certificate(args, tls_cert, tls_key, dev_tls)?;
         let policy = admission_policy(
             args,
-            file.default_queue,
-            file.managed_namespaces,
-            file.dispatcher_usernames,
+            default_queue,
+            managed_namespaces,
+            dispatcher_usernames,
         )?;
-        let duration = |field: &'static str,
-                        flag: &Option<String>,
-                        file: Option<String>,
-                        default: Duration| {
-            match flag.clone().or(file) {
-                None => Ok(default),
-                Some(text) => {
-                    parse_duration(&text).map_err(|message| ConfigError::Invalid { field, message })
-                }
-            }
-        };
-        let tls_reload_interval = duration(
-            "tlsReloadInterval",
-            &args.tls_reload_interval,
-            file.tls_reload_interval,
-            Duration::from_secs(10),
-        )?;
-        if tls_reload_interval.is_zero() || tls_reload_interval > Duration::from_secs(60) {
-            return Err(ConfigError::Invalid {
-                field: "tlsReloadInterval",
-                message: "must be above 0 and at most 60s, so a renewed certificate is served within a minute".into(),
-            });
-        }
-        let workers = args
-            .workers
-            .or(file.workers)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-        if workers == 0 {
-            return Err(ConfigError::Invalid {
-                field: "workers",
-                message: "must be at least 1".into(),
-            });
-        }
-        let role = args.role.or(file.role).unwrap_or_default();
-        let inventory = args.inventory.clone().or(file.inventory);
-        if role == Role::Manager && inventory.is_some() {
-            return Err(ConfigError::Invalid {
-                field: "inventory",
-                message: "a manager's inventory comes from its WorkerClusters: drop --inventory, or use role: worker".into(),
-            });
-        }
+        let tls_reload_interval =
+            certificate_reload_interval(args.tls_reload_interval.clone().or(tls_reload_interval))?;
+        let workers = worker_threads(args.workers.or(workers))?;
+        let role = args.role.or(role).unwrap_or_default();
+        let inventory = inventory_file(role, args.inventory.clone().or(inventory))?;
         let namespace = resolve_namespace(
             args.namespace.as_deref(),
-            file.namespace.as_deref(),
+            namespace.as_deref(),
             std::env::var("POD_NAMESPACE").ok().as_deref(),
             std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE)
                 .ok()
                 .as_deref(),
         )?;
-        let leader_election = leader_election(file.leader_election.unwrap_or_default())?;
-        let worker_qps = file.worker_qps.unwrap_or(100.0);
-        if !(worker_qps.is_finite() && worker_qps > 0.0) {
-            return Err(ConfigError::Invalid {
-                field: "workerQps",
-                message: format!("{worker_qps} must be a number above 0"),
-            });
-        }
-        let worker_burst = file.worker_burst.unwrap_or(200);
-        if worker_burst == 0 {
-            return Err(ConfigError::Invalid {
-                field: "workerBurst",
-                message: "must be at least 1".into(),
-            });
-        }
-        let max_review_bytes = file.max_review_bytes.unwrap_or(DEFAULT_MAX_REVIEW_BYTES);
-        if max_review_bytes == 0 {
-            return Err(ConfigError::Invalid {
-                field: "maxReviewBytes",
-                message: format!(
-                    "must be above 0, or every review is refused as too large (default {DEFAULT_MAX_REVIEW_BYTES})"
-                ),
-            });
-        }
-        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-        if max_connections < workers {
-            return Err(ConfigError::Invalid {
-                field: "maxConnections",
-                message: format!(
-                    "{max_connections} is below the {workers} workers: each worker needs room for at least one connection (default {DEFAULT_MAX_CONNECTIONS})"
-                ),
-            });
-        }
-        let manager_id = args
-            .manager_id
-            .clone()
-            .or(file.manager_id)
-            .unwrap_or_else(|| DEFAULT_MANAGER_ID.into());
-        if !crate::api::names::is_label_value(&manager_id) || manager_id.is_empty() {
-            return Err(ConfigError::Invalid {
-                field: "managerId",
-                message: format!(
-                    "{manager_id:?} must be a label value: 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-                ),
-            });
-        }
+        let leader_election = leader_election(election.unwrap_or_default())?;
+        let (worker_qps, worker_burst) = worker_client_rate(worker_qps, worker_burst)?;
+        let (max_review_bytes, max_connections) =
+            request_limits(max_review_bytes, max_connections, workers)?;
+        let manager_id = manager_id_of(args.manager_id.clone().or(manager_id))?;
+        let shutdown_timeout = above_zero(
+            "shutdownTimeout",
+            duration(
+                "shutdownTimeout",
+                args.shutdown_timeout.clone().or(shutdown_timeout),
+                Duration::from_secs(25),
+            )?,
+            "in-flight requests would be cut off at once on SIGTERM",
+        )?;
+        let namespace_cache_ttl = above_zero(
+            "namespaceCacheTtl",
+            duration(
+                "namespaceCacheTtl",
+                namespace_cache_ttl,
+                Duration::from_secs(30),
+            )?,
+            "every review would wait for the API server",
+        )?;
+        let stale_after = duration("staleAfter", stale_after, Duration::from_secs(120))?;
+        let extender = crate::extender::ExtenderConfig {
+            engine: crate::placement::EngineConfig {
+                numa_unknown: numa_unknown.unwrap_or_default(),
+                strategy: placement_strategy.unwrap_or(crate::placement::Strategy::LeastAllocated),
+            },
+            virtual_node_prefix: virtual_node_prefix.unwrap_or_else(|| "switchyard-".into()),
+            inflight_ttl: duration("inflightTtl", inflight_ttl, Duration::from_secs(30))?,
+        };
         Ok(Self {
             role,
             namespace,
             manager_id,
-            jobsets: file.jobsets.unwrap_or_default(),
+            jobsets: jobsets.unwrap_or_default(),
             leader_election,
-            virtual_nodes: !args.no_virtual_nodes && file.virtual_nodes.unwrap_or(true),
+            virtual_nodes: !args.no_virtual_nodes && virtual_nodes.unwrap_or(true),
             worker_qps,
             worker_burst,
             listen: args
                 .listen
-                .or(file.listen)
+                .or(listen)
                 .unwrap_or(([0, 0, 0, 0], DEFAULT_HTTPS_PORT).into()),
             probe_listen: args
                 .probe_listen
-                .or(file.probe_listen)
+                .or(probe_listen)
                 .unwrap_or(([0, 0, 0, 0], DEFAULT_PROBE_PORT).into()),
             tls,
-            client_ca: args.client_ca.clone().or(file.client_ca),
-            standalone: args.standalone || file.standalone.unwrap_or(false),
+            client_ca: args.client_ca.clone().or(client_ca),
+            standalone: args.standalone || standalone.unwrap_or(false),
             policy,
             workers,
-            shutdown_timeout: above_zero(
-                "shutdownTimeout",
-                duration(
-                    "shutdownTimeout",
-                    &args.shutdown_timeout,
-                    file.shutdown_timeout,
-                    Duration::from_secs(25),
-                )?,
-                "in-flight requests would be cut off at once on SIGTERM",
-            )?,
+            shutdown_timeout,
             tls_reload_interval,
             max_review_bytes,
             max_connections,
-            namespace_cache_ttl: above_zero(
-                "namespaceCacheTtl",
-                duration(
-                    "namespaceCacheTtl",
-                    &None,
-                    file.namespace_cache_ttl,
-                    Duration::from_secs(30),
-                )?,
-                "every review would wait for the API server",
-            )?,
+            namespace_cache_ttl,
             body_timeout: Duration::from_secs(10),
             inventory,
-            stale_after: duration(
-                "staleAfter",
-                &None,
-                file.stale_after,
-                Duration::from_secs(120),
-            )?,
-            extender: crate::extender::ExtenderConfig {
-                engine: crate::placement::EngineConfig {
-                    numa_unknown: file.numa_unknown.unwrap_or_default(),
-                    strategy: file
-                        .placement_strategy
-                        .unwrap_or(crate::placement::Strategy::LeastAllocated),
-                },
-                virtual_node_prefix: file
-                    .virtual_node_prefix
-                    .unwrap_or_else(|| "switchyard-".into()),
-                inflight_ttl: duration(
-                    "inflightTtl",
-                    &None,
-                    file.inflight_ttl,
-                    Duration::from_secs(30),
-                )?,
-            },
+            stale_after,
+            extender,
         })
     }
+}
+
+/// A duration setting: `text` (the flag's, else the file's) parsed, or `default`.
+fn duration(
+    field: &'static str,
+    text: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match text {
+        None => Ok(default),
+        Some(text) => {
+            parse_duration(&text).map_err(|message| ConfigError::Invalid { field, message })
+        }
+    }
+}
+
+/// The serving certificate, chosen as a unit: the flags' choice replaces the file's whole,
+/// never mixes with it.
+fn serving_certificate(
+    args: &ServeArgs,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    dev: Option<PathBuf>,
+) -> Result<TlsSource, ConfigError> {
+    let flags = tls_choice(
+        args.tls_cert.clone(),
+        args.tls_key.clone(),
+        args.dev_tls.clone(),
+        ("--tls-cert", "--tls-key", "--dev-tls"),
+    )?;
+    let from_file = tls_choice(cert, key, dev, ("tlsCert", "tlsKey", "devTls"))?;
+    flags.or(from_file).ok_or_else(|| ConfigError::Invalid {
+        field: "tls",
+        message: "serve needs --tls-cert FILE --tls-key FILE, or --dev-tls DIR for a development certificate (file keys tlsCert/tlsKey or devTls)".into(),
+    })
+}
+
+/// How often the certificate files are read again: at most a minute, so a renewed
+/// certificate is served within one.
+fn certificate_reload_interval(text: Option<String>) -> Result<Duration, ConfigError> {
+    let interval = duration("tlsReloadInterval", text, Duration::from_secs(10))?;
+    if interval.is_zero() || interval > Duration::from_secs(60) {
+        return Err(ConfigError::Invalid {
+            field: "tlsReloadInterval",
+            message: "must be above 0 and at most 60s, so a renewed certificate is served within a minute".into(),
+        });
+    }
+    Ok(interval)
+}
+
+/// The HTTPS server's worker threads: one per core unless set.
+fn worker_threads(workers: Option<usize>) -> Result<usize, ConfigError> {
+    let workers =
+        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    if workers == 0 {
+        return Err(ConfigError::Invalid {
+            field: "workers",
+            message: "must be at least 1".into(),
+        });
+    }
+    Ok(workers)
+}
+
+/// The inventory file, which only a worker reads: a manager's inventory comes from its
+/// WorkerClusters.
+fn inventory_file(role: Role, inventory: Option<PathBuf>) -> Result<Option<PathBuf>, ConfigError> {
+    if role == Role::Manager && inventory.is_some() {
+        return Err(ConfigError::Invalid {
+            field: "inventory",
+            message: "a manager's inventory comes from its WorkerClusters: drop --inventory, or use role: worker".into(),
+        });
+    }
+    Ok(inventory)
+}
+
+/// The rate of requests to each worker's API server: queries per second and burst.
+fn worker_client_rate(qps: Option<f64>, burst: Option<u32>) -> Result<(f64, u32), ConfigError> {
+    let qps = qps.unwrap_or(100.0);
+    if !(qps.is_finite() && qps > 0.0) {
+        return Err(ConfigError::Invalid {
+            field: "workerQps",
+            message: format!("{qps} must be a number above 0"),
+        });
+    }
+    let burst = burst.unwrap_or(200);
+    if burst == 0 {
+        return Err(ConfigError::Invalid {
+            field: "workerBurst",
+            message: "must be at least 1".into(),
+        });
+    }
+    Ok((qps, burst))
+}
+
+/// The largest review body, and how many connections are served at once (at least one per
+/// worker thread).
+fn request_limits(
+    max_review_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    workers: usize,
+) -> Result<(usize, usize), ConfigError> {
+    let max_review_bytes = max_review_bytes.unwrap_or(DEFAULT_MAX_REVIEW_BYTES);
+    if max_review_bytes == 0 {
+        return Err(ConfigError::Invalid {
+            field: "maxReviewBytes",
+            message: format!(
+                "must be above 0, or every review is refused as too large (default {DEFAULT_MAX_REVIEW_BYTES})"
+            ),
+        });
+    }
+    let max_connections = max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    if max_connections < workers {
+        return Err(ConfigError::Invalid {
+            field: "maxConnections",
+            message: format!(
+                "{max_connections} is below the {workers} workers: each worker needs room for at least one connection (default {DEFAULT_MAX_CONNECTIONS})"
+            ),
+        });
+    }
+    Ok((max_review_bytes, max_connections))
+}
+
+/// The manager's name on the copies it makes in workers: a label value.
+fn manager_id_of(id: Option<String>) -> Result<String, ConfigError> {
+    let id = id.unwrap_or_else(|| DEFAULT_MANAGER_ID.into());
+    if !crate::api::names::is_label_value(&id) || id.is_empty() {
+        return Err(ConfigError::Invalid {
+            field: "managerId",
+            message: format!(
+                "{id:?} must be a label value: 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+            ),
+        });
+    }
+    Ok(id)
 }
 
 /// The webhooks' admission policy: flags over file over defaults, each checked.
