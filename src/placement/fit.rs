@@ -945,36 +945,88 @@ fn admit_unit<'n>(
     traces: Option<&mut Vec<UnitTrace>>,
     how: How,
 ) -> Result<NumaMask, Refusal<'n>> {
-    let quiet = how.quiet;
-    // A pod asks for a few resources: kept in place unless there are more than 8.
-    let mut few = [(0usize, "", 0i64); 8];
-    let mut many = Vec::new();
-    let mut count = 0;
-    for (rid, name, q) in unit.requests {
-        let Some(rid) = *rid else { continue };
-        if !(numa.managed.get(rid).copied().unwrap_or(false) && aligned(name, *q, guaranteed)) {
-            continue;
-        }
-        let entry = (rid, name.as_str(), *q);
-        match few.get_mut(count) {
-            Some(slot) => *slot = entry,
-            None => {
-                if many.is_empty() {
-                    many.extend_from_slice(&few);
-                }
-                many.push(entry);
-            }
-        }
-        count += 1;
-    }
-    let managed: &[(usize, &str, i64)] = if count <= few.len() {
-        &few[..count]
-    } else {
-        &many
-    };
+    let managed = Managed::of(numa, unit, guaranteed);
+    let managed = managed.as_slice();
     if managed.is_empty() || numa.policy == Policy::None && traces.is_none() {
         return Ok(NumaMask::EMPTY);
     }
+    let result = merge_unit(numa, zones, unit, managed, traces, how);
+    if !result.admit {
+        if how.quiet {
+            return Err(Refusal::Quiet);
+        }
+        return Err(topology_refusal(numa, zones, unit, managed));
+    }
+    if !unit.holds {
+        return Ok(result.hint.affinity.unwrap_or(NumaMask::EMPTY));
+    }
+    take_aligned(
+        numa,
+        zones,
+        taken,
+        unit,
+        managed,
+        result.hint.affinity,
+        how.quiet,
+    )
+}
+
+/// The requests of a unit that its node's Topology Manager aligns: (resource id, name,
+/// amount). A pod asks for a few resources: they are kept in place unless there are more
+/// than 8.
+struct Managed<'n> {
+    few: [(usize, &'n str, i64); 8],
+    many: Vec<(usize, &'n str, i64)>,
+    count: usize,
+}
+
+impl<'n> Managed<'n> {
+    fn of(numa: &NumaTopology, unit: &Unit<'n>, guaranteed: bool) -> Self {
+        let mut m = Self {
+            few: [(0, "", 0); 8],
+            many: Vec::new(),
+            count: 0,
+        };
+        for (rid, name, q) in unit.requests {
+            let Some(rid) = *rid else { continue };
+            if !(numa.managed.get(rid).copied().unwrap_or(false) && aligned(name, *q, guaranteed)) {
+                continue;
+            }
+            let entry = (rid, name.as_str(), *q);
+            match m.few.get_mut(m.count) {
+                Some(slot) => *slot = entry,
+                None => {
+                    if m.many.is_empty() {
+                        m.many.extend_from_slice(&m.few);
+                    }
+                    m.many.push(entry);
+                }
+            }
+            m.count += 1;
+        }
+        m
+    }
+
+    fn as_slice(&self) -> &[(usize, &'n str, i64)] {
+        if self.count <= self.few.len() {
+            &self.few[..self.count]
+        } else {
+            &self.many
+        }
+    }
+}
+
+/// The Topology Manager's merge of the unit's hints: told directly by [`quick_merge`] when
+/// it can, else by generating and merging the hints (always when `traces` are asked for,
+/// which record them).
+fn merge_unit(
+    numa: &NumaTopology,
+    zones: &[Vec<i64>],
+    unit: &Unit<'_>,
+    managed: &[(usize, &str, i64)],
+    traces: Option<&mut Vec<UnitTrace>>,
+    how: How,
+) -> MergeResult {
     let quick = match traces {
         None => match quick_merge(numa, zones, managed) {
             Quick::Unknown if how.any_zones && numa.policy == Policy::BestEffort => {
@@ -987,7 +1039,7 @@ fn admit_unit<'n>(
         },
         Some(_) => Quick::Unknown,
     };
-    let result = match quick {
+    match quick {
         Quick::Admit(hint) => MergeResult { hint, admit: true },
         // Only the admission is read from a rejected merge without traces.
         Quick::Reject => MergeResult {
@@ -1020,49 +1072,62 @@ fn admit_unit<'n>(
             }
             result
         }
+    }
+}
+
+/// Why the Topology Manager rejected the unit: the resources that cannot be placed narrowly
+/// enough on their own; when each could, the conflict between them.
+fn topology_refusal<'n>(
+    numa: &NumaTopology,
+    zones: &[Vec<i64>],
+    unit: &Unit<'n>,
+    managed: &[(usize, &'n str, i64)],
+) -> Refusal<'n> {
+    let mut unresolvable = false;
+    let mut shortfalls = Vec::new();
+    for &(rid, resource, need) in managed {
+        let (free, allocatable) = largest_zone(numa, zones, rid);
+        if numa.policy == Policy::SingleNumaNode && need > allocatable {
+            unresolvable = true;
+        }
+        if need > free {
+            shortfalls.push(Shortfall {
+                resource,
+                need,
+                free,
+                allocatable,
+            });
+        }
+    }
+    let why = if shortfalls.is_empty() {
+        TopologyRefusal::Conflict(managed.iter().map(|(_, name, _)| *name).collect())
+    } else {
+        TopologyRefusal::Rejected(shortfalls)
     };
-    if !result.admit {
-        if quiet {
-            return Err(Refusal::Quiet);
-        }
-        // Name the resources that cannot be placed narrowly enough on their own; when each
-        // could, the conflict is between them.
-        let mut unresolvable = false;
-        let mut shortfalls = Vec::new();
-        for &(rid, resource, need) in managed {
-            let (free, allocatable) = largest_zone(numa, zones, rid);
-            if numa.policy == Policy::SingleNumaNode && need > allocatable {
-                unresolvable = true;
-            }
-            if need > free {
-                shortfalls.push(Shortfall {
-                    resource,
-                    need,
-                    free,
-                    allocatable,
-                });
-            }
-        }
-        let why = if shortfalls.is_empty() {
-            TopologyRefusal::Conflict(managed.iter().map(|(_, name, _)| *name).collect())
-        } else {
-            TopologyRefusal::Rejected(shortfalls)
-        };
-        return Err(Refusal::Topology {
-            policy: numa.policy,
-            unit: unit.container,
-            why,
-            unresolvable,
-        });
+    Refusal::Topology {
+        policy: numa.policy,
+        unit: unit.container,
+        why,
+        unresolvable,
     }
-    if !unit.holds {
-        return Ok(result.hint.affinity.unwrap_or(NumaMask::EMPTY));
-    }
-    // Take from the merged affinity's zones first, then (best-effort, none) from the others.
-    let preferred_ids = result.hint.affinity.map_or(u64::MAX, NumaMask::bits);
+}
+
+/// Takes the unit's aligned resources from the zones of the merged `affinity` first, then
+/// (best-effort, none) from the others, noting each amount in `taken`. Returns the NUMA ids
+/// used.
+fn take_aligned<'n>(
+    numa: &NumaTopology,
+    zones: &mut [Vec<i64>],
+    taken: &mut Vec<(usize, usize, i64)>,
+    unit: &Unit<'n>,
+    managed: &[(usize, &'n str, i64)],
+    affinity: Option<NumaMask>,
+    quiet: bool,
+) -> Result<NumaMask, Refusal<'n>> {
+    let preferred_ids = affinity.map_or(u64::MAX, NumaMask::bits);
     let mut used = 0u64;
-    for (rid, name, q) in managed {
-        let mut left = *q;
+    for &(rid, name, q) in managed {
+        let mut left = q;
         for pass in [true, false] {
             for (i, z) in numa.zones.iter().enumerate() {
                 if left == 0 {
@@ -1072,11 +1137,11 @@ fn admit_unit<'n>(
                 if in_affinity != pass {
                     continue;
                 }
-                let slot = &mut zones[i][*rid];
+                let slot = &mut zones[i][rid];
                 let take = left.min(*slot).max(0);
                 if take > 0 {
                     *slot -= take;
-                    taken.push((i, *rid, take));
+                    taken.push((i, rid, take));
                     left -= take;
                     used |= 1 << z.id;
                 }
@@ -1086,13 +1151,13 @@ fn admit_unit<'n>(
             if quiet {
                 return Err(Refusal::Quiet);
             }
-            let (free, allocatable) = largest_zone(numa, zones, *rid);
+            let (free, allocatable) = largest_zone(numa, zones, rid);
             return Err(Refusal::Topology {
                 policy: numa.policy,
                 unit: unit.container,
                 why: TopologyRefusal::ZonesShort(Shortfall {
                     resource: name,
-                    need: *q,
+                    need: q,
                     free,
                     allocatable,
                 }),
