@@ -406,10 +406,52 @@ impl DispatchQueueSpec {
         self.resolve().map(|_| ())
     }
 
-    /// Validates and parses the spec.
+    /// Validates and parses the spec: every error, each message starting with its field.
     pub(crate) fn resolve(&self) -> Result<QueueSettings, Vec<String>> {
         let mut errors = Vec::new();
+        self.check_clusters(&mut errors);
+        let namespace_selector = match self.namespace_selector.as_ref() {
+            None => None,
+            Some(s) => crate::selector::Compiled::new(s)
+                .map_err(|e| errors.push(format!("namespaceSelector: {e}")))
+                .ok(),
+        };
+        let quota = self.quota.as_ref().map(|q| parse_quota(q, &mut errors));
+        let wait_for_pods_ready = self.wait_for_pods_ready.resolve(&mut errors);
+        let mut duration = |field, d, positive| checked_duration(&mut errors, field, d, positive);
+        let worker_lost_timeout = duration("workerLostTimeout", &self.worker_lost_timeout, true);
+        let starvation_after = duration("starvationAfter", &self.starvation_after, false);
+        let worker_admission_timeout = duration(
+            "workerAdmissionTimeout",
+            &self.worker_admission_timeout,
+            true,
+        );
+        let fanout = self.placement.fanout;
+        if fanout < 1 || fanout > schema::MAX_QUEUE_CLUSTERS as i32 {
+            errors.push(format!(
+                "placement.fanout: {fanout} is out of range (1 to {})",
+                schema::MAX_QUEUE_CLUSTERS
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(QueueSettings {
+            clusters: self.clusters.clone(),
+            namespace_selector,
+            quota,
+            wait_for_pods_ready,
+            strategy: self.placement.strategy.into(),
+            fanout: (fanout as usize).min(self.clusters.len()),
+            worker_lost_timeout,
+            queueing: self.queueing_strategy,
+            starvation_after: (!starvation_after.is_zero()).then_some(starvation_after),
+            worker_admission_timeout,
+        })
+    }
 
+    /// `clusters`: one to [`schema::MAX_QUEUE_CLUSTERS`] WorkerCluster names, none twice.
+    fn check_clusters(&self, errors: &mut Vec<String>) {
         let max_clusters = schema::MAX_QUEUE_CLUSTERS as usize;
         if self.clusters.is_empty() {
             errors.push("clusters: must name at least one WorkerCluster".to_string());
@@ -427,69 +469,17 @@ impl DispatchQueueSpec {
                 errors.push(format!("clusters[{i}]: {name:?} is listed twice"));
             }
         }
+    }
+}
 
-        let namespace_selector = match self
-            .namespace_selector
-            .as_ref()
-            .map(crate::selector::Compiled::new)
-        {
-            Some(Err(e)) => {
-                errors.push(format!("namespaceSelector: {e}"));
-                None
-            }
-            Some(Ok(s)) => Some(s),
-            None => None,
-        };
-
-        let quota = self.quota.as_ref().map(|q| {
-            if q.len() > schema::MAX_MAP_KEYS as usize {
-                errors.push(format!(
-                    "quota: {} resources, at most {} may be listed",
-                    q.len(),
-                    schema::MAX_MAP_KEYS
-                ));
-            }
-            let mut parsed = BTreeMap::new();
-            for (resource, value) in q {
-                if !is_qualified_name(resource) {
-                    errors.push(format!(
-                        "quota: {resource:?} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)"
-                    ));
-                }
-                match quantity::parse(&value.0) {
-                    Ok(m) => {
-                        parsed.insert(resource.clone(), m);
-                    }
-                    Err(e) => errors.push(format!("quota[{resource}]: {e}")),
-                }
-            }
-            parsed
-        });
-
-        let mut duration = |field: &str, d: &KubeDuration, positive: bool| -> Duration {
-            match d.get() {
-                Ok(v) if v > LONGEST_DURATION => {
-                    errors.push(format!("{field}: {d} is longer than Kubernetes can hold"));
-                    v
-                }
-                Ok(v) if positive && v.is_zero() => {
-                    errors.push(format!("{field}: must be above 0"));
-                    v
-                }
-                Ok(v) => v,
-                Err(e) => {
-                    errors.push(format!("{field}: {e}"));
-                    Duration::ZERO
-                }
-            }
-        };
-        let w = &self.wait_for_pods_ready;
-        let timeout = duration("waitForPodsReady.timeout", &w.timeout, true);
-        let recovery_timeout = w
-            .recovery_timeout
-            .as_ref()
+impl WaitForPodsReady {
+    /// The settings in force when enabled, every field checked either way.
+    fn resolve(&self, errors: &mut Vec<String>) -> Option<PodsReadySettings> {
+        let mut duration = |field, d, positive| checked_duration(errors, field, d, positive);
+        let timeout = duration("waitForPodsReady.timeout", &self.timeout, true);
+        let recovery_timeout = (self.recovery_timeout.as_ref())
             .map(|d| duration("waitForPodsReady.recoveryTimeout", d, true));
-        let r = &w.requeuing;
+        let r = &self.requeuing;
         let backoff_base = duration(
             "waitForPodsReady.requeuing.backoffBase",
             &r.backoff_base,
@@ -499,13 +489,6 @@ impl DispatchQueueSpec {
             "waitForPodsReady.requeuing.backoffMax",
             &r.backoff_max,
             false,
-        );
-        let worker_lost_timeout = duration("workerLostTimeout", &self.worker_lost_timeout, true);
-        let starvation_after = duration("starvationAfter", &self.starvation_after, false);
-        let worker_admission_timeout = duration(
-            "workerAdmissionTimeout",
-            &self.worker_admission_timeout,
-            true,
         );
         if backoff_base > backoff_max {
             errors.push(format!(
@@ -521,38 +504,69 @@ impl DispatchQueueSpec {
                 None
             }
         };
+        self.enabled.then_some(PodsReadySettings {
+            timeout,
+            recovery_timeout,
+            block_admission: self.block_admission,
+            requeuing: RequeuingSettings {
+                backoff_base,
+                backoff_max,
+                limit,
+            },
+        })
+    }
+}
 
-        let fanout = self.placement.fanout;
-        if fanout < 1 || fanout > schema::MAX_QUEUE_CLUSTERS as i32 {
+/// `quota`: at most [`schema::MAX_MAP_KEYS`] resources, each a resource name with a quantity.
+fn parse_quota(
+    quota: &BTreeMap<String, Quantity>,
+    errors: &mut Vec<String>,
+) -> BTreeMap<String, Milli> {
+    if quota.len() > schema::MAX_MAP_KEYS as usize {
+        errors.push(format!(
+            "quota: {} resources, at most {} may be listed",
+            quota.len(),
+            schema::MAX_MAP_KEYS
+        ));
+    }
+    let mut parsed = BTreeMap::new();
+    for (resource, value) in quota {
+        if !is_qualified_name(resource) {
             errors.push(format!(
-                "placement.fanout: {fanout} is out of range (1 to {})",
-                schema::MAX_QUEUE_CLUSTERS
+                "quota: {resource:?} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)"
             ));
         }
-
-        if !errors.is_empty() {
-            return Err(errors);
+        match quantity::parse(&value.0) {
+            Ok(m) => {
+                parsed.insert(resource.clone(), m);
+            }
+            Err(e) => errors.push(format!("quota[{resource}]: {e}")),
         }
-        Ok(QueueSettings {
-            clusters: self.clusters.clone(),
-            namespace_selector,
-            quota,
-            wait_for_pods_ready: w.enabled.then_some(PodsReadySettings {
-                timeout,
-                recovery_timeout,
-                block_admission: w.block_admission,
-                requeuing: RequeuingSettings {
-                    backoff_base,
-                    backoff_max,
-                    limit,
-                },
-            }),
-            strategy: self.placement.strategy.into(),
-            fanout: (fanout as usize).min(self.clusters.len()),
-            worker_lost_timeout,
-            queueing: self.queueing_strategy,
-            starvation_after: (!starvation_after.is_zero()).then_some(starvation_after),
-            worker_admission_timeout,
-        })
+    }
+    parsed
+}
+
+/// A duration field's value, noting in `errors` one Kubernetes cannot hold, or zero where
+/// it must be `positive` (then the value returned is not used).
+fn checked_duration(
+    errors: &mut Vec<String>,
+    field: &str,
+    d: &KubeDuration,
+    positive: bool,
+) -> Duration {
+    match d.get() {
+        Ok(v) if v > LONGEST_DURATION => {
+            errors.push(format!("{field}: {d} is longer than Kubernetes can hold"));
+            v
+        }
+        Ok(v) if positive && v.is_zero() => {
+            errors.push(format!("{field}: must be above 0"));
+            v
+        }
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(format!("{field}: {e}"));
+            Duration::ZERO
+        }
     }
 }
