@@ -698,6 +698,15 @@ const LISTED_CLUSTERS: usize = 100;
 
 fn inputs(out: &mut String, scenario: &Scenario) {
     out.push_str("<section id=\"inputs\"><h2>Scenario</h2>");
+    clusters_table(out, scenario);
+    queues_table(out, scenario);
+    jobs_line(out, scenario);
+    out.push_str("</section>");
+}
+
+/// The clusters: nodes, the resources Jobs request, the nodes' Topology Manager policies and
+/// the scheduler.
+fn clusters_table(out: &mut String, scenario: &Scenario) {
     let inv = &scenario.inventory;
     let requested: std::collections::BTreeSet<&str> = scenario
         .jobs
@@ -760,7 +769,10 @@ fn inputs(out: &mut String, scenario: &Scenario) {
             inv.clusters.len() - LISTED_CLUSTERS
         );
     }
+}
 
+/// The queues: clusters, quota, waitForPodsReady, placement, queueing and Jobs.
+fn queues_table(out: &mut String, scenario: &Scenario) {
     let mut jobs_of: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
     for j in &scenario.jobs {
         let e = jobs_of.entry(&j.queue).or_default();
@@ -815,7 +827,10 @@ fn inputs(out: &mut String, scenario: &Scenario) {
         );
     }
     out.push_str("</tbody></table>");
+}
 
+/// The Jobs in one line: how many, when, of which kinds, how wide.
+fn jobs_line(out: &mut String, scenario: &Scenario) {
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for j in &scenario.jobs {
         for k in kinds(j) {
@@ -843,7 +858,7 @@ fn inputs(out: &mut String, scenario: &Scenario) {
     let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let _ = write!(
         out,
-        "<p>Jobs: {} submitted from {} to {}; by kind: {}; up to {widest} pods in parallel.</p></section>",
+        "<p>Jobs: {} submitted from {} to {}; by kind: {}; up to {widest} pods in parallel.</p>",
         scenario.jobs.len(),
         chart::duration(first.as_secs_f64()),
         chart::duration(last.as_secs_f64()),
