@@ -689,8 +689,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         total += value * seconds;
         rest = &rest[unit_len..];
     }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    match Duration::try_from_secs_f64(total) {
+        Ok(d) if d <= LONGEST_DURATION => Ok(d),
+        Ok(_) => Err(format!(
+            "{text:?} is longer than Kubernetes can hold (about 292 years)"
+        )),
+        Err(_) => Err(bad()),
+    }
 }
+
+/// Go's time.Duration, and so Kubernetes' durations and CEL's duration(), end at 2^63 − 1 ns
+/// (about 292 years): a longer one is refused as the API server refuses it.
+pub(crate) const LONGEST_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
 
 #[cfg(test)]
 mod tests {
@@ -712,6 +722,21 @@ mod tests {
         for bad in ["", "10", "5 minutes", "s", "1x", "-1s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} must be refused");
         }
+        // Go's durations end at 2562047h47m16.854775807s.
+        assert_eq!(
+            parse_duration("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        for long in ["2562048h", "9223372036854775807s", "1e400s", "99999999999999999999h"] {
+            let e = parse_duration(long).unwrap_err();
+            assert!(
+                e.contains("longer than Kubernetes can hold") || e.contains("is not a duration"),
+                "{long:?}: {e}"
+            );
+        }
+        assert!(parse_duration("9223372036854775807s")
+            .unwrap_err()
+            .ends_with("is longer than Kubernetes can hold (about 292 years)"));
     }
 
     #[test]

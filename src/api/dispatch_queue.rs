@@ -395,9 +395,6 @@ impl RequeuingSettings {
     }
 }
 
-/// Go's time.Duration, and so CEL's duration(), ends at 2^63−1 ns (about 292 years).
-const LONGEST_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
-
 impl DispatchQueueSpec {
     /// Every check the CRD schema makes, and those it cannot make (map keys, quantities our
     /// arithmetic cannot hold, selector operators): for specs read without an API server and
@@ -546,8 +543,8 @@ fn parse_quota(
     parsed
 }
 
-/// A duration field's value, noting in `errors` one Kubernetes cannot hold, or zero where
-/// it must be `positive` (then the value returned is not used).
+/// A duration field's value, noting in `errors` one that is not a duration Kubernetes
+/// holds, or zero where it must be `positive` (then the value returned is not used).
 fn checked_duration(
     errors: &mut Vec<String>,
     field: &str,
@@ -555,10 +552,6 @@ fn checked_duration(
     positive: bool,
 ) -> Duration {
     match d.get() {
-        Ok(v) if v > LONGEST_DURATION => {
-            errors.push(format!("{field}: {d} is longer than Kubernetes can hold"));
-            v
-        }
         Ok(v) if positive && v.is_zero() => {
             errors.push(format!("{field}: must be above 0"));
             v

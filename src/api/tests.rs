@@ -110,7 +110,7 @@ fn bad_specs_are_refused_with_the_field_named() {
         ),
         (
             "clusters: [a]\nworkerLostTimeout: 3000000h",
-            "workerLostTimeout: 3000000h is longer than Kubernetes can hold",
+            "workerLostTimeout: \"3000000h\" is longer than Kubernetes can hold (about 292 years)",
         ),
         (
             "clusters: [a]\nwaitForPodsReady: {requeuing: {backoffBase: 2h}}",
