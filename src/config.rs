@@ -727,7 +727,12 @@ mod tests {
             parse_duration("2562047h"),
             Ok(Duration::from_secs(2_562_047 * 3600))
         );
-        for long in ["2562048h", "9223372036854775807s", "1e400s", "99999999999999999999h"] {
+        for long in [
+            "2562048h",
+            "9223372036854775807s",
+            "1e400s",
+            "99999999999999999999h",
+        ] {
             let e = parse_duration(long).unwrap_err();
             assert!(
                 e.contains("longer than Kubernetes can hold") || e.contains("is not a duration"),

@@ -24,10 +24,28 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {}", error_line(&e));
+            note(&format!("Error: {}", error_line(&e)));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `text` to stdout. A reader that stops reading (`| head`) is not an error: what it
+/// did not read is not shown, as with any Unix tool, and the command goes on (a `--report`
+/// file is still written).
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to stdout"),
+    }
+}
+
+/// A line on stderr; one that cannot be written is dropped: there is nowhere left to say so.
+fn note(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// The error and its causes on one line, `: ` between them; a cause the line already ends
@@ -99,10 +117,7 @@ fn run() -> anyhow::Result<()> {
         Command::Certs(args) => certs(args),
         Command::Topology(TopologyCommand::Merge) => topology_merge(),
         Command::Explain(args) => explain(&args),
-        Command::Crds => {
-            print!("{}", switchyard::api::crds_yaml());
-            Ok(())
-        }
+        Command::Crds => emit(&switchyard::api::crds_yaml()),
         Command::Simulate(args) => simulate(&args),
         Command::RegisterWorker(args) => register_worker(args),
     }
@@ -132,10 +147,9 @@ fn register_worker(args: RegisterWorkerArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?
         .block_on(switchyard::register::manifests(&source, &mut |w| {
-            eprintln!("Warning: {w}")
+            note(&format!("Warning: {w}"))
         }))?;
-    print!("{manifests}");
-    Ok(())
+    emit(&manifests)
 }
 
 /// `serve`: the configuration (flags over file), logging, then the server until SIGTERM.
@@ -180,12 +194,11 @@ fn certs(args: CertsArgs) -> anyhow::Result<()> {
         .cloned()
         .chain(ips.iter().map(ToString::to_string))
         .collect();
-    println!(
-        "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
+    emit(&format!(
+        "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}\n",
         args.out.display(),
         names.join(", ")
-    );
-    Ok(())
+    ))
 }
 
 /// `topology merge`: merge cases (JSON on stdin) to their results, as the vectors hold them.
@@ -196,8 +209,7 @@ fn topology_merge() -> anyhow::Result<()> {
         .context("cannot read merge cases from stdin")?;
     let output = switchyard::topology::conformance::run_cases(&input)
         .context("stdin is not a JSON array of Topology Manager merge cases")?;
-    println!("{output}");
-    Ok(())
+    emit(&format!("{output}\n"))
 }
 
 /// `explain`: why a pod fits or not, per node or cluster of an inventory file.
@@ -222,8 +234,7 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
     };
     let report = switchyard::explain::render(&inventory, &shape, target, &config)
         .map_err(anyhow::Error::msg)?;
-    print!("{report}");
-    Ok(())
+    emit(&report)
 }
 
 /// `simulate`: the scenario (or the bundled one) under each strategy asked, then the reports.
@@ -261,18 +272,18 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         }
         let report = sim.run();
         if args.events && args.strategy == SimStrategy::All {
-            eprintln!("strategy: {}", strategy.as_str());
+            note(&format!("strategy: {}", strategy.as_str()));
         }
         for line in &report.events {
-            eprintln!("{line}");
+            note(line);
         }
         reports.push(report);
     }
     match (args.output, reports.as_slice()) {
-        (SimOutput::Json, [one]) => println!("{}", one.to_json()),
-        (SimOutput::Text, [one]) => print!("{}", one.to_text()),
-        (SimOutput::Json, many) => println!("{}", simulate::report::compare_json(many)),
-        (SimOutput::Text, many) => print!("{}", simulate::report::compare_text(many)),
+        (SimOutput::Json, [one]) => emit(&format!("{}\n", one.to_json()))?,
+        (SimOutput::Text, [one]) => emit(&one.to_text())?,
+        (SimOutput::Json, many) => emit(&format!("{}\n", simulate::report::compare_json(many)))?,
+        (SimOutput::Text, many) => emit(&simulate::report::compare_text(many))?,
     }
     if let (Some(mut file), Some(path)) = (report_file, &args.report) {
         use std::io::Write as _;

@@ -284,6 +284,46 @@ fn a_failing_command_says_why_in_one_line_without_a_backtrace() {
     assert!(err.contains("line 2 column 1"), "{err}");
 }
 
+/// `switchyard simulate | head` and the like: a reader that stops reading early ends the
+/// output, not the command, and no panic is printed; a `--report` asked for is still written.
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // More output than a pipe buffers (64 KiB), so the write meets the closed pipe.
+    let mut scenario = String::from(
+        "clusters:\n  - name: c\n    nodes: [{name: n, allocatable: {cpu: \"8\", memory: 32Gi, pods: \"110\"}}]\n\
+         queues:\n  - {name: q, clusters: [c]}\njobs:\n",
+    );
+    for j in 0..2000 {
+        scenario.push_str(&format!(
+            "  - {{name: job-{j}, queue: q, submitAt: {j}s, parallelism: 1, duration: 60s, template: {{containers: [{{name: m, resources: {{requests: {{cpu: \"1\"}}}}}}]}}}}\n"
+        ));
+    }
+    let path = dir.path().join("many.yaml");
+    std::fs::write(&path, scenario).unwrap();
+    let report = dir.path().join("report.html");
+    let runs: [&[&str]; 2] = [&["crds"], &["simulate", "--strategy", "all", "--report"]];
+    for args in runs {
+        let mut cmd = switchyard();
+        cmd.args(args);
+        if args[0] == "simulate" {
+            cmd.arg(&report).arg("--scenario").arg(&path);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("many.yaml") && html.trim_end().ends_with("</html>"));
+}
+
 #[test]
 fn a_log_filter_that_does_not_parse_stops_serve() {
     let dir = tempfile::tempdir().unwrap();
