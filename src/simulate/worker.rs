@@ -197,8 +197,8 @@ pub(crate) struct SimWorker {
     pub(crate) jobs: HashMap<String, SimJob>,
     /// JobSet copies (their child Jobs are in `jobs`).
     sets: HashMap<String, SimSet>,
-    /// Pods that found no node, in creation order: (job uid), tried again when room frees.
-    waiting: VecDeque<String>,
+    /// Pods that found no node, in creation order, tried again when room frees.
+    waiting: Waiting,
     /// The nodes' allocatable and requested amounts, kept beside the cluster's nodes.
     rows: Rows,
     /// Its own Kueue, when it runs one.
@@ -250,6 +250,25 @@ impl Rows {
     }
 }
 
+/// Pods waiting for a node, in creation order, as runs of one Job's pods: (job uid, pods).
+/// The scheduler takes them one by one; a run lets it pass over a Job whose pods find no
+/// node in one step, not one per pod (a 100,000-pod Job would make every round as long).
+#[derive(Debug, Default)]
+struct Waiting(VecDeque<(String, u32)>);
+
+impl Waiting {
+    /// `pods` more of the Job's pods, after those waiting.
+    fn push(&mut self, uid: &str, pods: u32) {
+        if pods == 0 {
+            return;
+        }
+        match self.0.back_mut() {
+            Some((last, n)) if last == uid => *n = n.saturating_add(pods),
+            _ => self.0.push_back((uid.to_string(), pods)),
+        }
+    }
+}
+
 impl SimWorker {
     pub(crate) fn new(
         name: &str,
@@ -263,7 +282,7 @@ impl SimWorker {
             numa_aware,
             jobs: HashMap::new(),
             sets: HashMap::new(),
-            waiting: VecDeque::new(),
+            waiting: Waiting::default(),
             rows: Rows::default(),
             kueue: kueue.map(SimKueue::new),
         }
@@ -411,9 +430,7 @@ impl SimWorker {
         };
         self.jobs.insert(uid.clone(), job);
         if !suspended {
-            for _ in 0..first {
-                self.waiting.push_back(uid.clone());
-            }
+            self.waiting.push(&uid, first);
         }
     }
 
@@ -433,9 +450,7 @@ impl SimWorker {
             };
             job.suspended = false;
             job.start_time = Some(now);
-            for _ in 0..job.unscheduled {
-                self.waiting.push_back(j.clone());
-            }
+            self.waiting.push(&j, job.unscheduled);
         }
         fx.changed.push(uid.to_string());
     }
@@ -575,7 +590,7 @@ impl SimWorker {
         let Some(job) = self.jobs.remove(uid) else {
             return false;
         };
-        self.waiting.retain(|u| u != uid);
+        self.waiting.0.retain(|(u, _)| u != uid);
         self.rows.fit(cluster, table.len());
         for pod in job.pods.values() {
             release(cluster, &mut self.rows, table, pod, fx);
@@ -700,7 +715,7 @@ impl SimWorker {
                         < remaining.min(job.behaviour.parallelism)
                     {
                         job.unscheduled += 1;
-                        self.waiting.push_back(job_uid.clone());
+                        self.waiting.push(job_uid, 1);
                     }
                 }
                 terminate_if_finished(job, cluster, &mut self.rows, table, fx);
@@ -717,7 +732,7 @@ impl SimWorker {
                     return;
                 }
                 job.unscheduled += 1;
-                self.waiting.push_back(job_uid.clone());
+                self.waiting.push(job_uid, 1);
                 self.schedule(cluster, table, now, fx);
             }
         }
@@ -734,98 +749,96 @@ impl SimWorker {
         now: SystemTime,
         fx: &mut Effects,
     ) {
-        let mut still = VecDeque::new();
-        let mut changed_nodes = false;
+        let mut still = Waiting::default();
         // Shapes no node had room for in this round: nodes only lose room as pods are bound,
         // so a later pod of the same shape is not looked for either, until some pod's end
         // frees room.
         let mut unplaceable: Vec<(*const PodShape, *const Arc<str>)> = Vec::new();
         let mut settle: Vec<String> = Vec::new();
         self.rows.fit(cluster, table.len());
-        while let Some(uid) = self.waiting.pop_front() {
-            let Some(job) = self.jobs.get_mut(&uid) else {
-                continue;
-            };
-            if job.unscheduled == 0 || job.finished.is_some() {
-                continue;
-            }
-            // Copies of a shape kept off different nodes are looked for apart.
-            let off = &job.behaviour.keep_off;
-            let shape = (
-                Arc::as_ptr(&job.behaviour.shape),
-                match off.is_empty() {
-                    true => std::ptr::null(),
-                    false => Arc::as_ptr(off) as *const Arc<str>,
-                },
-            );
-            if unplaceable.contains(&shape) {
-                still.push_back(uid);
-                continue;
-            }
-            let picked = if self.numa_aware {
-                pick_aligned_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
-            } else {
-                pick_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
-            };
-            let Some(n) = picked else {
-                unplaceable.push(shape);
-                still.push_back(uid);
-                continue;
-            };
-            job.unscheduled -= 1;
-            fx.changed.push(uid.clone());
-            let node = &mut cluster.nodes[n];
-            // The kubelet admits the pod through its Topology Manager, or rejects it.
-            let kubelet = EngineConfig::default();
-            let fit = fit_node(
-                node,
-                table,
-                &job.behaviour.shape,
-                &job.bound,
-                1,
-                &kubelet,
-                false,
-            );
-            if fit.count == 1 {
-                let take = Take::between(node, &NodeState::of(node), &fit.state).at(n);
-                take.apply_to(Arc::make_mut(node));
-                self.rows.refresh(n, node);
-                fx.taken.push(n);
-                usage(&mut fx.usage_delta, table, &take, 1);
-                changed_nodes = true;
-                let id = job.next_pod;
-                job.next_pod += 1;
-                job.pods.insert(
-                    id,
-                    Pod {
-                        node: n,
-                        take,
-                        ready_at: None,
+        while let Some((uid, pods)) = self.waiting.0.pop_front() {
+            // The run's pods one at a time, as the scheduler takes them; when one is not
+            // looked for, nor is the rest of the run (nothing about its Job or shape changed).
+            for left in (1..=pods).rev() {
+                let Some(job) = self.jobs.get_mut(&uid) else {
+                    break;
+                };
+                if job.unscheduled == 0 || job.finished.is_some() {
+                    break;
+                }
+                // Copies of a shape kept off different nodes are looked for apart.
+                let off = &job.behaviour.keep_off;
+                let shape = (
+                    Arc::as_ptr(&job.behaviour.shape),
+                    match off.is_empty() {
+                        true => std::ptr::null(),
+                        false => Arc::as_ptr(off) as *const Arc<str>,
                     },
                 );
-                fx.events.push((
-                    now + job.behaviour.start_delay,
-                    PodEvent::Ready {
-                        job_uid: uid.clone(),
-                        pod: id,
-                    },
-                ));
-            } else {
-                if matches!(fit.misfit, Some(Misfit::Topology { .. })) {
-                    fx.topology_errors += 1;
+                if unplaceable.contains(&shape) {
+                    still.push(&uid, left);
+                    break;
                 }
-                job.failed += 1;
-                after_failure(job, now, fx);
-                if terminate_if_finished(job, cluster, &mut self.rows, table, fx) {
-                    changed_nodes = true;
-                    unplaceable.clear();
+                let picked = if self.numa_aware {
+                    pick_aligned_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
+                } else {
+                    pick_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
+                };
+                let Some(n) = picked else {
+                    unplaceable.push(shape);
+                    still.push(&uid, left);
+                    break;
+                };
+                job.unscheduled -= 1;
+                fx.changed.push(uid.clone());
+                let node = &mut cluster.nodes[n];
+                // The kubelet admits the pod through its Topology Manager, or rejects it.
+                let kubelet = EngineConfig::default();
+                let fit = fit_node(
+                    node,
+                    table,
+                    &job.behaviour.shape,
+                    &job.bound,
+                    1,
+                    &kubelet,
+                    false,
+                );
+                if fit.count == 1 {
+                    let take = Take::between(node, &NodeState::of(node), &fit.state).at(n);
+                    take.apply_to(Arc::make_mut(node));
+                    self.rows.refresh(n, node);
+                    fx.taken.push(n);
+                    usage(&mut fx.usage_delta, table, &take, 1);
+                    let id = job.next_pod;
+                    job.next_pod += 1;
+                    job.pods.insert(
+                        id,
+                        Pod {
+                            node: n,
+                            take,
+                            ready_at: None,
+                        },
+                    );
+                    fx.events.push((
+                        now + job.behaviour.start_delay,
+                        PodEvent::Ready {
+                            job_uid: uid.clone(),
+                            pod: id,
+                        },
+                    ));
+                } else {
+                    if matches!(fit.misfit, Some(Misfit::Topology { .. })) {
+                        fx.topology_errors += 1;
+                    }
+                    job.failed += 1;
+                    after_failure(job, now, fx);
+                    if terminate_if_finished(job, cluster, &mut self.rows, table, fx) {
+                        unplaceable.clear();
+                    }
+                    if let Some(set) = job.owner.clone().filter(|_| job.finished.is_some()) {
+                        settle.push(set);
+                    }
                 }
-                if let Some(set) = job.owner.clone().filter(|_| job.finished.is_some()) {
-                    settle.push(set);
-                }
-            }
-            if changed_nodes {
-                changed_nodes = false;
             }
         }
         self.waiting = still;
