@@ -517,6 +517,12 @@ fn job_pods(
 type ShapeOf<'a> =
     dyn FnMut(&PodSpecView, &str) -> Result<(u64, Arc<PodShape>), ScenarioError> + 'a;
 
+/// The most Jobs a simulated JobSet may have (over all its replicated Jobs). Each is
+/// simulated as a Job of its own, and a worker looks at every one of a JobSet's Jobs as its
+/// pods start and end: 10,000 Jobs in one JobSet on one node take about 4 s, ten times as
+/// many over a minute. JobSets of real workloads have far fewer.
+const MAX_JOBSET_JOBS: u64 = 10_000;
+
 /// A JobSet's pods, from its replicated Jobs (checked): each replicated Job's pods, and the
 /// dispatcher's own gang of them (the main shape and the pods of other shapes beside it).
 fn jobset_pods(
@@ -562,6 +568,27 @@ fn jobset_pods(
             completions,
             pod,
         });
+    }
+    let jobs = replicated
+        .iter()
+        .map(|r| u64::from(r.replicas))
+        .sum::<u64>();
+    if jobs > MAX_JOBSET_JOBS {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: {jobs} Jobs in all, more than simulate runs in one JobSet ({MAX_JOBSET_JOBS})",
+            at("replicatedJobs")
+        )));
+    }
+    if let Some(r) =
+        (replicated.iter()).find(|r| r.replicas.checked_mul(r.pods_per_job()).is_none())
+    {
+        return Err(ScenarioError::Invalid(format!(
+            "{}: {} replicas of {} pods each is more than {} pods",
+            at("replicatedJobs"),
+            r.replicas,
+            r.pods_per_job(),
+            u32::MAX
+        )));
     }
     let parts: Vec<Part> = replicated
         .iter()

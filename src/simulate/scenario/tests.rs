@@ -165,6 +165,14 @@ fn bad_jobsets_are_named_with_what_to_do() {
             "jobs[0] (a): parallelism: required for a Job",
         ),
         (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, replicas: 6000, template: {GPU_POD}}}, {{name: x, replicas: 4001, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): replicatedJobs: 10001 Jobs in all, more than simulate runs in one JobSet (10000)",
+        ),
+        (
+            format!("  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, replicas: 2, parallelism: 4000000000, template: {GPU_POD}}}]}}"),
+            "jobs[0] (a): replicatedJobs: 2 replicas of 4000000000 pods each is more than 4294967295 pods",
+        ),
+        (
             format!("  - {{name: a, queue: training, submitAt: 0s, duration: 1m, parallelism: 1, template: {GPU_POD}}}\n  - {{name: a, kind: JobSet, queue: training, submitAt: 0s, duration: 1m, replicatedJobs: [{{name: w, template: {GPU_POD}}}]}}"),
             "jobs[1] (a): name: default/a appears twice",
         ),
