@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::merge::MACHINE_DENSE_BITS;
 use super::{
     merge, validate, ConfigError, NumaInfo, NumaMask, Policy, PolicyOptions, ProviderHints,
     TopologyHint, MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
@@ -110,6 +111,13 @@ impl Case {
 /// Runs one case: the kubelet's start-up checks, then its merge.
 pub(crate) fn run_case(case: &Case) -> CaseResult {
     match case.to_merge_input() {
+        Ok(input) if beyond_reach(&input) => CaseResult::failed(format!(
+            "{} NUMA nodes and {:.3e} combinations of hints: past {} NUMA nodes, switchyard merges at most {} combinations (the kubelet tries every one)",
+            input.numa_info.nodes.len(),
+            combinations(&input.providers),
+            MACHINE_DENSE_BITS,
+            SPARSE_COMBINATIONS
+        )),
         Ok(input) => {
             let out = merge(
                 input.policy,
@@ -126,6 +134,25 @@ pub(crate) fn run_case(case: &Case) -> CaseResult {
         }
         Err(e) => CaseResult::failed(e.to_string()),
     }
+}
+
+/// Most combinations of hints merged on a machine of more than [`MACHINE_DENSE_BITS`] NUMA
+/// nodes, where the reachable masks are found pair by pair: 2^24 take well under a second.
+/// Past both, the merge could take hours, as the kubelet's would.
+const SPARSE_COMBINATIONS: f64 = (1u64 << 24) as f64;
+
+/// Whether merging the case would take longer than anyone waits for an answer.
+fn beyond_reach(input: &MergeInput) -> bool {
+    input.numa_info.nodes.len() > MACHINE_DENSE_BITS as usize
+        && combinations(&input.providers) > SPARSE_COMBINATIONS
+}
+
+/// How many ways there are to take one hint per resource (a resource without hints, or
+/// without preference, counts once).
+fn combinations(providers: &[ProviderHints]) -> f64 {
+    (providers.iter().flat_map(|p| p.values()))
+        .map(|hints| hints.as_ref().map_or(1, |h| h.len().max(1)) as f64)
+        .product()
 }
 
 fn numa_id(id: i64) -> Result<u32, ConfigError> {

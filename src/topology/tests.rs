@@ -325,6 +325,41 @@ fn run_json(case: &str) -> CaseResult {
     run_case(&case)
 }
 
+/// Past 20 NUMA nodes, a case of more combinations than are merged in a second is answered
+/// with an error that says so, not after hours (or a failed allocation, as before).
+#[test]
+fn a_case_past_reach_is_an_error_that_says_why() {
+    let nodes: Vec<u32> = (0..64).collect();
+    let mut rng = Rng::new(7);
+    let mut resources = serde_json::Map::new();
+    for r in 0..8 {
+        let hints: Vec<serde_json::Value> = (0..32)
+            .map(|_| {
+                let ids: Vec<u32> = nodes.iter().copied().filter(|_| rng.percent(50)).collect();
+                serde_json::json!({"numa": ids, "preferred": false})
+            })
+            .collect();
+        resources.insert(format!("r{r}"), hints.into());
+    }
+    let case = serde_json::json!({
+        "policy": "best-effort",
+        "options": {"max-allowable-numa-nodes": 64},
+        "numa_nodes": nodes,
+        "providers": [resources],
+    });
+    let r = run_json(&case.to_string());
+    let error = r.error.unwrap_or_default();
+    assert!(
+        error.starts_with("64 NUMA nodes and 1.100e12 combinations of hints: past 20 NUMA nodes"),
+        "{error}"
+    );
+    // The same on 20 nodes is merged.
+    let mut small = case.clone();
+    small["numa_nodes"] = (0..20).collect::<Vec<u32>>().into();
+    small["options"] = serde_json::json!({"max-allowable-numa-nodes": 20});
+    assert_eq!(run_json(&small.to_string()).error, None);
+}
+
 #[test]
 fn case_format_no_preference_spellings() {
     let r = run_json(
@@ -682,12 +717,15 @@ fn agrees_with_cross_product_on_small_machines() {
 
 #[test]
 fn agrees_with_cross_product_past_the_dense_limit() {
-    // 14 nodes takes the set-based path for reachable masks; 13 hint bits
-    // take the sorted-list path for preferred masks.
+    // 14 nodes take the dense transform over the machine's nodes for reachable masks,
+    // 21 and more the sorted sets; 13 hint bits take the sorted-list path for preferred
+    // masks.
     let machines = vec![
         ((0..14).collect(), vec![]),
         ((50..64).collect(), vec![3]),
         ((0..6).collect(), (20..33).collect()),
+        ((0..21).collect(), vec![]),
+        ((40..64).collect(), vec![3, 9]),
     ];
     agree_with_cross_product(0x5eed_0002, 1500, &machines, SMALL);
 }
@@ -725,6 +763,38 @@ fn huge_cross_product_is_instant() {
         &providers,
     );
     assert!(out.hint.affinity.is_some());
+}
+
+#[test]
+fn sixteen_nodes_of_every_hint_merge_in_bounded_memory() {
+    // Every mask of 16 nodes for two resources whose preferred hints differ: the reachable
+    // masks come from 65,535^2 pairs, which as a list took 32 GiB.
+    let info = NumaInfo::new((0..16).collect());
+    let every = |preferred: u64| -> Vec<TopologyHint> {
+        (1..1u64 << 16)
+            .map(|m| TopologyHint {
+                affinity: Some(NumaMask(m)),
+                preferred: m == preferred,
+            })
+            .collect()
+    };
+    let providers = [
+        provider(&[("a", Some(every(0b01)))]),
+        provider(&[("b", Some(every(0b10)))]),
+    ];
+    let out = merge(
+        Policy::BestEffort,
+        &PolicyOptions {
+            prefer_closest_numa: false,
+            max_allowable_numa_nodes: 16,
+        },
+        &info,
+        &providers,
+    );
+    // Not preferred (no mask both prefer), and as narrow as the narrowest hints: one node,
+    // the lowest.
+    assert_eq!(out.hint, hint(&[0], false));
+    assert!(out.admit);
 }
 
 // ---- conformance vectors ------------------------------------------------------
