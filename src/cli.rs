@@ -99,6 +99,9 @@ pub struct RegisterWorkerArgs {
     /// Seconds to wait for the worker's token controller to fill a new token Secret.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub wait: u64,
+    /// Seconds one request to the worker may take, its kubeconfig's credential plugin included.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout: u64,
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {

@@ -141,15 +141,18 @@ fn register_worker(args: RegisterWorkerArgs) -> anyhow::Result<()> {
         namespace: args.namespace,
         token_secret: args.token_secret,
         wait: std::time::Duration::from_secs(args.wait),
+        request_timeout: std::time::Duration::from_secs(args.request_timeout),
     };
-    let manifests = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?
-        .block_on(switchyard::register::manifests(&source, &mut |w| {
-            note(&format!("Warning: {w}"))
-        }))?;
-    emit(&manifests)
+        .context("cannot start the async runtime")?;
+    let manifests = runtime.block_on(switchyard::register::manifests(&source, &mut |w| {
+        note(&format!("Warning: {w}"))
+    }));
+    // A credential plugin given up on may still run: not waited for.
+    runtime.shutdown_background();
+    emit(&manifests?)
 }
 
 /// `serve`: the configuration (flags over file), logging, then the server until SIGTERM.

@@ -160,6 +160,33 @@ pub struct Source {
     pub token_secret: String,
     /// How long to wait for the token controller to fill a new Secret.
     pub wait: Duration,
+    /// How long one request to the worker may take, credential plugins included (kube runs
+    /// an `exec` plugin as it builds the client, and waits for it without a limit of its own).
+    pub request_timeout: Duration,
+}
+
+impl Source {
+    /// What the worker or the manager would refuse in the names given, before any request.
+    fn check(&self) -> Result<(), String> {
+        self.worker.object()?;
+        for (flag, namespace) in [
+            ("--namespace", &self.namespace),
+            ("--manager-namespace", &self.manager_namespace),
+        ] {
+            if !crate::api::is_dns1123_label(namespace) {
+                return Err(format!(
+                    "{flag} {namespace:?} is not a namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit"
+                ));
+            }
+        }
+        if !crate::api::names::is_dns1123_subdomain(&self.token_secret) {
+            return Err(format!(
+                "--token-secret {:?} is not a Secret name: lowercase letters, digits, '-' and '.'",
+                self.token_secret
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Reads the token Secret from the worker, makes the registration, and returns its manifests
@@ -167,7 +194,7 @@ pub struct Source {
 /// is read, and before the kubeconfig is tried. Warnings (a loopback server, a check that could
 /// not be made from here) go to `warn`.
 pub async fn manifests(source: &Source, warn: &mut dyn FnMut(String)) -> anyhow::Result<String> {
-    source.worker.object().map_err(anyhow::Error::msg)?;
+    source.check().map_err(anyhow::Error::msg)?;
     let Connection {
         client,
         server: context_server,
@@ -245,7 +272,17 @@ async fn connect(source: &Source) -> anyhow::Result<Connection> {
     let server = server.trim_end_matches('/').to_string();
     config.connect_timeout = Some(Duration::from_secs(10));
     config.read_timeout = Some(Duration::from_secs(30));
-    let client = kube::Client::try_from(config).context("cannot build a client for the worker")?;
+    // Building the client runs an `exec` credential plugin, synchronously: on a thread of its
+    // own, so that one that never returns is given up on.
+    let build = tokio::task::spawn_blocking(move || kube::Client::try_from(config));
+    let timeout = source.request_timeout;
+    let client = match tokio::time::timeout(timeout, build).await {
+        Ok(Ok(built)) => built.context("cannot build a client for the worker")?,
+        Ok(Err(e)) => bail!("cannot build a client for the worker: {e}"),
+        Err(_) => bail!(
+            "cannot build a client for the worker: its kubeconfig's credential plugin did not return within {timeout:?}"
+        ),
+    };
     Ok(Connection { client, server, ca })
 }
 
@@ -256,9 +293,15 @@ async fn token_secret(client: &kube::Client, source: &Source) -> anyhow::Result<
     let what = format!("Secret {}/{}", source.namespace, source.token_secret);
     let deadline = Instant::now() + source.wait;
     loop {
-        let secret = secrets
-            .get_opt(&source.token_secret)
+        let read = secrets.get_opt(&source.token_secret);
+        let secret = tokio::time::timeout(source.request_timeout, read)
             .await
+            .map_err(|_| {
+                anyhow!(
+                    "cannot read {what} in the worker: no answer within {:?} (is the server reachable, and does the kubeconfig's credential plugin return?)",
+                    source.request_timeout
+                )
+            })?
             .map_err(|e| anyhow!("cannot read {what} in the worker: {}", api_text(&e)))?
             .ok_or_else(|| {
                 anyhow!(
@@ -319,11 +362,24 @@ async fn try_kubeconfig(r: &Registration) -> anyhow::Result<()> {
 }
 
 /// A client error as one line: an API server's refusal by its code, reason and message (kube's
-/// own text adds the whole Status).
+/// own text adds the whole Status); any other error with its causes (a connection refused is
+/// only in the cause of kube's "client error (Connect)").
 fn api_text(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
+        other => {
+            let mut line = other.to_string();
+            let mut cause = std::error::Error::source(other);
+            while let Some(c) = cause {
+                let text = c.to_string();
+                if !line.contains(&text) {
+                    line.push_str(": ");
+                    line.push_str(&text);
+                }
+                cause = c.source();
+            }
+            line
+        }
     }
 }
 

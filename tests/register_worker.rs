@@ -250,9 +250,75 @@ async fn unreadable_kubeconfigs_and_unreachable_workers_say_so() {
         ),
         "{err}"
     );
+    // The cause is said, not only kube's "client error (Connect)".
+    assert!(err.contains("Connection refused"), "{err}");
 
     let err = error_of(&register(args(&["Not_A_Name", "--kubeconfig", &kubeconfig])).await);
     assert!(err.contains("not a WorkerCluster name"), "{err}");
+    for (flag, what) in [
+        ("--namespace", "namespace"),
+        ("--manager-namespace", "namespace"),
+        ("--token-secret", "Secret"),
+    ] {
+        let out = register(args(&["w1", "--kubeconfig", &kubeconfig, flag, "Bad NS"])).await;
+        let err = error_of(&out);
+        assert!(
+            err.contains(&format!("{flag} \"Bad NS\" is not a {what} name")),
+            "{err}"
+        );
+    }
+}
+
+/// A kubeconfig's `exec` credential plugin that never returns is given up on after
+/// `--request-timeout`, with a line that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_plugin_that_never_returns_is_given_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("exec.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        r#"apiVersion: v1
+kind: Config
+clusters:
+- name: worker
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: admin
+  user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: sleep, args: ["60"], interactiveMode: Never}}
+contexts:
+- name: worker
+  context: {cluster: worker, user: admin}
+current-context: worker
+"#,
+    )
+    .unwrap();
+    // To files, not pipes: the plugin, left running, holds what it inherited open.
+    let (stdout, stderr) = (dir.path().join("out"), dir.path().join("err"));
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    cmd.args([
+        "register-worker",
+        "w1",
+        "--request-timeout",
+        "1",
+        "--kubeconfig",
+    ])
+    .arg(&kubeconfig)
+    .env_remove("KUBECONFIG")
+    .stdout(std::fs::File::create(&stdout).unwrap())
+    .stderr(std::fs::File::create(&stderr).unwrap());
+    let status = tokio::task::spawn_blocking(move || cmd.status().unwrap())
+        .await
+        .unwrap();
+    let out = Output {
+        status,
+        stdout: std::fs::read(&stdout).unwrap(),
+        stderr: std::fs::read(&stderr).unwrap(),
+    };
+    let err = error_of(&out);
+    assert!(
+        err.contains("credential plugin did not return within 1s"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
