@@ -332,14 +332,22 @@ impl ServeSettings {
             )?,
             "every review would wait for the API server",
         )?;
-        let stale_after = duration("staleAfter", stale_after, Duration::from_secs(120))?;
+        let stale_after = above_zero(
+            "staleAfter",
+            duration("staleAfter", stale_after, Duration::from_secs(120))?,
+            "every live inventory would be stale at once, and every cluster unschedulable",
+        )?;
         let extender = crate::extender::ExtenderConfig {
             engine: crate::placement::EngineConfig {
                 numa_unknown: numa_unknown.unwrap_or_default(),
                 strategy: placement_strategy.unwrap_or(crate::placement::Strategy::LeastAllocated),
             },
             virtual_node_prefix: virtual_node_prefix.unwrap_or_else(|| "switchyard-".into()),
-            inflight_ttl: duration("inflightTtl", inflight_ttl, Duration::from_secs(30))?,
+            inflight_ttl: above_zero(
+                "inflightTtl",
+                duration("inflightTtl", inflight_ttl, Duration::from_secs(30))?,
+                "a pod bound through the extender would be forgotten before its node shows it, and another could be placed in its room",
+            )?,
         };
         Ok(Self {
             role,
@@ -412,13 +420,14 @@ fn serving_certificate(
 }
 
 /// How often the certificate files are read again: at most a minute, so a renewed
-/// certificate is served within one.
+/// certificate is served within one, and at least a second (reading them a thousand times a
+/// second took most of a core).
 fn certificate_reload_interval(text: Option<String>) -> Result<Duration, ConfigError> {
     let interval = duration("tlsReloadInterval", text, Duration::from_secs(10))?;
-    if interval.is_zero() || interval > Duration::from_secs(60) {
+    if interval < Duration::from_secs(1) || interval > Duration::from_secs(60) {
         return Err(ConfigError::Invalid {
             field: "tlsReloadInterval",
-            message: "must be above 0 and at most 60s, so a renewed certificate is served within a minute".into(),
+            message: "must be 1s to 60s, so a renewed certificate is served within a minute without reading the files all the time".into(),
         });
     }
     Ok(interval)
@@ -909,6 +918,8 @@ mod tests {
             ("shutdownTimeout: 0s\n", "shutdownTimeout"),
             ("shutdownTimeout: \"0\"\n", "shutdownTimeout"),
             ("namespaceCacheTtl: 0ms\n", "namespaceCacheTtl"),
+            ("staleAfter: 0s\n", "staleAfter"),
+            ("inflightTtl: 0s\n", "inflightTtl"),
         ] {
             let err = ServeSettings::resolve(&args(), FileConfig::parse(yaml).unwrap())
                 .unwrap_err()
@@ -968,11 +979,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("defaultQueue"), "{err}");
-        let file = FileConfig::parse("tlsReloadInterval: 5m\n").unwrap();
-        let err = ServeSettings::resolve(&args(), file)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("at most 60s"), "{err}");
+        for interval in ["5m", "1ns", "999ms"] {
+            let file = FileConfig::parse(&format!("tlsReloadInterval: {interval}\n")).unwrap();
+            let err = ServeSettings::resolve(&args(), file)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("must be 1s to 60s"), "{interval}: {err}");
+        }
         let err = ServeSettings::resolve(&ServeArgs::default(), FileConfig::default())
             .unwrap_err()
             .to_string();

@@ -1553,6 +1553,14 @@ fn bad_values_are_refused_at_install_with_a_message_naming_them() {
             "/config/tlsReloadInterval",
         ),
         (
+            json!({"config": {"staleAfter": "0s"}}),
+            "/config/staleAfter",
+        ),
+        (
+            json!({"config": {"inflightTtl": "0m"}}),
+            "/config/inflightTtl",
+        ),
+        (
             json!({"config": {"defaultQueue": "Not_A_Label"}}),
             "/config/defaultQueue",
         ),
