@@ -144,6 +144,7 @@ impl FileConfig {
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
+        let text = crate::text::without_bom(text);
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
@@ -972,6 +973,9 @@ mod tests {
 
     #[test]
     fn misspelt_keys_and_bad_values_are_reported_by_name() {
+        // A byte order mark at the start is read past, not taken for a first document.
+        let file = FileConfig::parse("\u{feff}workers: 3\nmaxConnections: 64\n").unwrap();
+        assert_eq!((file.workers, file.max_connections), (Some(3), Some(64)));
         let err = FileConfig::parse("defaultQeue: x\n").unwrap_err();
         assert!(err.contains("defaultQeue"), "{err}");
         let file = FileConfig::parse("defaultQueue: Not_A_Label\n").unwrap();

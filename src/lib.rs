@@ -26,7 +26,7 @@ pub mod selector;
 pub mod server;
 pub mod simulate;
 pub mod telemetry;
-mod text;
+pub mod text;
 pub mod tls;
 pub mod topology;
 pub mod webhook;

@@ -220,8 +220,9 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
     let inventory = switchyard::inventory::load_file(&args.inventory)?;
     let text = std::fs::read_to_string(&args.pod)
         .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
-    let view: switchyard::placement::PodView = serde_yaml::from_str(&text)
-        .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
+    let view: switchyard::placement::PodView =
+        serde_yaml::from_str(switchyard::text::without_bom(&text))
+            .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
     let shape = switchyard::placement::PodShape::from_view(&view)?;
     let config = switchyard::placement::EngineConfig {
         numa_unknown: match args.numa_unknown {

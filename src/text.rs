@@ -9,6 +9,12 @@ use std::fmt;
 /// that size and stay.
 pub(crate) const REQUEST_MESSAGE_BYTES: usize = 1024;
 
+/// `text` without the byte order mark some editors start a UTF-8 file with: YAML allows one
+/// there, but the YAML parser takes it for the end of a first document.
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 /// The longest start of `s` of at most `max` bytes that ends on a character boundary.
 fn head(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -99,8 +99,8 @@ pub fn load_file(path: &Path) -> Result<Inventory, InventoryError> {
 }
 
 pub fn parse_yaml(text: &str) -> Result<Inventory, InventoryError> {
-    let file: InventoryFile =
-        serde_yaml::from_str(text).map_err(|e| InventoryError::Parse(e.to_string()))?;
+    let file: InventoryFile = serde_yaml::from_str(crate::text::without_bom(text))
+        .map_err(|e| InventoryError::Parse(e.to_string()))?;
     build(file.clusters)
 }
 
@@ -129,7 +129,14 @@ pub(crate) fn build(clusters: Vec<ClusterSpec>) -> Result<Inventory, InventoryEr
             });
         }
         let mut nodes = Vec::with_capacity(c.nodes.len());
+        let mut seen_nodes = std::collections::HashSet::new();
         for n in c.nodes {
+            if !seen_nodes.insert(n.name.clone()) {
+                return Err(InventoryError::Invalid {
+                    at: format!("cluster {} node {}", c.name, n.name),
+                    message: "appears twice; node names must be unique in a cluster".into(),
+                });
+            }
             nodes.push(std::sync::Arc::new(build_node(&c.name, n, &mut resources)?));
         }
         out.push(std::sync::Arc::new(Cluster {

@@ -278,7 +278,8 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 }
 
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-    let file: File = serde_yaml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    let file: File = serde_yaml::from_str(crate::text::without_bom(text))
+        .map_err(|e| ScenarioError::Parse(e.to_string()))?;
     let Clusters {
         inventory,
         scheduler_names,
@@ -310,6 +311,11 @@ struct Clusters {
 }
 
 fn clusters(files: Vec<ClusterFile>) -> Result<Clusters, ScenarioError> {
+    if files.is_empty() {
+        return Err(ScenarioError::Invalid(
+            "clusters: a scenario needs at least one cluster to run its Jobs in".into(),
+        ));
+    }
     let mut scheduler_names = Vec::with_capacity(files.len());
     let mut kueue = Vec::with_capacity(files.len());
     let mut specs = Vec::with_capacity(files.len());

@@ -318,3 +318,32 @@ fn identical_pod_templates_share_one_shape_and_different_ones_do_not() {
     let distinct: BTreeSet<u64> = ["a", "c", "d", "e"].into_iter().map(key).collect();
     assert_eq!(distinct.len(), 4, "a, c, d and e ask for different pods");
 }
+
+#[test]
+fn a_byte_order_mark_is_read_past_and_an_empty_or_clusterless_scenario_is_refused() {
+    // Some editors start a UTF-8 file with one; the YAML parser took it for a first document.
+    let text = format!("\u{feff}{}", with_jobs(&format!(
+        "  - {{name: a, queue: training, submitAt: 0s, duration: 1m, parallelism: 1, template: {CPU_POD}}}"
+    )));
+    assert_eq!(parse(&text).unwrap().jobs.len(), 1);
+    for empty in ["", "\u{feff}", "clusters: []\njobs: []\n"] {
+        let err = parse(empty).unwrap_err().to_string();
+        assert!(
+            err.contains("a scenario needs at least one cluster"),
+            "{empty:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_node_named_twice_in_a_cluster_is_refused() {
+    let text = HEAD.replace(
+        "      - {name: gpu-1,",
+        "      - {name: gpu-1, allocatable: {cpu: \"1\"}}\n      - {name: gpu-1,",
+    );
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("cluster gpu node gpu-1") && err.contains("appears twice"),
+        "{err}"
+    );
+}
