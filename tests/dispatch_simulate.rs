@@ -210,6 +210,36 @@ jobs:
     assert_eq!(seconds(&quick.finished), 65.0);
 }
 
+/// A Job requeued and still in back-off when the run ends says so: not "never admitted".
+#[test]
+fn a_job_in_back_off_when_the_run_ends_says_it_was_requeued() {
+    // Its pods are never Ready within the timeout; the back-off outlasts the run.
+    let yaml = r#"
+clusters:
+  - name: cpu
+    nodes:
+      - {name: cpu-1, allocatable: {cpu: "8", memory: 32Gi, pods: "110"}}
+queues:
+  - name: batch
+    clusters: [cpu]
+    waitForPodsReady:
+      enabled: true
+      timeout: 1m
+      requeuing: {backoffBase: 9000h, backoffMax: 9000h}
+jobs:
+  - {name: slow, queue: batch, submitAt: 0s, parallelism: 1, duration: 1m, podStartDelay: 10m,
+     template: {containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+"#;
+    let report = run(yaml, Strategy::Switchyard);
+    let slow = job(&report, "slow");
+    assert_eq!((slow.result.as_str(), slow.requeues), ("Pending", 1));
+    let reason = slow.reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("requeued once, and not admitted again when the simulation ended"),
+        "{reason}"
+    );
+}
+
 #[test]
 fn the_bundled_example_ends_as_its_comments_say() {
     let s = scenario::parse(scenario::BUNDLED).expect("the bundled scenario parses");

@@ -405,11 +405,18 @@ fn result_of(sim: &Simulation, job: Option<&Job>, rec: &Record) -> (String, Opti
                     j.offers.join(", ")
                 )
             } else {
-                sim.job_waiting
-                    .get(&j.key)
-                    .or_else(|| sim.waiting.get(&j.class()))
-                    .cloned()
-                    .unwrap_or_else(|| "never admitted".into())
+                let waits = sim.job_waiting.get(&j.key);
+                match waits.or_else(|| sim.waiting.get(&j.class())) {
+                    Some(why) => why.clone(),
+                    None if j.requeues > 0 => format!(
+                        "requeued {}, and not admitted again when the simulation ended (--events shows each requeue and why)",
+                        match j.requeues {
+                            1 => "once".to_string(),
+                            n => format!("{n} times"),
+                        }
+                    ),
+                    None => "never admitted".into(),
+                }
             };
             ("Pending".into(), Some(why))
         }
