@@ -16,11 +16,27 @@ pub enum CertsError {
     Generate(#[from] rcgen::Error),
     #[error("{name:?} is not a valid DNS name for a certificate: {source}")]
     BadName { name: String, source: rcgen::Error },
-    #[error("cannot write {path}: {source}; check the directory exists and is writable")]
+    #[error("{0:?} is not a DNS name: letters, digits, '-' and '.', labels of at most 63 characters (a wildcard \"*.\" first at most)")]
+    NotADnsName(String),
+    // The I/O error is said in the message, with a hint after it: not a `source` as well,
+    // or the one-line error would say it twice.
+    #[error("cannot write {path}: {error}{}", write_hint(.error))]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+/// What to check when writing failed, for the failures a user can fix.
+fn write_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "; check the directory is writable",
+        std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotADirectory => {
+            "; a file is in the way of the directory"
+        }
+        std::io::ErrorKind::NotFound => "; check the directory exists",
+        _ => "",
+    }
 }
 
 /// PEM texts of a freshly made CA and serving certificate.
@@ -77,6 +93,10 @@ pub(crate) fn generate_valid_for(
     let cn = dns.first().cloned().unwrap_or_else(|| "switchyard".into());
     leaf.distinguished_name.push(DnType::CommonName, cn);
     for name in dns {
+        let host = name.strip_prefix("*.").unwrap_or(name);
+        if !crate::api::is_dns1123_subdomain(&host.to_ascii_lowercase()) {
+            return Err(CertsError::NotADnsName(name.clone()));
+        }
         let san = name
             .as_str()
             .try_into()
@@ -110,7 +130,7 @@ pub(crate) fn generate_valid_for(
 pub fn write(dir: &Path, g: &Generated) -> Result<(), CertsError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| CertsError::Write { path, source }
+        move |error| CertsError::Write { path, error }
     };
     std::fs::create_dir_all(dir).map_err(err(dir))?;
     write_file(&dir.join("ca.crt"), &g.ca_cert_pem, 0o644)?;
@@ -121,9 +141,9 @@ pub fn write(dir: &Path, g: &Generated) -> Result<(), CertsError> {
 
 fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), CertsError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| CertsError::Write {
+    let err = |error| CertsError::Write {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     // Write beside and rename, so a reader never sees half a file.
     let tmp = path.with_extension("tmp");
@@ -232,6 +252,21 @@ mod tests {
     fn served(dir: &Path) -> String {
         let (cert, _) = ensure_dev(dir).unwrap();
         std::fs::read_to_string(cert).unwrap()
+    }
+
+    #[test]
+    fn names_that_are_not_dns_names_are_refused_before_any_certificate() {
+        crate::install_crypto_provider();
+        for bad in ["not a dns!", "", "üñí.com", "a..b", "*.", "-x.svc"] {
+            let err = generate(&[bad.to_string()], &[]).err().map(|e| e.to_string());
+            assert!(
+                err.as_deref().is_some_and(|e| e.contains("is not a DNS name")),
+                "{bad:?}: {err:?}"
+            );
+        }
+        for good in ["*.switchyard-system.svc", "Switchyard.Example.com", "localhost"] {
+            assert!(generate(&[good.to_string()], &[]).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

@@ -42,10 +42,12 @@ pub enum Error {
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Certs(#[from] certs::CertsError),
-    #[error("cannot listen on {addr}: {source}; is another process using the port?")]
+    // The I/O error is said in the message, with a hint after it: not a `source` as well,
+    // or the one-line error would say it twice.
+    #[error("cannot listen on {addr}: {error}{}", listen_hint(.error))]
     Listen {
         addr: std::net::SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot build a Kubernetes client: {0}; set KUBECONFIG or run in a pod, or pass --standalone to run without a cluster")]
     KubeClient(String),
@@ -56,6 +58,18 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to check when listening failed, for the failures a user can fix.
+fn listen_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; is another process using the port (or are listen and probeListen the same)?"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "; the address is not one of this machine's",
+        std::io::ErrorKind::PermissionDenied => "; ports below 1024 need privileges",
+        _ => "",
+    }
+}
 
 /// Installs ring as the process-wide rustls provider. Idempotent: tests call it from many
 /// threads, and a second install attempt only reports that one is already there.

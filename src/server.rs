@@ -91,8 +91,7 @@ pub struct Running {
 }
 
 fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
-    let listener =
-        TcpListener::bind(addr).map_err(|source| crate::Error::Listen { addr, source })?;
+    let listener = TcpListener::bind(addr).map_err(|error| crate::Error::Listen { addr, error })?;
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
@@ -124,7 +123,7 @@ fn bind_https(addr: SocketAddr) -> crate::Result<TcpListener> {
         socket.bind(addr)?;
         socket.listen(HTTPS_BACKLOG)?.into_std()
     };
-    listen().map_err(|source| crate::Error::Listen { addr, source })
+    listen().map_err(|error| crate::Error::Listen { addr, error })
 }
 
 /// Binds both listeners and starts serving; returns once both accept connections. Without

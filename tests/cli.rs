@@ -114,6 +114,40 @@ fn configuration_mistakes_are_reported_by_name_and_exit_non_zero() {
     // The YAML parser's picture of the input (a caret under the column) stays out of it.
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("line 2 column"), "{err}");
+
+    // A port in use: the OS error once, and what to check.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let out = output_within(
+        switchyard()
+            .args(["serve", "--standalone", "--dev-tls"])
+            .arg(dir.path())
+            .args(["--listen", &port, "--probe-listen", "127.0.0.1:0"]),
+        30,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {port}"))
+            && err.contains("is another process using the port")
+            && err.matches("(os error 98)").count() == 1,
+        "{err}"
+    );
+
+    // certs into a path under a file: the OS error once, and what is in the way.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = switchyard()
+        .args(["certs", "--out"])
+        .arg(file.join("pki"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a file is in the way") && err.matches("(os error 20)").count() == 1,
+        "{err}"
+    );
 }
 
 /// Runs `cmd` to completion; one still running after `secs` is killed and fails the test.
