@@ -258,13 +258,20 @@ mod tests {
     fn names_that_are_not_dns_names_are_refused_before_any_certificate() {
         crate::install_crypto_provider();
         for bad in ["not a dns!", "", "üñí.com", "a..b", "*.", "-x.svc"] {
-            let err = generate(&[bad.to_string()], &[]).err().map(|e| e.to_string());
+            let err = generate(&[bad.to_string()], &[])
+                .err()
+                .map(|e| e.to_string());
             assert!(
-                err.as_deref().is_some_and(|e| e.contains("is not a DNS name")),
+                err.as_deref()
+                    .is_some_and(|e| e.contains("is not a DNS name")),
                 "{bad:?}: {err:?}"
             );
         }
-        for good in ["*.switchyard-system.svc", "Switchyard.Example.com", "localhost"] {
+        for good in [
+            "*.switchyard-system.svc",
+            "Switchyard.Example.com",
+            "localhost",
+        ] {
             assert!(generate(&[good.to_string()], &[]).is_ok(), "{good:?}");
         }
     }

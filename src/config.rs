@@ -32,6 +32,7 @@ pub enum ConfigError {
 /// would leave a setting at its default without anyone noticing.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "a configuration: a map of settings")]
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub probe_listen: Option<SocketAddr>,
@@ -72,6 +73,7 @@ pub struct FileConfig {
 /// `leaderElection` in the configuration file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "leaderElection settings: a map")]
 pub(crate) struct LeaderElectionFile {
     pub(crate) enabled: Option<bool>,
     pub(crate) lease_name: Option<String>,

@@ -9,8 +9,17 @@ use std::fmt;
 pub(crate) struct Milli(pub i64);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a Kubernetes quantity (e.g. 500m, 2, 64Gi, 1.5G)")]
-pub(crate) struct QuantityError(pub String);
+pub(crate) enum QuantityError {
+    #[error("{0:?} is not a Kubernetes quantity (e.g. 500m, 2, 64Gi, 1.5G)")]
+    Malformed(String),
+    #[error("{0:?} is negative: an amount of a resource is 0 or more")]
+    Negative(String),
+    /// Counted in thousandths in an i64: up to about 9.2 × 10^15 of a unit (8 Pi of bytes).
+    #[error(
+        "{0:?} is more than Switchyard counts (at most about 9.2e15 of a unit, 8Pi of memory)"
+    )]
+    TooLarge(String),
+}
 
 impl Milli {
     /// Whole units (e.g. an integer CPU count), when the quantity is one.
@@ -23,13 +32,21 @@ impl Milli {
 pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
     // The error quotes the text, cut short: it is repeated for every node a filter fails,
     // and a real quantity is a few bytes.
-    let err = || QuantityError(crate::text::shorten(text, 64));
+    let quoted = || crate::text::shorten(text, 64);
+    let err = || QuantityError::Malformed(quoted());
+    let too_large = || QuantityError::TooLarge(quoted());
     let s = text.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());
     let (number, suffix) = s.split_at(split);
-    if number.is_empty() || number.starts_with('-') {
+    if number.is_empty() {
+        return Err(err());
+    }
+    if number.starts_with('-') && number.len() > 1 {
+        return Err(QuantityError::Negative(quoted()));
+    }
+    if number.starts_with('-') {
         return Err(err());
     }
     let number = number.strip_prefix('+').unwrap_or(number);
@@ -41,9 +58,6 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
         return Err(err());
     }
     // value = digits × 10^(-frac_len) × multiplier × 1000, kept in i128 until the end.
-    let digits: i128 = format!("{int_part}{frac_part}")
-        .parse()
-        .map_err(|_| err())?;
     let (num, den): (i128, i128) = match suffix {
         "" => (1000, 1),
         "m" => (1, 1),
@@ -72,12 +86,20 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
         }
         _ => return Err(err()),
     };
+    // Well formed from here: past i128, the number is only too large.
+    let digits: i128 = format!("{int_part}{frac_part}")
+        .parse()
+        .map_err(|_| too_large())?;
+    // A fraction too long to scale is a malformed quantity; a number too large to, too large.
     let frac_den = 10i128.checked_pow(frac_part.len() as u32).ok_or_else(err)?;
-    let scaled_num = digits.checked_mul(num).ok_or_else(err)?;
+    let scaled_num = digits.checked_mul(num).ok_or_else(too_large)?;
     let scaled_den = den.checked_mul(frac_den).ok_or_else(err)?;
     // Round up: a request of 0.1m is 1m.
-    let value = (scaled_num + scaled_den - 1) / scaled_den;
-    i64::try_from(value).map(Milli).map_err(|_| err())
+    let value = scaled_num
+        .checked_add(scaled_den - 1)
+        .ok_or_else(too_large)?
+        / scaled_den;
+    i64::try_from(value).map(Milli).map_err(|_| too_large())
 }
 
 impl fmt::Display for Milli {
@@ -110,6 +132,9 @@ pub(crate) fn display(resource: &str, m: Milli) -> String {
 /// A quantity written as a string ("64Gi") or a bare YAML number (8).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
+#[serde(
+    expecting = "expected a quantity: a string such as \"500m\", \"2\" or \"64Gi\", or a number"
+)]
 pub(crate) enum QuantityText {
     Text(String),
     Int(i64),
@@ -174,18 +199,28 @@ mod tests {
         ] {
             assert_eq!(parse(text), Ok(Milli(milli)), "{text}");
         }
-        for bad in [
-            "",
-            "-1",
-            "1x",
-            "Gi",
-            "1.2.3",
-            "e3",
-            "1e99",
+        for bad in ["", "-", "1x", "Gi", "1.2.3", "e3", "1e99"] {
+            assert_eq!(
+                parse(bad),
+                Err(QuantityError::Malformed(bad.into())),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(parse("-1"), Err(QuantityError::Negative("-1".into())));
+        // Quantities Kubernetes takes, past what thousandths in an i64 hold: said as such.
+        for large in [
+            "9Pi",
+            "32000000Gi",
+            "9223372036854776",
             "99999999999999999999P",
         ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                parse(large),
+                Err(QuantityError::TooLarge(large.into())),
+                "{large:?}"
+            );
         }
+        assert_eq!(parse("8Pi"), Ok(Milli(8000 << 50)));
     }
 
     #[test]

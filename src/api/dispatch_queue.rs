@@ -98,6 +98,7 @@ pub struct DispatchQueueSpec {
 /// StrictFIFO: a Job that cannot be admitted holds back every later Job of the queue.
 // No doc comments on the variants: schemars would turn the enum into a oneOf.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(expecting = "BestEffortFIFO or StrictFIFO")]
 pub(crate) enum QueueingStrategy {
     #[default]
     BestEffortFIFO,
@@ -121,6 +122,9 @@ fn spec_rules(s: &mut Schema) {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = pods_ready_rules)]
+#[serde(
+    expecting = "waitForPodsReady settings: a map of enabled, timeout, recoveryTimeout, blockAdmission and requeuing"
+)]
 pub(crate) struct WaitForPodsReady {
     /// Off: a dispatched Job keeps its place however long its pods take.
     #[serde(default)]
@@ -171,6 +175,7 @@ impl Default for WaitForPodsReady {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = requeuing_rules)]
+#[serde(expecting = "requeuing settings: a map of backoffBase, backoffMax and limit")]
 pub(crate) struct Requeuing {
     /// The wait before the first requeue.
     #[serde(default = "default_backoff_base")]
@@ -209,6 +214,7 @@ impl Default for Requeuing {
 /// How a Job's worker cluster is chosen among the queue's clusters.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "placement settings: a map of strategy and fanout")]
 pub struct Placement {
     /// How clusters that fit the Job are ranked; also how nodes are ranked for its pods in a
     /// worker whose scheduler asks Switchyard's extender (the copy's pod templates carry it as
@@ -237,6 +243,7 @@ impl Default for Placement {
 /// fewest NUMA zones.
 // No doc comments on the variants: schemars would turn the enum into a oneOf.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(expecting = "LeastAllocated, MostAllocated, BalancedAllocation or LeastNUMANodes")]
 pub(crate) enum PlacementStrategy {
     #[default]
     LeastAllocated,
@@ -316,6 +323,7 @@ pub struct DispatchQueueStatus {
 /// A `queues:` entry of a scenario file: the spec and the name that is `metadata.name` in
 /// the cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(expecting = "a queue: a map of name, clusters and its settings")]
 pub struct NamedQueueSpec {
     pub name: String,
     #[serde(flatten)]

@@ -21,12 +21,14 @@ pub enum InventoryError {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "an inventory: a map with clusters")]
 pub(crate) struct InventoryFile {
     #[serde(default)]
     pub(crate) clusters: Vec<ClusterSpec>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a cluster: a map of name, labels and nodes")]
 pub(crate) struct ClusterSpec {
     pub(crate) name: String,
     #[serde(default)]
@@ -36,6 +38,7 @@ pub(crate) struct ClusterSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a node: a map of name, allocatable and more")]
 pub(crate) struct NodeSpec {
     pub(crate) name: String,
     #[serde(default)]
@@ -50,6 +53,7 @@ pub(crate) struct NodeSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a taint: a map of key, value and effect")]
 pub(crate) struct TaintSpec {
     pub(crate) key: String,
     pub(crate) value: Option<String>,
@@ -58,6 +62,7 @@ pub(crate) struct TaintSpec {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a node's topology: a map of zones and attributes")]
 pub(crate) struct TopologySpec {
     #[serde(default)]
     pub(crate) attributes: Vec<NameValue>,
@@ -66,12 +71,14 @@ pub(crate) struct TopologySpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a map of name and value")]
 pub(crate) struct NameValue {
     pub(crate) name: String,
     pub(crate) value: serde_yaml::Value,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a NUMA zone: a map of name and resources")]
 pub(crate) struct ZoneSpec {
     pub(crate) name: String,
     #[serde(rename = "type", default)]
@@ -83,6 +90,7 @@ pub(crate) struct ZoneSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(expecting = "a zone's resource: a map of name, capacity, allocatable and available")]
 pub(crate) struct ZoneResource {
     pub(crate) name: String,
     pub(crate) capacity: Option<QuantityText>,
@@ -279,9 +287,12 @@ fn topology_manager(
                         "topologyManagerMaxNUMANodes {value:?} is not a number"
                     ))
                 })?;
-                options
-                    .set_max_allowable(n)
-                    .map_err(|e| invalid(e.to_string()))?;
+                // The kubelet's own message names its option: named here as the file does.
+                options.set_max_allowable(n).map_err(|e| {
+                    invalid(format!(
+                        "topologyManagerMaxNUMANodes {n} is refused by the kubelet: {e}"
+                    ))
+                })?;
             }
             "topologyManagerOptionPreferClosestNUMANodes" => {
                 options.prefer_closest_numa = value == "true";

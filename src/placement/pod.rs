@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 /// Pod fields the engine reads; everything else is skipped while parsing.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a Pod: a map with metadata and spec")]
 pub struct PodView {
     #[serde(default)]
     pub(crate) metadata: PodMeta,
@@ -18,6 +19,7 @@ pub struct PodView {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a Pod's metadata: a map")]
 pub(crate) struct PodMeta {
     pub(crate) name: Option<String>,
     pub(crate) namespace: Option<String>,
@@ -28,6 +30,7 @@ pub(crate) struct PodMeta {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a pod spec: a map with containers")]
 pub struct PodSpecView {
     #[serde(default)]
     pub(crate) containers: Vec<ContainerView>,
@@ -42,6 +45,7 @@ pub struct PodSpecView {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a container: a map with name and resources")]
 pub(crate) struct ContainerView {
     #[serde(default)]
     pub(crate) name: String,
@@ -50,6 +54,7 @@ pub(crate) struct ContainerView {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(expecting = "a container's resources: a map of requests and limits")]
 pub(crate) struct ResourcesView {
     pub(crate) requests: Option<BTreeMap<String, QuantityText>>,
     pub(crate) limits: Option<BTreeMap<String, QuantityText>>,
@@ -57,18 +62,21 @@ pub(crate) struct ResourcesView {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "an affinity: a map")]
 pub(crate) struct AffinityView {
     pub(crate) node_affinity: Option<NodeAffinityView>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a node affinity: a map")]
 pub(crate) struct NodeAffinityView {
     pub(crate) required_during_scheduling_ignored_during_execution: Option<NodeSelectorView>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a node selector: a map with nodeSelectorTerms")]
 pub(crate) struct NodeSelectorView {
     #[serde(default)]
     pub(crate) node_selector_terms: Vec<NodeSelectorTerm>,
@@ -76,6 +84,7 @@ pub(crate) struct NodeSelectorView {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a node selector term: a map of matchExpressions and matchFields")]
 pub(crate) struct NodeSelectorTerm {
     #[serde(default)]
     pub(crate) match_expressions: Vec<SelectorRequirement>,
@@ -84,6 +93,7 @@ pub(crate) struct NodeSelectorTerm {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(expecting = "a selector requirement: a map of key, operator and values")]
 pub(crate) struct SelectorRequirement {
     pub(crate) key: String,
     pub(crate) operator: String,
@@ -92,6 +102,7 @@ pub(crate) struct SelectorRequirement {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(expecting = "a toleration: a map of key, operator, value and effect")]
 pub(crate) struct Toleration {
     pub(crate) key: Option<String>,
     pub(crate) operator: Option<String>,

@@ -31,6 +31,7 @@ pub enum ScenarioError {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(expecting = "a scenario: a map of clusters, queues and jobs")]
 struct File {
     #[serde(default)]
     clusters: Vec<ClusterFile>,
@@ -45,6 +46,7 @@ struct File {
 /// a simulated worker has.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "a cluster: a map of name, nodes and more")]
 struct ClusterFile {
     name: String,
     #[serde(default)]
@@ -61,6 +63,7 @@ struct ClusterFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "a cluster's kueue: a map of quota, localQueueName and localWorkloads")]
 struct KueueFile {
     quota: BTreeMap<String, QuantityText>,
     local_queue_name: Option<String>,
@@ -70,6 +73,7 @@ struct KueueFile {
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(expecting = "BestEffortFIFO or StrictFIFO")]
 enum QueueingFile {
     StrictFIFO,
     BestEffortFIFO,
@@ -79,6 +83,7 @@ enum QueueingFile {
 /// are not simulated).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "a local workload: a map of submitAt, duration and request")]
 struct LocalWorkloadFile {
     submit_at: KubeDuration,
     duration: KubeDuration,
@@ -88,6 +93,9 @@ struct LocalWorkloadFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(
+    expecting = "a Job: a map of name, queue, submitAt, duration, parallelism, template and more"
+)]
 struct JobFile {
     name: String,
     namespace: Option<String>,
@@ -107,6 +115,7 @@ struct JobFile {
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(expecting = "Job or JobSet")]
 enum KindFile {
     Job,
     JobSet,
@@ -115,6 +124,9 @@ enum KindFile {
 /// One replicated Job of a JobSet: `replicas` Jobs with the same spec.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(
+    expecting = "a replicated Job: a map of name, replicas, parallelism, completions and template"
+)]
 struct ReplicatedJobFile {
     name: String,
     replicas: Option<u32>,

@@ -266,7 +266,7 @@ fn a_bad_kueue_is_named_with_what_to_do() {
         ("{quota: {}}", "clusters[0] (gpu): kueue.quota: give the ClusterQueue's nominal quota of at least one resource"),
         ("{}", "missing field `quota`"),
         (r#"{quota: {cpu: lots}}"#, r#"clusters[0] (gpu): kueue.quota.cpu: "lots" is not a Kubernetes quantity"#),
-        (r#"{quota: {cpu: "-1"}}"#, r#"kueue.quota.cpu: "-1" is not a Kubernetes quantity"#),
+        (r#"{quota: {cpu: "-1"}}"#, r#"kueue.quota.cpu: "-1" is negative"#),
         (r#"{quota: {cpu: "8"}, localQueueName: User_Queue}"#, r#"kueue.localQueueName: "User_Queue" is not a DNS-1123 subdomain"#),
         (r#"{quota: {cpu: "8"}, queueingStrategy: Fair}"#, "unknown variant `Fair`, expected `StrictFIFO` or `BestEffortFIFO`"),
         (r#"{quota: {cpu: "8"}, cohort: all}"#, "unknown field `cohort`"),
