@@ -21,6 +21,7 @@ pub enum InventoryError {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(expecting = "an inventory: a map with clusters")]
 pub(crate) struct InventoryFile {
     #[serde(default)]
@@ -28,6 +29,7 @@ pub(crate) struct InventoryFile {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(expecting = "a cluster: a map of name, labels and nodes")]
 pub(crate) struct ClusterSpec {
     pub(crate) name: String,
@@ -38,6 +40,7 @@ pub(crate) struct ClusterSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(expecting = "a node: a map of name, allocatable and more")]
 pub(crate) struct NodeSpec {
     pub(crate) name: String,
@@ -396,4 +399,24 @@ fn numa_info(
     } else {
         NumaInfo::with_distances(ids, distances)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_no_meaning_in_an_inventory_are_refused_by_name() {
+        // A scenario given as an inventory: its queues and Jobs would be dropped unseen.
+        let scenario = include_str!("../../examples/scenario.yaml");
+        let err = parse_yaml(scenario).unwrap_err().to_string();
+        assert!(err.contains("unknown field `queues`"), "{err}");
+        // A misspelt key would leave a node with nothing allocatable.
+        let misspelt =
+            "clusters:\n  - name: c\n    nodes: [{name: n, allocateable: {cpu: \"8\"}}]\n";
+        let err = parse_yaml(misspelt).unwrap_err().to_string();
+        assert!(err.contains("unknown field `allocateable`"), "{err}");
+        let fine = "clusters:\n  - name: c\n    nodes: [{name: n, allocatable: {cpu: \"8\"}}]\n";
+        assert_eq!(parse_yaml(fine).unwrap().clusters[0].nodes.len(), 1);
+    }
 }
