@@ -127,12 +127,21 @@ pub(crate) struct ContainerRequest {
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("pod {pod}: container {container}: resource {resource}: {message}")]
+#[error("{}container {container}: resource {resource}: {message}", named(.pod))]
 pub struct PodError {
     pub pod: String,
     pub(crate) container: String,
     pub resource: String,
     pub message: String,
+}
+
+/// `pod NAMESPACE/NAME: ` for a pod with a name; nothing for a template (a scenario's, a
+/// Job's), which the caller names.
+fn named(pod: &str) -> String {
+    match pod {
+        "" | "/" => String::new(),
+        _ => format!("pod {pod}: "),
+    }
 }
 
 /// A pod, analysed once: cached between filter and prioritize.

@@ -347,3 +347,14 @@ fn a_node_named_twice_in_a_cluster_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_bad_template_is_named_by_its_field_not_as_a_pod_without_a_name() {
+    let err = error(
+        r#"  - {name: a, queue: training, submitAt: 0s, duration: 1m, parallelism: 1, template: {containers: [{name: c, resources: {requests: {cpu: x}}}]}}"#,
+    );
+    assert!(
+        err.ends_with(r#"jobs[0] (a): template: container c: resource cpu: "x" is not a Kubernetes quantity (e.g. 500m, 2, 64Gi, 1.5G)"#),
+        "{err}"
+    );
+}
