@@ -112,7 +112,7 @@ impl Case {
 pub(crate) fn run_case(case: &Case) -> CaseResult {
     match case.to_merge_input() {
         Ok(input) if beyond_reach(&input) => CaseResult::failed(format!(
-            "{} NUMA nodes and {:.3e} combinations of hints: past {} NUMA nodes, switchyard merges at most {} combinations (the kubelet tries every one)",
+            "{} NUMA nodes and {:.3e} combinations of hints: where the hints name more than {} NUMA nodes, switchyard merges at most {} combinations (the kubelet tries every one)",
             input.numa_info.nodes.len(),
             combinations(&input.providers),
             MACHINE_DENSE_BITS,
@@ -141,10 +141,19 @@ pub(crate) fn run_case(case: &Case) -> CaseResult {
 /// Past both, the merge could take hours, as the kubelet's would.
 const SPARSE_COMBINATIONS: f64 = (1u64 << 24) as f64;
 
-/// Whether merging the case would take longer than anyone waits for an answer.
+/// Whether merging the case would take longer than anyone waits for an answer: its hints
+/// name more than [`MACHINE_DENSE_BITS`] of the machine's nodes (counting one for those they
+/// do not name), too many for the tables, and pairing them would take too long.
 fn beyond_reach(input: &MergeInput) -> bool {
-    input.numa_info.nodes.len() > MACHINE_DENSE_BITS as usize
-        && combinations(&input.providers) > SPARSE_COMBINATIONS
+    let all =
+        (input.numa_info.nodes.iter()).fold(0u64, |a, &n| a | 1u64.checked_shl(n).unwrap_or(0));
+    let named = (input.providers.iter().flat_map(|p| p.values()))
+        .flatten()
+        .flatten()
+        .filter_map(|h| h.affinity)
+        .fold(0, |n, m| n | (m.bits() & all));
+    let width = named.count_ones() + u32::from(all & !named != 0);
+    width > MACHINE_DENSE_BITS && combinations(&input.providers) > SPARSE_COMBINATIONS
 }
 
 /// How many ways there are to take one hint per resource (a resource without hints, or

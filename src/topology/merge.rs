@@ -478,33 +478,83 @@ where
 /// tables of 2^20 entries (8 MiB), built in milliseconds.
 pub(crate) const MACHINE_DENSE_BITS: u32 = 20;
 
-/// [`reachable_sparse`]'s set, found with [`reachable_dense`] over the machine's own index
-/// space when the machine has at most [`MACHINE_DENSE_BITS`] nodes, whatever nodes the hints
-/// name (clipped masks are the machine's). The sorted sets cost the product of the hint
-/// counts in time and, before they are deduplicated, in memory: two resources of 65,535
-/// hints each on a 16-node machine asked for 32 GiB.
+/// [`reachable_sparse`]'s set, found by whichever of the two exact ways costs less: the
+/// sorted sets cost the product of the hint counts (in time, and before they are
+/// deduplicated, in memory: two resources of 65,535 hints each on a 16-node machine asked for
+/// 32 GiB as one list); the transform of [`reachable_dense`] costs its table, 2^width entries
+/// per resource and bit, whatever the hints.
 fn reachable_on_machine<F>(resources: &[&[TopologyHint]], keep: &F, all: u64) -> Vec<u64>
 where
     F: Fn(&TopologyHint) -> bool,
 {
-    let machine = Gather::new(all);
-    if machine.width > MACHINE_DENSE_BITS {
-        return reachable_sparse(resources, keep, all);
+    let space = ReachSpace::new(resources, keep, all);
+    let pairs: f64 = (resources.iter())
+        .map(|hints| hints.iter().filter(|h| keep(h)).count().max(1) as f64)
+        .product();
+    let table = resources.len() as f64
+        * f64::from(space.gather.width + 1)
+        * (1u64 << space.gather.width.min(63)) as f64;
+    if space.gather.width > MACHINE_DENSE_BITS || pairs <= table {
+        reachable_sparse(resources, keep, all)
+    } else {
+        space.reachable(resources, keep, all)
     }
-    let size = 1usize << machine.width;
-    let mut rows = vec![0u8; resources.len() * size];
-    for (hints, row) in resources.iter().zip(rows.chunks_exact_mut(size)) {
-        for h in hints.iter().filter(|h| keep(h)) {
-            let m = h.affinity.map_or(all, |m| m.bits() & all);
-            if let Some(flag) = (m != 0).then(|| row.get_mut(machine.index(m))).flatten() {
-                *flag = 1;
-            }
+}
+
+/// The index space in which the ANDs of clipped masks can be told apart. Clipped masks are
+/// the nodes the hints name on the machine (`named`), or the whole machine for a hint without
+/// affinity; an AND is then a subset of `named`, or the whole machine (every hint without
+/// affinity). So the space is `named` and, when the machine has other nodes, one of those
+/// standing for all of them.
+struct ReachSpace {
+    gather: Gather,
+    stand_in: u64,
+}
+
+impl ReachSpace {
+    fn new<F>(resources: &[&[TopologyHint]], keep: &F, all: u64) -> Self
+    where
+        F: Fn(&TopologyHint) -> bool,
+    {
+        let named = (resources.iter().flat_map(|hints| hints.iter()))
+            .filter(|h| keep(h))
+            .filter_map(|h| h.affinity)
+            .fold(0, |n, m| n | (m.bits() & all));
+        let rest = all & !named;
+        let stand_in = rest & rest.wrapping_neg();
+        Self {
+            gather: Gather::new(named | stand_in),
+            stand_in,
         }
     }
-    reachable_dense(&rows, size)
-        .into_iter()
-        .map(|i| machine.expand(i))
-        .collect()
+
+    /// [`reachable_sparse`]'s set with [`reachable_dense`]; the space's width must be at most
+    /// [`MACHINE_DENSE_BITS`].
+    fn reachable<F>(&self, resources: &[&[TopologyHint]], keep: &F, all: u64) -> Vec<u64>
+    where
+        F: Fn(&TopologyHint) -> bool,
+    {
+        let size = 1usize << self.gather.width;
+        let mut rows = vec![0u8; resources.len() * size];
+        for (hints, row) in resources.iter().zip(rows.chunks_exact_mut(size)) {
+            for h in hints.iter().filter(|h| keep(h)) {
+                let m = h.affinity.map_or(all, |m| m.bits() & all);
+                if let Some(flag) = (m != 0)
+                    .then(|| row.get_mut(self.gather.index(m)))
+                    .flatten()
+                {
+                    *flag = 1;
+                }
+            }
+        }
+        reachable_dense(&rows, size)
+            .into_iter()
+            .map(|i| match self.gather.expand(i) {
+                m if m & self.stand_in != 0 => all,
+                m => m,
+            })
+            .collect()
+    }
 }
 
 fn intersect_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
@@ -679,5 +729,52 @@ impl Gather {
             rest &= rest - 1;
         }
         mask
+    }
+}
+
+/// The transform against the sorted sets, the plain computation it replaces, whichever one
+/// [`reachable_on_machine`] would choose.
+#[cfg(test)]
+mod reach_tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn the_transform_finds_the_sets_ands() {
+        let mut rng = Rng::new(0x5eed_0005);
+        let keep = |h: &TopologyHint| h.preferred || h.affinity.is_some();
+        for round in 0..3000 {
+            // Machines of 1 to 40 nodes; hints naming a few of them, or any.
+            let nodes = 1 + rng.below(40) as u32;
+            let all = if nodes == 64 {
+                u64::MAX
+            } else {
+                (1u64 << nodes) - 1
+            };
+            let few = rng.below(2) == 0;
+            let pool = if few { all & 0b1010_0110_0001 } else { all };
+            let resources: Vec<Vec<TopologyHint>> = (0..1 + rng.below(4))
+                .map(|_| {
+                    (0..rng.below(6))
+                        .map(|_| TopologyHint {
+                            affinity: (!rng.percent(15))
+                                .then(|| NumaMask(pool & rng.next_u64() & rng.next_u64())),
+                            preferred: rng.percent(50),
+                        })
+                        .collect()
+                })
+                .collect();
+            let lists: Vec<&[TopologyHint]> = resources.iter().map(Vec::as_slice).collect();
+            let space = ReachSpace::new(&lists, &keep, all);
+            // Wider spaces work the same, in tables too slow for a debug build's test.
+            if space.gather.width > 14 {
+                continue;
+            }
+            assert_eq!(
+                space.reachable(&lists, &keep, all),
+                reachable_sparse(&lists, &keep, all),
+                "round {round}: {nodes} nodes, {resources:?}"
+            );
+        }
     }
 }

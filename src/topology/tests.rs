@@ -350,7 +350,9 @@ fn a_case_past_reach_is_an_error_that_says_why() {
     let r = run_json(&case.to_string());
     let error = r.error.unwrap_or_default();
     assert!(
-        error.starts_with("64 NUMA nodes and 1.100e12 combinations of hints: past 20 NUMA nodes"),
+        error.starts_with(
+            "64 NUMA nodes and 1.100e12 combinations of hints: where the hints name more than 20 NUMA nodes"
+        ),
         "{error}"
     );
     // The same on 20 nodes is merged.
@@ -728,6 +730,38 @@ fn agrees_with_cross_product_past_the_dense_limit() {
         ((40..64).collect(), vec![3, 9]),
     ];
     agree_with_cross_product(0x5eed_0002, 1500, &machines, SMALL);
+}
+
+#[test]
+fn agrees_with_cross_product_on_big_machines_whose_hints_name_few_nodes() {
+    // 24 to 40 nodes, the hints naming at most 6 of them (and none, for hints without
+    // affinity). merge::reach_tests checks the transform over the named nodes and one
+    // standing for the rest on its own.
+    let mut rng = Rng::new(0x5eed_0004);
+    for round in 0..1500 {
+        let machine: Vec<u32> = (0..24 + rng.below(17) as u32).collect();
+        let named: Vec<u32> = [0, 3, 7, 23, 1, 5][..1 + rng.below(6) as usize].to_vec();
+        let (_, providers) = random_case(&mut rng, &named, &[], SMALL);
+        let info = NumaInfo::new(machine);
+        for policy in [
+            Policy::BestEffort,
+            Policy::Restricted,
+            Policy::SingleNumaNode,
+        ] {
+            for closest in [false, true] {
+                let opts = PolicyOptions {
+                    prefer_closest_numa: closest,
+                    max_allowable_numa_nodes: 64,
+                };
+                let want = cross_product(policy, &opts, &info, &providers);
+                let got = merge(policy, &opts, &info, &providers);
+                assert_eq!(
+                    got, want,
+                    "round {round} {policy} closest={closest}\n{providers:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
