@@ -67,8 +67,24 @@ struct Reasons {
     index: [HashMap<String, u32>; 2],
 }
 
+/// The longest reason given for a node, in bytes: real ones are a line of a few hundred; one
+/// that quotes a long value from the request (a resource name, a label) is cut, as it is
+/// copied for every node it refuses.
+const MAX_REASON_BYTES: usize = 512;
+
+/// The most candidate nodes a request may list. The largest Kubernetes clusters run tens of
+/// thousands of nodes, and kube-scheduler sends an extender only the nodes its own filters
+/// passed; a longer list (millions of names fit the body limit) would cost gigabytes to judge
+/// and answer.
+const MAX_CANDIDATES: usize = 65_536;
+
 impl Reasons {
     fn id(&mut self, text: String, unresolvable: bool) -> u32 {
+        let text = if text.len() > MAX_REASON_BYTES {
+            crate::text::shorten(&text, MAX_REASON_BYTES)
+        } else {
+            text
+        };
         let index = &mut self.index[usize::from(unresolvable)];
         if let Some(id) = index.get(text.as_str()) {
             return *id;
@@ -658,7 +674,20 @@ impl<'b> Candidates<'b> {
 }
 
 fn read_node_names(raw: &str) -> Result<Vec<Name<'_>>, ExtenderError> {
-    serde_json::from_str(raw).map_err(|e| parse_error("NodeNames is not a list of names", e))
+    let names: Vec<Name<'_>> = serde_json::from_str(raw)
+        .map_err(|e| parse_error("NodeNames is not a list of names", e))?;
+    at_most_candidates("NodeNames", names.len())?;
+    Ok(names)
+}
+
+/// Refuses a request listing more than [`MAX_CANDIDATES`] nodes.
+fn at_most_candidates(field: &str, n: usize) -> Result<(), ExtenderError> {
+    if n > MAX_CANDIDATES {
+        return Err(ExtenderError::BadRequest(format!(
+            "{field} lists {n} nodes, more than the {MAX_CANDIDATES} an extender request may list"
+        )));
+    }
+    Ok(())
 }
 
 fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
@@ -673,6 +702,7 @@ fn candidates<'b>(f: &Fields<'b>) -> Result<Candidates<'b>, ExtenderError> {
                 .map_err(|e| parse_error("Nodes.items is not a list", e))?,
             _ => Vec::new(),
         };
+        at_most_candidates("Nodes.items", items.len())?;
         let names = items
             .iter()
             .map(|i| {

@@ -57,7 +57,9 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
     {
         return Err(err());
     }
-    // value = digits × 10^(-frac_len) × multiplier × 1000, kept in i128 until the end.
+    // value = digits × 10^(-frac_len) × multiplier × 1000, kept in i128 until the end; an
+    // exponent past what i128 can scale by leaves the value too large, or (rounded up, as
+    // all of it) one thousandth.
     let (num, den): (i128, i128) = match suffix {
         "" => (1000, 1),
         "m" => (1, 1),
@@ -66,22 +68,22 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
         "G" => (1_000_000_000_000, 1),
         "T" => (1_000_000_000_000_000, 1),
         "P" => (1_000_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000_000, 1),
         "Ki" => (1000 << 10, 1),
         "Mi" => (1000 << 20, 1),
         "Gi" => (1000 << 30, 1),
         "Ti" => (1000 << 40, 1),
         "Pi" => (1000 << 50, 1),
+        "Ei" => (1000 << 60, 1),
         "u" => (1, 1000),
         "n" => (1, 1_000_000),
         e if e.starts_with(['e', 'E']) => {
             let exp: i32 = e[1..].parse().map_err(|_| err())?;
-            if !(-9..=15).contains(&exp) {
-                return Err(err());
-            }
-            if exp >= 0 {
-                (1000 * 10i128.pow(exp as u32), 1)
-            } else {
-                (1000, 10i128.pow((-exp) as u32))
+            match exp {
+                31.. => (i128::MAX, 1),
+                0..=30 => (1000 * 10i128.pow(exp as u32), 1),
+                -30..=-1 => (1000, 10i128.pow((-exp) as u32)),
+                _ => (1, i128::MAX),
             }
         }
         _ => return Err(err()),
@@ -90,15 +92,18 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
     let digits: i128 = format!("{int_part}{frac_part}")
         .parse()
         .map_err(|_| too_large())?;
+    if digits == 0 {
+        return Ok(Milli(0));
+    }
     // A fraction too long to scale is a malformed quantity; a number too large to, too large.
     let frac_den = 10i128.checked_pow(frac_part.len() as u32).ok_or_else(err)?;
     let scaled_num = digits.checked_mul(num).ok_or_else(too_large)?;
-    let scaled_den = den.checked_mul(frac_den).ok_or_else(err)?;
+    // Past i128, the divisor leaves less than a thousandth: one, rounded up.
+    let Some(scaled_den) = den.checked_mul(frac_den) else {
+        return Ok(Milli(1));
+    };
     // Round up: a request of 0.1m is 1m.
-    let value = scaled_num
-        .checked_add(scaled_den - 1)
-        .ok_or_else(too_large)?
-        / scaled_den;
+    let value = scaled_num / scaled_den + i128::from(scaled_num % scaled_den != 0);
     i64::try_from(value).map(Milli).map_err(|_| too_large())
 }
 
@@ -199,7 +204,7 @@ mod tests {
         ] {
             assert_eq!(parse(text), Ok(Milli(milli)), "{text}");
         }
-        for bad in ["", "-", "1x", "Gi", "1.2.3", "e3", "1e99"] {
+        for bad in ["", "-", "1x", "Gi", "1.2.3", "e3", "1e", "1e+"] {
             assert_eq!(
                 parse(bad),
                 Err(QuantityError::Malformed(bad.into())),
@@ -221,6 +226,20 @@ mod tests {
             );
         }
         assert_eq!(parse("8Pi"), Ok(Milli(8000 << 50)));
+        // Every suffix and exponent Kubernetes takes is read: exa, exbi, any exponent.
+        for large in ["1e18", "1Ei", "1E", "2e40", "1.5e31", "1e99"] {
+            assert_eq!(
+                parse(large),
+                Err(QuantityError::TooLarge(large.into())),
+                "{large:?}"
+            );
+        }
+        assert_eq!(parse("0Ei"), Ok(Milli(0)));
+        assert_eq!(parse("0e99"), Ok(Milli(0)));
+        assert_eq!(parse("1e15"), Ok(Milli(1_000_000_000_000_000_000)));
+        assert_eq!(parse("1e-40"), Ok(Milli(1)));
+        assert_eq!(parse("1.5e-40"), Ok(Milli(1)));
+        assert_eq!(parse("25e-4"), Ok(Milli(3)));
     }
 
     #[test]

@@ -762,7 +762,7 @@ where
         plain(
             StatusCode::PAYLOAD_TOO_LARGE,
             bad,
-            format!("AdmissionReview body of {n} bytes is over the {limit}-byte limit"),
+            format!("a body of {n} bytes is over the {limit}-byte limit of {path}"),
         )
     };
     let declared = req
@@ -777,10 +777,17 @@ where
     let read = async {
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| {
+                let why = match e {
+                    // actix's own text ends in its inner error's Debug ("None").
+                    actix_web::error::PayloadError::Incomplete(_) => {
+                        "it ended before its declared length or last chunk".to_string()
+                    }
+                    other => other.to_string(),
+                };
                 plain(
                     StatusCode::BAD_REQUEST,
                     bad,
-                    format!("request body could not be read: {e}"),
+                    format!("request body could not be read: {why}"),
                 )
             })?;
             if body.len() + chunk.len() > limit {

@@ -281,6 +281,55 @@ async fn a_refused_binding_is_reported_in_error() {
     running.shutdown().await;
 }
 
+/// A long NodeNames list (over 64 KiB, judged on the blocking pool) is answered like a short
+/// one; a list longer than any cluster's (millions of names fit the body limit, and took
+/// gigabytes to answer) is refused; a reason quoting a long value is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lists_are_judged_and_longer_than_any_cluster_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut many = fixture("extender-filter-nodenames");
+    let unknown: Vec<String> = (0..5000).map(|i| format!("elsewhere-{i:05}")).collect();
+    let mut names = vec!["node-gpu-1".to_string()];
+    names.extend(unknown.iter().cloned());
+    many["NodeNames"] = json!(names);
+    assert!(many.to_string().len() > 64 * 1024);
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &many).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["NodeNames"], json!(["node-gpu-1"]));
+    let failed = reply["FailedAndUnresolvableNodes"].as_object().unwrap();
+    assert_eq!(failed.len(), 5000, "every unknown name is answered");
+
+    let mut too_many = fixture("extender-filter-nodenames");
+    too_many["NodeNames"] = json!((0..65_537).map(|i| format!("n{i}")).collect::<Vec<_>>());
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &too_many).await;
+    assert_eq!(status, 400);
+    let text = reply.as_str().unwrap_or_default();
+    assert!(
+        text.contains("NodeNames lists 65537 nodes, more than the 65536"),
+        "{text}"
+    );
+
+    // A resource name of 10 KB (the API server would not take it; anyone may send it here).
+    let mut long = fixture("extender-filter-nodenames");
+    long["Pod"]["metadata"]["uid"] = json!("long-resource");
+    long["Pod"]["spec"]["containers"][0]["resources"]["requests"]
+        [format!("example.com/{}", "r".repeat(10_000))] = json!("1");
+    long["NodeNames"] = json!(["node-gpu-1", "node-gpu-2"]);
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &long).await;
+    assert_eq!(status, 200);
+    for (key, why) in reply["FailedNodes"]
+        .as_object()
+        .into_iter()
+        .chain(reply["FailedAndUnresolvableNodes"].as_object())
+        .flatten()
+    {
+        let why = why.as_str().unwrap();
+        assert!(why.len() <= 515, "{key}: a reason of {} bytes", why.len());
+    }
+    running.shutdown().await;
+}
+
 /// A reason never repeats a huge request back, nor once per node: a body that is a 200 KB
 /// string gets a 400 of a few hundred bytes, and a Pod that is one, or a 100 KB quantity, a
 /// short reason on each node it fails.

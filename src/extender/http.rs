@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 /// A full NodeList for 5,000 nodes is about 15 MiB.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests up to this size (a NodeNames list of about 3,000 names) are judged on the
+/// worker that read them, in well under a millisecond; larger ones on the blocking pool.
+const INLINE_BODY: usize = 64 * 1024;
 
 #[derive(Clone, Copy)]
 enum Verb {
@@ -64,13 +67,46 @@ async fn handle(
         Ok(b) => b,
         Err(res) => return res,
     };
-    let extender = &state.extender;
     let now = Instant::now();
-    let result = match verb {
-        Verb::Filter => extender.filter(&body, now),
-        Verb::Prioritize => extender.prioritize(&body, now),
-        Verb::Bind => extender.bind(&body, now).await,
+    if let Verb::Bind = verb {
+        return reply(path, state.extender.bind(&body, now).await, bad);
+    }
+    let large = body.len() > INLINE_BODY;
+    let judge = {
+        let state = state.clone();
+        move || match verb {
+            Verb::Filter => state.extender.filter(&body, now),
+            _ => state.extender.prioritize(&body, now),
+        }
     };
+    // A long list of nodes takes a while to judge: on the blocking pool then, so that the
+    // webhooks this worker also serves do not wait behind it (they have 5 s).
+    let result = if large {
+        match web::block(judge).await {
+            Ok(result) => result,
+            Err(_) => {
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Outcome {
+                        path,
+                        result: "unavailable",
+                    },
+                    "the request could not be judged: the server is shutting down".into(),
+                )
+            }
+        }
+    } else {
+        judge()
+    };
+    reply(path, result, bad)
+}
+
+/// The reply to a judged request: its JSON, or a refusal said by `bad`.
+fn reply(
+    path: &'static str,
+    result: Result<Vec<u8>, ExtenderError>,
+    bad: impl FnOnce(String) -> HttpResponse,
+) -> HttpResponse {
     match result {
         Ok(reply) => {
             let mut res = HttpResponse::Ok()
