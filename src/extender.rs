@@ -1083,16 +1083,28 @@ impl Extender {
             text("poduid")?,
             text("node")?,
         );
+        if node.is_empty() || name.is_empty() {
+            return Err(ExtenderError::BadRequest(
+                "binding request has an empty Node or PodName".into(),
+            ));
+        }
+        // Without an API server (`--standalone`) nothing is bound: said, not pretended, so
+        // that a scheduler pointed here by mistake does not take its pods for bound.
+        let Some(client) = &self.client else {
+            let error = format!(
+                "no API server to bind pod {namespace}/{name} with: switchyard serves --standalone"
+            );
+            return serde_json::to_vec(&BindingResult { error })
+                .map_err(|e| ExtenderError::BadRequest(e.to_string()));
+        };
         let mut error = String::new();
         if let Some(memo) = self.by_uid.get(&uid) {
             self.reserve(&uid, &memo.shape, &node, now);
         }
-        if let Some(client) = &self.client {
-            if let Err(e) = post_binding(client, &namespace, &name, &uid, &node).await {
-                let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-                Arc::make_mut(&mut inflight).release(&uid);
-                error = format!("binding pod {namespace}/{name} to node {node}: {e}");
-            }
+        if let Err(e) = post_binding(client, &namespace, &name, &uid, &node).await {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::make_mut(&mut inflight).release(&uid);
+            error = format!("binding pod {namespace}/{name} to node {node}: {e}");
         }
         serde_json::to_vec(&BindingResult { error })
             .map_err(|e| ExtenderError::BadRequest(e.to_string()))

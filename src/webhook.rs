@@ -387,13 +387,15 @@ fn check_request<'a>(
             "request.operation {op_text:?} is not one of CREATE, UPDATE, DELETE, CONNECT"
         ))
     })?;
-    if let Some(kind) = req.object.as_ref().and_then(|o| o.kind.as_deref()) {
-        if kind != reviewed.name() {
-            return Err(reject(format!(
-                "request.object is a {kind}, not a {} {}",
-                reviewed.api_version(),
-                reviewed.name()
-            )));
+    for (field, object) in [("object", &req.object), ("oldObject", &req.old_object)] {
+        if let Some(kind) = object.as_ref().and_then(|o| o.kind.as_deref()) {
+            if kind != reviewed.name() {
+                return Err(reject(format!(
+                    "request.{field} is a {kind}, not a {} {}",
+                    reviewed.api_version(),
+                    reviewed.name()
+                )));
+            }
         }
     }
     match operation {
@@ -520,33 +522,31 @@ pub(crate) struct Denial {
 }
 
 impl Denial {
-    pub(crate) fn invalid(message: String) -> Self {
+    /// A denial's message is cut to [`crate::text::REQUEST_MESSAGE_BYTES`]: one may quote a
+    /// value from the request, which the API server's own checks keep short but anyone else
+    /// may make a megabyte.
+    fn new(code: u16, reason: &'static str, message: String) -> Self {
+        let message = match message.len() > crate::text::REQUEST_MESSAGE_BYTES {
+            true => crate::text::about_request(&message),
+            false => message,
+        };
         Self {
-            code: 422,
-            reason: "Invalid",
+            code,
+            reason,
             message,
         }
+    }
+    pub(crate) fn invalid(message: String) -> Self {
+        Self::new(422, "Invalid", message)
     }
     pub(crate) fn forbidden(message: String) -> Self {
-        Self {
-            code: 403,
-            reason: "Forbidden",
-            message,
-        }
+        Self::new(403, "Forbidden", message)
     }
     pub(crate) fn bad_request(message: String) -> Self {
-        Self {
-            code: 400,
-            reason: "BadRequest",
-            message,
-        }
+        Self::new(400, "BadRequest", message)
     }
     pub(crate) fn unavailable(message: String) -> Self {
-        Self {
-            code: 503,
-            reason: "ServiceUnavailable",
-            message,
-        }
+        Self::new(503, "ServiceUnavailable", message)
     }
 }
 

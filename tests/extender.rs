@@ -281,6 +281,40 @@ async fn a_refused_binding_is_reported_in_error() {
     running.shutdown().await;
 }
 
+/// Without an API server (`--standalone`) a binding is refused in its Error, not answered as
+/// made (a scheduler would take the pod for bound), and holds no room; an empty node is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_extender_says_it_binds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let bind = fixture("extender-bind");
+    // Three 2-GPU pods, one after the other: the third would not fit were the first two
+    // bindings held (bind_holds_the_space_and_posts_the_binding).
+    for i in 0..3 {
+        let mut filter = fixture("extender-filter-nodenames");
+        filter["Pod"]["metadata"]["uid"] = json!(format!("standalone-{i}"));
+        filter["NodeNames"] = json!(["node-gpu-1"]);
+        let (_, reply) = call(&mut conn, "/scheduler/filter", &filter).await;
+        assert_eq!(
+            reply["NodeNames"],
+            json!(["node-gpu-1"]),
+            "pod {i}: {reply}"
+        );
+        let mut bind_to_1 = bind.clone();
+        bind_to_1["PodUID"] = json!(format!("standalone-{i}"));
+        bind_to_1["Node"] = json!("node-gpu-1");
+        let (status, reply) = call(&mut conn, "/scheduler/bind", &bind_to_1).await;
+        assert_eq!(status, 200);
+        let error = reply["Error"].as_str().unwrap();
+        assert!(error.contains("no API server to bind pod"), "{error}");
+    }
+    let mut nowhere = bind.clone();
+    nowhere["Node"] = json!("");
+    let (status, _) = call(&mut conn, "/scheduler/bind", &nowhere).await;
+    assert_eq!(status, 400);
+    running.shutdown().await;
+}
+
 /// A long NodeNames list (over 64 KiB, judged on the blocking pool) is answered like a short
 /// one; a list longer than any cluster's (millions of names fit the body limit, and took
 /// gigabytes to answer) is refused; a reason quoting a long value is cut.

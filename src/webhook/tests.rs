@@ -73,6 +73,36 @@ fn requests_with_a_uid_are_denied_in_a_review() {
         "uid": "u-1", "kind": gvk, "operation": "CREATE", "object": {"kind": "CronJob"}
     })));
     assert!(msg.contains("CronJob"), "{msg}");
+    let msg = rejected(review_with(json!({
+        "uid": "u-1", "kind": gvk, "operation": "UPDATE", "object": job,
+        "oldObject": {"kind": "ConfigMap", "metadata": {"name": "a"}}
+    })));
+    assert!(
+        msg.contains("request.oldObject is a ConfigMap, not a batch/v1 Job"),
+        "{msg}"
+    );
+    // A denial quoting a megabyte from the request is cut.
+    let long = "q".repeat(1 << 20);
+    let body = review_with(json!({
+        "uid": "u-1", "kind": gvk, "operation": "CREATE", "object": {"kind": long}
+    }));
+    let (reply, decision) = review_body(
+        Hook::Validate,
+        &serde_json::to_vec(&body).unwrap(),
+        &AdmissionPolicy::default(),
+        None,
+    )
+    .unwrap();
+    let message = decision.denial.unwrap().message;
+    assert!(
+        message.starts_with("request.object is a qqq"),
+        "{message:.80}"
+    );
+    assert!(
+        message.len() <= 1100 && reply.len() < 2000,
+        "{} bytes",
+        reply.len()
+    );
 }
 
 #[test]
