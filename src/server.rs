@@ -874,7 +874,7 @@ async fn review(
         Some(ns) => match webhooks.namespaces.get(ns).await {
             Ok(labels) => labels,
             Err(e) => {
-                tracing::error!(hook = hook_name, uid = %review.envelope.uid, error = %e, "denied: namespace lookup failed");
+                tracing::error!(hook = hook_name, uid = %Clipped(&review.envelope.uid), error = %e, "denied: namespace lookup failed");
                 let d = Decision::deny(Denial::unavailable(format!(
                     "{e}; the default queue cannot be decided, retry shortly"
                 )));

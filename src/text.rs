@@ -37,9 +37,27 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
 }
 
 /// A message about a client's request as it is logged and sent back: at most
-/// [`REQUEST_MESSAGE_BYTES`] of it.
+/// [`REQUEST_MESSAGE_BYTES`] of it, on one line (its control characters escaped, so that a
+/// value from the request cannot start a log line of its own).
 pub(crate) fn about_request(message: &str) -> String {
-    shorten(message, REQUEST_MESSAGE_BYTES)
+    let short = shorten(message, REQUEST_MESSAGE_BYTES);
+    match short.contains(char::is_control) {
+        true => escape_controls(&short),
+        false => short,
+    }
+}
+
+/// `s` with its control characters escaped as Rust writes them (`\n`, `\u{0}`).
+fn escape_controls(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A string from a request as a log field: at most [`REQUEST_MESSAGE_BYTES`] of it, marked
@@ -49,7 +67,10 @@ pub(crate) struct Clipped<'a>(pub &'a str);
 impl fmt::Display for Clipped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let h = head(self.0, REQUEST_MESSAGE_BYTES);
-        f.write_str(h)?;
+        match h.contains(char::is_control) {
+            true => f.write_str(&escape_controls(h))?,
+            false => f.write_str(h)?,
+        }
         if h.len() < self.0.len() {
             f.write_str("…")?;
         }
@@ -60,6 +81,16 @@ impl fmt::Display for Clipped<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_comes_from_a_request_stays_on_one_line() {
+        assert_eq!(
+            about_request("bad group \"x\nFAKE line\r\u{0}\""),
+            "bad group \"x\\nFAKE line\\r\\u{0}\""
+        );
+        assert_eq!(Clipped("a\nb").to_string(), "a\\nb");
+        assert_eq!(about_request("plain"), "plain");
+    }
 
     #[test]
     fn shorten_cuts_on_a_character_boundary_and_says_so() {
