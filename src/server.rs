@@ -716,7 +716,7 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     )
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     let mut res = plain(
         StatusCode::METHOD_NOT_ALLOWED,
         Outcome {

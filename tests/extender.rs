@@ -281,6 +281,28 @@ async fn a_refused_binding_is_reported_in_error() {
     running.shutdown().await;
 }
 
+/// The extender's paths answer another method than POST with 405 and `Allow: POST`, as the
+/// webhooks' do, not with "no such path".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_than_post_are_not_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    for (method, path) in [
+        ("GET", "/scheduler/filter"),
+        ("PUT", "/scheduler/prioritize"),
+        ("DELETE", "/scheduler/bind"),
+        ("GET", "/mutate-batch-v1-job"),
+    ] {
+        let (status, allow) = conn.bodiless(method, path).await;
+        assert_eq!(
+            (status, allow.as_deref()),
+            (405, Some("POST")),
+            "{method} {path}"
+        );
+    }
+    running.shutdown().await;
+}
+
 /// Without an API server (`--standalone`) a binding is refused in its Error, not answered as
 /// made (a scheduler would take the pod for bound), and holds no room; an empty node is a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! The extender's HTTP handlers on the shared HTTPS server.
 
 use super::{ExtenderError, BIND_PATH, FILTER_PATH, PRIORITIZE_PATH};
-use crate::server::{is_json, plain, read_body, Outcome, State};
+use crate::server::{is_json, method_not_allowed, plain, read_body, Outcome, State};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use std::time::{Duration, Instant};
@@ -33,6 +33,9 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         BIND_PATH,
         web::post().to(|s, r, p| handle(Verb::Bind, s, r, p)),
     );
+    for path in [FILTER_PATH, PRIORITIZE_PATH, BIND_PATH] {
+        cfg.route(path, web::to(method_not_allowed));
+    }
 }
 
 async fn handle(

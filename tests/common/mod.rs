@@ -181,6 +181,25 @@ pub mod tls_client {
         pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
             self.post(path, "application/json", body).await
         }
+
+        /// Sends `method` to `path` without a body; returns the status and the Allow header.
+        #[allow(dead_code)]
+        pub async fn bodiless(&mut self, method: &str, path: &str) -> (u16, Option<String>) {
+            let req = hyper::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("host", "localhost")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            self.sender.ready().await.expect("connection ready");
+            let res = self.sender.send_request(req).await.expect("response");
+            let allow = (res.headers().get("allow"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let status = res.status().as_u16();
+            res.into_body().collect().await.unwrap();
+            (status, allow)
+        }
     }
 }
 
