@@ -674,6 +674,14 @@ impl<'b> Candidates<'b> {
 }
 
 fn read_node_names(raw: &str) -> Result<Vec<Name<'_>>, ExtenderError> {
+    // Node names are at most 253 ASCII characters: a longer list cannot be one of at most
+    // MAX_CANDIDATES names, and is refused before it is read (4 million names took 400 MB).
+    if raw.len() > MAX_CANDIDATES * (253 + 3) {
+        return Err(ExtenderError::BadRequest(format!(
+            "NodeNames is {} bytes, more than a list of {MAX_CANDIDATES} node names takes",
+            raw.len()
+        )));
+    }
     let names: Vec<Name<'_>> = serde_json::from_str(raw)
         .map_err(|e| parse_error("NodeNames is not a list of names", e))?;
     at_most_candidates("NodeNames", names.len())?;

@@ -365,6 +365,17 @@ async fn long_lists_are_judged_and_longer_than_any_cluster_refused() {
         text.contains("NodeNames lists 65537 nodes, more than the 65536"),
         "{text}"
     );
+    // Longer than any list of 65,536 node names: refused before it is read.
+    let mut huge = fixture("extender-filter-nodenames");
+    let long_name = "n".repeat(250);
+    huge["NodeNames"] = json!(vec![long_name; 70_000]);
+    let (status, reply) = call(&mut conn, "/scheduler/filter", &huge).await;
+    assert_eq!(status, 400);
+    let text = reply.as_str().unwrap_or_default();
+    assert!(
+        text.contains("more than a list of 65536 node names takes"),
+        "{text}"
+    );
 
     // A resource name of 10 KB (the API server would not take it; anyone may send it here).
     let mut long = fixture("extender-filter-nodenames");
