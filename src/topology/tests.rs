@@ -670,6 +670,25 @@ fn random_case(
     (info, providers)
 }
 
+/// `merge` and the kubelet's cross product agree on the case under each policy, with and
+/// without prefer-closest-numa-nodes.
+fn agree_on(round: usize, policies: &[Policy], info: &NumaInfo, providers: &[ProviderHints]) {
+    for &policy in policies {
+        for closest in [false, true] {
+            let opts = PolicyOptions {
+                prefer_closest_numa: closest,
+                max_allowable_numa_nodes: 64,
+            };
+            let want = cross_product(policy, &opts, info, providers);
+            let got = merge(policy, &opts, info, providers);
+            assert_eq!(
+                got, want,
+                "round {round} {policy} closest={closest}\n{info:?}\n{providers:?}"
+            );
+        }
+    }
+}
+
 fn agree_with_cross_product(
     seed: u64,
     rounds: usize,
@@ -686,20 +705,7 @@ fn agree_with_cross_product(
     for round in 0..rounds {
         let (nodes, extra) = &machines[round % machines.len()];
         let (info, providers) = random_case(&mut rng, nodes, extra, shape);
-        for policy in policies {
-            for closest in [false, true] {
-                let opts = PolicyOptions {
-                    prefer_closest_numa: closest,
-                    max_allowable_numa_nodes: 64,
-                };
-                let want = cross_product(policy, &opts, &info, &providers);
-                let got = merge(policy, &opts, &info, &providers);
-                assert_eq!(
-                    got, want,
-                    "round {round} {policy} closest={closest}\n{info:?}\n{providers:?}"
-                );
-            }
-        }
+        agree_on(round, &policies, &info, &providers);
     }
 }
 
@@ -743,24 +749,12 @@ fn agrees_with_cross_product_on_big_machines_whose_hints_name_few_nodes() {
         let named: Vec<u32> = [0, 3, 7, 23, 1, 5][..1 + rng.below(6) as usize].to_vec();
         let (_, providers) = random_case(&mut rng, &named, &[], SMALL);
         let info = NumaInfo::new(machine);
-        for policy in [
+        let policies = [
             Policy::BestEffort,
             Policy::Restricted,
             Policy::SingleNumaNode,
-        ] {
-            for closest in [false, true] {
-                let opts = PolicyOptions {
-                    prefer_closest_numa: closest,
-                    max_allowable_numa_nodes: 64,
-                };
-                let want = cross_product(policy, &opts, &info, &providers);
-                let got = merge(policy, &opts, &info, &providers);
-                assert_eq!(
-                    got, want,
-                    "round {round} {policy} closest={closest}\n{providers:?}"
-                );
-            }
-        }
+        ];
+        agree_on(round, &policies, &info, &providers);
     }
 }
 
