@@ -40,16 +40,11 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());
     let (number, suffix) = s.split_at(split);
-    if number.is_empty() {
-        return Err(err());
-    }
-    if number.starts_with('-') && number.len() > 1 {
-        return Err(QuantityError::Negative(quoted()));
-    }
-    if number.starts_with('-') {
-        return Err(err());
-    }
-    let number = number.strip_prefix('+').unwrap_or(number);
+    // A well-formed negative quantity is said to be negative once it is read.
+    let (negative, number) = match number.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, number.strip_prefix('+').unwrap_or(number)),
+    };
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     if int_part.is_empty() && frac_part.is_empty()
         || !int_part.bytes().all(|b| b.is_ascii_digit())
@@ -94,6 +89,9 @@ pub(crate) fn parse(text: &str) -> Result<Milli, QuantityError> {
         .map_err(|_| too_large())?;
     if digits == 0 {
         return Ok(Milli(0));
+    }
+    if negative {
+        return Err(QuantityError::Negative(quoted()));
     }
     // A fraction too long to scale is a malformed quantity; a number too large to, too large.
     let frac_den = 10i128.checked_pow(frac_part.len() as u32).ok_or_else(err)?;
@@ -212,6 +210,9 @@ mod tests {
             );
         }
         assert_eq!(parse("-1"), Err(QuantityError::Negative("-1".into())));
+        assert_eq!(parse("-1.5Gi"), Err(QuantityError::Negative("-1.5Gi".into())));
+        assert_eq!(parse("-."), Err(QuantityError::Malformed("-.".into())));
+        assert_eq!(parse("-0"), Ok(Milli(0)));
         // Quantities Kubernetes takes, past what thousandths in an i64 hold: said as such.
         for large in [
             "9Pi",

@@ -267,6 +267,16 @@ impl Waiting {
             _ => self.0.push_back((uid.to_string(), pods)),
         }
     }
+
+    /// The first run, taken off the queue.
+    fn next(&mut self) -> Option<(String, u32)> {
+        self.0.pop_front()
+    }
+
+    /// The Job's pods wait no more.
+    fn forget(&mut self, uid: &str) {
+        self.0.retain(|(u, _)| u != uid);
+    }
 }
 
 impl SimWorker {
@@ -590,7 +600,7 @@ impl SimWorker {
         let Some(job) = self.jobs.remove(uid) else {
             return false;
         };
-        self.waiting.0.retain(|(u, _)| u != uid);
+        self.waiting.forget(uid);
         self.rows.fit(cluster, table.len());
         for pod in job.pods.values() {
             release(cluster, &mut self.rows, table, pod, fx);
@@ -756,7 +766,7 @@ impl SimWorker {
         let mut unplaceable: Vec<(*const PodShape, *const Arc<str>)> = Vec::new();
         let mut settle: Vec<String> = Vec::new();
         self.rows.fit(cluster, table.len());
-        while let Some((uid, pods)) = self.waiting.0.pop_front() {
+        while let Some((uid, pods)) = self.waiting.next() {
             // The run's pods one at a time, as the scheduler takes them; when one is not
             // looked for, nor is the rest of the run (nothing about its Job or shape changed).
             for left in (1..=pods).rev() {

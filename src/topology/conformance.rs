@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::merge::MACHINE_DENSE_BITS;
+use super::merge::{reach_nodes, MACHINE_DENSE_BITS};
 use super::{
     merge, validate, ConfigError, NumaInfo, NumaMask, Policy, PolicyOptions, ProviderHints,
     TopologyHint, MAX_ALLOWABLE_NUMA_NODES, PREFER_CLOSEST_NUMA_NODES,
@@ -145,15 +145,13 @@ const SPARSE_COMBINATIONS: f64 = (1u64 << 24) as f64;
 /// name more than [`MACHINE_DENSE_BITS`] of the machine's nodes (counting one for those they
 /// do not name), too many for the tables, and pairing them would take too long.
 fn beyond_reach(input: &MergeInput) -> bool {
-    let all =
-        (input.numa_info.nodes.iter()).fold(0u64, |a, &n| a | 1u64.checked_shl(n).unwrap_or(0));
-    let named = (input.providers.iter().flat_map(|p| p.values()))
+    let affinities = (input.providers.iter().flat_map(|p| p.values()))
         .flatten()
         .flatten()
-        .filter_map(|h| h.affinity)
-        .fold(0, |n, m| n | (m.bits() & all));
-    let width = named.count_ones() + u32::from(all & !named != 0);
-    width > MACHINE_DENSE_BITS && combinations(&input.providers) > SPARSE_COMBINATIONS
+        .filter_map(|h| h.affinity);
+    let (named, stand_in) = reach_nodes(input.numa_info.default_mask().bits(), affinities);
+    (named | stand_in).count_ones() > MACHINE_DENSE_BITS
+        && combinations(&input.providers) > SPARSE_COMBINATIONS
 }
 
 /// How many ways there are to take one hint per resource (a resource without hints, or
