@@ -210,7 +210,10 @@ mod tests {
             );
         }
         assert_eq!(parse("-1"), Err(QuantityError::Negative("-1".into())));
-        assert_eq!(parse("-1.5Gi"), Err(QuantityError::Negative("-1.5Gi".into())));
+        assert_eq!(
+            parse("-1.5Gi"),
+            Err(QuantityError::Negative("-1.5Gi".into()))
+        );
         assert_eq!(parse("-."), Err(QuantityError::Malformed("-.".into())));
         assert_eq!(parse("-0"), Ok(Milli(0)));
         // Quantities Kubernetes takes, past what thousandths in an i64 hold: said as such.
