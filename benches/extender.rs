@@ -498,7 +498,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     client.shutdown_timeout(Duration::from_secs(5));
 
-    let inventory = switchyard::inventory::load_file(&inventory_path)?;
+    let inventory = switchyard::inventory::load_file(&inventory_path)?.inventory;
     let extender = Extender::new(
         Arc::new(InventoryStore::new(inventory)),
         ExtenderConfig::default(),

@@ -150,7 +150,14 @@ impl FileConfig {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        serde_yaml::from_str(text).map_err(|e| e.to_string())
+        let (config, unread) = crate::unread::from_yaml(text).map_err(|e| e.to_string())?;
+        // Every key of the file is Switchyard's: the `managedNamespaces` selector too, where a
+        // misspelt `matchLabel` would leave a selector that takes every namespace.
+        let unread = crate::unread::judge(&unread, |_| crate::unread::Owner::Switchyard);
+        match unread.errors.is_empty() {
+            true => Ok(config),
+            false => Err(unread.errors.join("; ")),
+        }
     }
 }
 
@@ -825,6 +832,10 @@ mod tests {
         let err = FileConfig::parse("leaderElection:\n  leaseNme: x\n").unwrap_err();
         assert!(err.contains("leaseNme"), "{err}");
         assert!(FileConfig::parse("role: boss\n").is_err());
+        // Inside the namespace selector too: skipped, `matchLabel` would take every namespace.
+        let err = FileConfig::parse("managedNamespaces:\n  matchLabel: {team: a}\n").unwrap_err();
+        assert_eq!(err, "managedNamespaces.matchLabel: unknown field");
+        FileConfig::parse("managedNamespaces:\n  matchLabels: {team: a}\n").unwrap();
     }
 
     #[test]

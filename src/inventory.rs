@@ -11,7 +11,7 @@
 pub(crate) mod file;
 
 pub(crate) use file::InventoryError;
-pub use file::{load_file, parse_yaml};
+pub use file::{load_file, parse, parse_yaml, Loaded};
 
 use crate::topology::{NumaInfo, Policy, PolicyOptions};
 use arc_swap::ArcSwap;

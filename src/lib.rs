@@ -29,6 +29,7 @@ pub mod telemetry;
 pub mod text;
 pub mod tls;
 pub mod topology;
+pub mod unread;
 pub mod webhook;
 pub mod wellknown;
 pub mod workers;

@@ -224,12 +224,22 @@ fn topology_merge() -> anyhow::Result<()> {
 
 /// `explain`: why a pod fits or not, per node or cluster of an inventory file.
 fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
-    let inventory = switchyard::inventory::load_file(&args.inventory)?;
+    use switchyard::unread;
+    let loaded = switchyard::inventory::load_file(&args.inventory)?;
+    for warning in &loaded.warnings {
+        note(&format!("warning: inventory: {warning}"));
+    }
+    let inventory = loaded.inventory;
     let text = std::fs::read_to_string(&args.pod)
         .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
-    let view: switchyard::placement::PodView =
-        serde_yaml::from_str(switchyard::text::without_bom(&text))
-            .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
+    let (view, skipped): (switchyard::placement::PodView, _) = unread::from_yaml(&text)
+        .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
+    let pod = unread::judge(&skipped, |_| {
+        unread::Owner::Kubernetes(unread::KubeType::Pod, 0)
+    });
+    for warning in &pod.warnings {
+        note(&format!("warning: pod: {warning}"));
+    }
     let shape = switchyard::placement::PodShape::from_view(&view)?;
     let config = switchyard::placement::EngineConfig {
         numa_unknown: match args.numa_unknown {
@@ -257,6 +267,9 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         None => simulate::scenario::parse(simulate::scenario::BUNDLED)
             .context("the bundled scenario does not parse")?,
     };
+    for warning in &scenario.warnings {
+        note(&format!("warning: scenario: {warning}"));
+    }
     // Opened before the run: a path that cannot be written fails at once, not after it.
     let report_file = args
         .report

@@ -272,7 +272,11 @@ fn start_inventory(
 ) -> crate::Result<Started> {
     match (&settings.inventory, client, settings.role) {
         (Some(path), _, _) => {
-            let inv = crate::inventory::load_file(path)?;
+            let loaded = crate::inventory::load_file(path)?;
+            for warning in &loaded.warnings {
+                tracing::warn!(inventory = %path.display(), "{warning}");
+            }
+            let inv = loaded.inventory;
             tracing::info!(inventory = %path.display(), clusters = inv.clusters.len(), "inventory loaded");
             store.replace(inv);
             Ok(Started::default())

@@ -1231,3 +1231,138 @@ fn simulate_the_kueue_example_runs_and_keeps_the_output_format() {
     let all = run(&["--strategy", "all"]);
     assert!(all.starts_with("FIGURE"), "{all}");
 }
+
+/// A scenario of the bundled example's clusters and queues and one Job per pod template of
+/// `templates`.
+fn scenario_with_templates(templates: &[serde_json::Value]) -> String {
+    let bundled = std::fs::read_to_string("examples/scenario.yaml").unwrap();
+    let head = &bundled[..bundled.find("\njobs:").unwrap()];
+    let mut text = format!("{head}\njobs:\n");
+    for (i, t) in templates.iter().enumerate() {
+        text.push_str(&format!(
+            "  - name: j{i}\n    queue: batch\n    submitAt: 0s\n    parallelism: 1\n    duration: 1m\n    template: {t}\n"
+        ));
+    }
+    text
+}
+
+/// The pod template of the Job the API server sent in the admission review `fixture`.
+fn job_template(fixture: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(format!("tests/fixtures/admission/{fixture}")).unwrap();
+    let review: serde_json::Value = serde_json::from_str(&text).unwrap();
+    review["request"]["object"]["spec"]["template"]["spec"].clone()
+}
+
+/// What `simulate` prints on stderr for `scenario`, and whether it succeeded.
+fn simulate_stderr(dir: &Path, scenario: &str) -> (bool, String) {
+    let path = dir.join("s.yaml");
+    std::fs::write(&path, scenario).unwrap();
+    let out = switchyard()
+        .args(["simulate", "--output", "json", "--scenario"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A key of a pod template that a Kubernetes PodSpec does not have (a typo, or a field of a
+/// newer Kubernetes) is said on stderr with its path, and the run goes on; a real Job's
+/// template, with its image, command and defaulted fields, draws no word.
+#[test]
+fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = job_template("admission-mutate-create-basic.json");
+    let (ok, err) = simulate_stderr(
+        dir.path(),
+        &scenario_with_templates(std::slice::from_ref(&real)),
+    );
+    assert!(ok && err.is_empty(), "{err}");
+
+    let newer = job_template("mutate-create-unknown-fields.json");
+    let mut typo = real.clone();
+    let container = typo["containers"][0].as_object_mut().unwrap();
+    let resources = container.remove("resources").unwrap();
+    container.insert("resorces".into(), resources);
+    let (ok, err) = simulate_stderr(dir.path(), &scenario_with_templates(&[real, newer, typo]));
+    assert!(ok, "{err}");
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "warning: scenario: jobs[1].template.containers[0].futureContainerField: not a field of a Kubernetes v1.33 PodSpec; skipped",
+            "warning: scenario: jobs[2].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped",
+        ]
+    );
+}
+
+/// A queue's settings are Switchyard's own: a key that is not one is refused with its path,
+/// at the queue and inside a setting.
+#[test]
+fn simulate_refuses_a_queue_key_that_is_not_a_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundled = std::fs::read_to_string("examples/scenario.yaml").unwrap();
+    let top = bundled.replace(
+        "    placement: {strategy: LeastAllocated}\n",
+        "    placement: {strategy: LeastAllocated}\n    starvatoinAfter: 0s\n",
+    );
+    assert_ne!(top, bundled);
+    let (ok, err) = simulate_stderr(dir.path(), &top);
+    assert!(!ok);
+    assert!(
+        err.contains("queues[0]: unknown field `starvatoinAfter`"),
+        "{err}"
+    );
+    let nested = bundled.replacen("      enabled: true\n", "      enabeld: true\n", 1);
+    assert_ne!(nested, bundled);
+    let (ok, err) = simulate_stderr(dir.path(), &nested);
+    assert!(!ok);
+    assert_eq!(
+        err.trim_end(),
+        "Error: scenario: queues[0].waitForPodsReady.enabeld: unknown field"
+    );
+}
+
+/// `explain` reads a Pod as kube-scheduler sends it (status, managed fields and all) without
+/// a word, and warns of a key a Pod does not have; the inventory's nodes' NodeResourceTopology
+/// zones too.
+#[test]
+fn explain_warns_of_keys_kubernetes_does_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string("tests/fixtures/extender/extender-filter-nodenames.json").unwrap();
+    let args: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut pod = args["Pod"].clone();
+    let explain = |pod: &serde_json::Value, inventory: &str| {
+        let pod_path = dir.path().join("pod.json");
+        std::fs::write(&pod_path, pod.to_string()).unwrap();
+        let inv_path = dir.path().join("inventory.yaml");
+        std::fs::write(&inv_path, inventory).unwrap();
+        let out = switchyard()
+            .args(["explain", "--inventory"])
+            .arg(&inv_path)
+            .arg("--pod")
+            .arg(&pod_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let inventory = std::fs::read_to_string("examples/inventory.yaml").unwrap();
+    assert_eq!(explain(&pod, &inventory), "");
+    pod["spec"]["nodeSelecter"] = serde_json::json!({"zone": "a"});
+    let typo = inventory.replacen("type: Node", "type: Node\n              parnet: x", 1);
+    assert_ne!(typo, inventory);
+    let err = explain(&pod, &typo);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("warning: inventory: clusters[0].nodes[0].topology.zones[0].parnet: not a field of a NodeResourceTopology"),
+        "{err}"
+    );
+    assert_eq!(
+        lines[1],
+        "warning: pod: spec.nodeSelecter: not a field of a Kubernetes v1.33 Pod; skipped"
+    );
+}

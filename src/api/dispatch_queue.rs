@@ -323,11 +323,83 @@ pub struct DispatchQueueStatus {
 /// A `queues:` entry of a scenario file: the spec and the name that is `metadata.name` in
 /// the cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(expecting = "a queue: a map of name, clusters and its settings")]
+#[serde(from = "NamedQueueFile")]
 pub struct NamedQueueSpec {
     pub name: String,
     #[serde(flatten)]
     pub spec: DispatchQueueSpec,
+}
+
+/// How a [`NamedQueueSpec`] is read: the spec's fields spelled out beside `name` rather than
+/// flattened, so that a mistake inside a queue is reported with its path and line, and a key
+/// that is not a setting is refused (a flattened struct can do neither). The CRD's spec, read
+/// from the API server, keeps taking fields it does not know; a scenario is written by hand.
+/// A test checks that the keys here are the CRD's.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(expecting = "a queue: a map of name, clusters and its settings")]
+struct NamedQueueFile {
+    name: String,
+    clusters: Vec<String>,
+    #[serde(default)]
+    namespace_selector: Option<LabelSelector>,
+    #[serde(default)]
+    quota: Option<BTreeMap<String, Quantity>>,
+    #[serde(default)]
+    wait_for_pods_ready: WaitForPodsReady,
+    #[serde(default)]
+    placement: Placement,
+    #[serde(default = "default_worker_lost_timeout")]
+    worker_lost_timeout: KubeDuration,
+    #[serde(default)]
+    queueing_strategy: QueueingStrategy,
+    #[serde(default = "default_starvation_after")]
+    starvation_after: KubeDuration,
+    #[serde(default = "default_worker_admission_timeout")]
+    worker_admission_timeout: KubeDuration,
+}
+
+impl From<NamedQueueFile> for NamedQueueSpec {
+    fn from(f: NamedQueueFile) -> Self {
+        let NamedQueueFile {
+            name,
+            clusters,
+            namespace_selector,
+            quota,
+            wait_for_pods_ready,
+            placement,
+            worker_lost_timeout,
+            queueing_strategy,
+            starvation_after,
+            worker_admission_timeout,
+        } = f;
+        NamedQueueSpec {
+            name,
+            spec: DispatchQueueSpec {
+                clusters,
+                namespace_selector,
+                quota,
+                wait_for_pods_ready,
+                placement,
+                worker_lost_timeout,
+                queueing_strategy,
+                starvation_after,
+                worker_admission_timeout,
+            },
+        }
+    }
+}
+
+/// The keys a scenario's queue entry takes (for the test that they are the CRD's).
+#[cfg(test)]
+pub(crate) fn named_queue_keys() -> Vec<String> {
+    let schema = schemars::schema_for!(NamedQueueFile).to_value();
+    let mut keys: Vec<String> = schema["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
 }
 
 impl NamedQueueSpec {

@@ -510,3 +510,47 @@ fn the_crds_are_two_deterministic_documents() {
         ]
     );
 }
+
+#[test]
+fn a_scenario_queue_takes_the_keys_of_the_crd_spec_and_its_name() {
+    use kube::CustomResourceExt as _;
+    let crd = serde_json::to_value(DispatchQueue::crd()).unwrap();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut keys: Vec<String> = spec["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .chain(["name".to_string()])
+        .collect();
+    keys.sort();
+    assert_eq!(super::dispatch_queue::named_queue_keys(), keys);
+}
+
+#[test]
+fn a_scenario_queue_refuses_a_key_that_is_not_a_setting_and_says_where() {
+    #[derive(serde::Deserialize, Debug)]
+    struct Scenario {
+        #[allow(dead_code)]
+        queues: Vec<NamedQueueSpec>,
+    }
+    let text = "queues:\n  - name: a\n    clusters: [c]\n    starvatoinAfter: 5m\n";
+    let e = serde_yaml::from_str::<Scenario>(text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("queues[0]: unknown field `starvatoinAfter`"),
+        "{e}"
+    );
+    assert!(e.contains("line 4"), "{e}");
+    // A mistake inside a setting is reported at the setting, not at the queue.
+    let text = "queues:\n  - name: a\n    clusters: [c]\n    placement: {strategy: Least}\n";
+    let e = serde_yaml::from_str::<Scenario>(text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("queues[0].placement.strategy: unknown variant `Least`"),
+        "{e}"
+    );
+    assert!(e.contains("line 4"), "{e}");
+}

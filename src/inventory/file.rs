@@ -3,6 +3,7 @@
 use super::{Cluster, Inventory, Node, NumaTopology, NumaZone, ResourceTable, Scope, Taint};
 use crate::quantity::QuantityText;
 use crate::topology::{NumaInfo, Policy, PolicyOptions};
+use crate::unread;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -101,18 +102,42 @@ pub(crate) struct ZoneResource {
     pub(crate) available: Option<QuantityText>,
 }
 
-pub fn load_file(path: &Path) -> Result<Inventory, InventoryError> {
+/// An inventory file, read.
+#[derive(Debug)]
+pub struct Loaded {
+    pub inventory: Inventory,
+    /// Keys of its nodes' taints and topologies that their Kubernetes type does not have,
+    /// and so were skipped (see [`crate::unread`]).
+    pub warnings: Vec<String>,
+}
+
+pub fn load_file(path: &Path) -> Result<Loaded, InventoryError> {
     let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse_yaml(&text)
+    parse(&text)
 }
 
+/// An inventory file's text, read.
+pub fn parse(text: &str) -> Result<Loaded, InventoryError> {
+    let (file, unread): (InventoryFile, _) =
+        unread::from_yaml(text).map_err(|e| InventoryError::Parse(e.to_string()))?;
+    let unread = unread::judge(&unread, |path| {
+        unread::clusters_owner(path).unwrap_or(unread::Owner::Switchyard)
+    });
+    if !unread.errors.is_empty() {
+        return Err(InventoryError::Parse(unread.errors.join("; ")));
+    }
+    Ok(Loaded {
+        inventory: build(file.clusters)?,
+        warnings: unread.warnings,
+    })
+}
+
+/// [`parse`], without the warnings.
 pub fn parse_yaml(text: &str) -> Result<Inventory, InventoryError> {
-    let file: InventoryFile = serde_yaml::from_str(crate::text::without_bom(text))
-        .map_err(|e| InventoryError::Parse(e.to_string()))?;
-    build(file.clusters)
+    parse(text).map(|loaded| loaded.inventory)
 }
 
 fn scalar(v: &serde_yaml::Value) -> String {

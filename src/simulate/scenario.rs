@@ -10,6 +10,7 @@ use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
 use crate::placement::{PodShape, PodSpecView, PodView};
 use crate::quantity::QuantityText;
+use crate::unread::{self, KubeType, Owner, Step};
 use foldhash::{HashMap, HashMapExt as _};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -217,6 +218,9 @@ pub struct Scenario {
     pub(crate) scheduler_names: Vec<Option<String>>,
     /// Per inventory cluster (same order), its Kueue.
     pub(crate) kueue: Vec<Option<Arc<KueueSpec>>>,
+    /// Keys of the file's Kubernetes parts (pod templates, taints, topologies) that their
+    /// Kubernetes type does not have, and so were skipped (see [`crate::unread`]).
+    pub warnings: Vec<String>,
 }
 
 /// A scenario cluster's own Kueue (see `simulate::kueue`).
@@ -290,8 +294,12 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 }
 
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-    let file: File = serde_yaml::from_str(crate::text::without_bom(text))
-        .map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    let (file, unread): (File, _) =
+        unread::from_yaml(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    let unread = unread::judge(&unread, owner);
+    if !unread.errors.is_empty() {
+        return Err(ScenarioError::Invalid(unread.errors.join("; ")));
+    }
     let Clusters {
         inventory,
         scheduler_names,
@@ -311,7 +319,25 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         jobs,
         scheduler_names,
         kueue,
+        warnings: unread.warnings,
     })
+}
+
+/// Which part of a scenario a skipped key at `path` is in: a node's Kubernetes parts (as in
+/// an inventory), a Job's or replicated Job's pod template, or else the scenario's own
+/// settings.
+fn owner(path: &[Step]) -> Owner {
+    if let Some(owner) = unread::clusters_owner(path) {
+        return owner;
+    }
+    let key = |i: usize, name: &str| matches!(path.get(i), Some(Step::Key(k)) if k == name);
+    if key(0, "jobs") && key(2, "template") {
+        Owner::Kubernetes(KubeType::PodSpec, 3)
+    } else if key(0, "jobs") && key(2, "replicatedJobs") && key(4, "template") {
+        Owner::Kubernetes(KubeType::PodSpec, 5)
+    } else {
+        Owner::Switchyard
+    }
 }
 
 /// The scenario's clusters: the inventory, and what only a simulated worker has, per cluster

@@ -1,0 +1,359 @@
+//! The keys of a YAML file that parsing did not read, and what to say about them.
+//!
+//! Switchyard's file formats (scenario, inventory, a pod for `explain`) hold Kubernetes objects
+//! or parts of them: a Job's pod template, a node's taints, a NodeResourceTopology's zones. The
+//! parsers read only what placement needs and skip the rest, so a pod template may carry an
+//! `image` or a `command` as it would in a real Job. A misspelt key (`resorces:`) would be
+//! skipped the same way, and the pod would be simulated with no requests. The rule here tells
+//! the two apart: a key the Kubernetes type has is skipped in silence; one it does not have is
+//! reported. Kubernetes' shapes give a warning, not an error, because the cluster the object
+//! came from may be newer than the v1.33 types Switchyard knows (as the API server may be).
+//! A key no Switchyard type reads inside Switchyard's own settings (a queue's) is an error.
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt;
+use std::sync::LazyLock;
+
+/// One step of a path into a YAML document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Where a key sits in a document: `jobs[0].template.containers[0].resorces`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct KeyPath(pub Vec<Step>);
+
+impl KeyPath {
+    fn from_ignored(path: &serde_ignored::Path) -> KeyPath {
+        let mut steps = Vec::new();
+        let mut at = path;
+        loop {
+            match at {
+                serde_ignored::Path::Root => break,
+                serde_ignored::Path::Seq { parent, index } => {
+                    steps.push(Step::Index(*index));
+                    at = parent;
+                }
+                serde_ignored::Path::Map { parent, key } => {
+                    steps.push(Step::Key(key.clone()));
+                    at = parent;
+                }
+                serde_ignored::Path::Some { parent }
+                | serde_ignored::Path::NewtypeStruct { parent }
+                | serde_ignored::Path::NewtypeVariant { parent } => at = parent,
+            }
+        }
+        steps.reverse();
+        KeyPath(steps)
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, step) in self.0.iter().enumerate() {
+            match step {
+                Step::Key(k) if i == 0 => write!(f, "{k}")?,
+                Step::Key(k) => write!(f, ".{k}")?,
+                Step::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `T` from the YAML `text` (a byte order mark skipped), with the path of every key its
+/// parser skipped.
+pub fn from_yaml<T: DeserializeOwned>(text: &str) -> Result<(T, Vec<KeyPath>), serde_yaml::Error> {
+    let mut unread = Vec::new();
+    let de = serde_yaml::Deserializer::from_str(crate::text::without_bom(text));
+    let value = serde_ignored::deserialize(de, |path| unread.push(KeyPath::from_ignored(&path)))?;
+    Ok((value, unread))
+}
+
+/// The Kubernetes types whose parts Switchyard's files hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeType {
+    Pod,
+    PodSpec,
+    Taint,
+    /// A NodeResourceTopology object (`topology.node.k8s.io/v1alpha2`), as a node's
+    /// `topology` holds it.
+    NodeResourceTopology,
+}
+
+impl KubeType {
+    /// The type as a warning names it, with the version whose fields are known.
+    fn name(self) -> &'static str {
+        match self {
+            KubeType::Pod => "Kubernetes v1.33 Pod",
+            KubeType::PodSpec => "Kubernetes v1.33 PodSpec",
+            KubeType::Taint => "Kubernetes v1.33 Taint",
+            KubeType::NodeResourceTopology => {
+                "NodeResourceTopology (topology.node.k8s.io/v1alpha2)"
+            }
+        }
+    }
+
+    /// Whether the type has a field at `path` (relative to the object).
+    pub fn has(self, path: &[Step]) -> bool {
+        match self {
+            KubeType::Pod => schema_has(&POD, path),
+            KubeType::PodSpec => schema_has(&POD_SPEC, path),
+            KubeType::Taint => schema_has(&TAINT, path),
+            KubeType::NodeResourceTopology => topology_has(path),
+        }
+    }
+}
+
+static POD: LazyLock<Value> = LazyLock::new(schema_of::<Pod>);
+static POD_SPEC: LazyLock<Value> = LazyLock::new(schema_of::<PodSpec>);
+static TAINT: LazyLock<Value> = LazyLock::new(schema_of::<Taint>);
+
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    schemars::SchemaGenerator::default()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+/// Whether the JSON schema `root` has a field at `path`: each key a property of the object
+/// there (or any key, where the object is a map or keeps unknown fields), each index an item
+/// of the array there.
+fn schema_has(root: &Value, path: &[Step]) -> bool {
+    let mut node = root;
+    for step in path {
+        node = resolved(root, node);
+        if open(node) {
+            return true;
+        }
+        let next = match step {
+            Step::Key(k) => node
+                .get("properties")
+                .and_then(|p| p.get(k))
+                .or_else(|| node.get("additionalProperties").filter(|a| a.is_object())),
+            Step::Index(_) => node.get("items"),
+        };
+        match next {
+            Some(n) => node = n,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The schema `node` stands for: a `$ref` followed, and of an `anyOf` / `oneOf` / `allOf`
+/// (how an optional field or a union is written) the first branch that is not `null`.
+fn resolved<'a>(root: &'a Value, mut node: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        if let Some(target) = node.get("$ref").and_then(Value::as_str) {
+            match target.strip_prefix('#').and_then(|p| root.pointer(p)) {
+                Some(n) => node = n,
+                None => return node,
+            }
+        } else if let Some(branches) = ["anyOf", "oneOf", "allOf"]
+            .iter()
+            .find_map(|k| node.get(*k).and_then(Value::as_array))
+        {
+            match branches
+                .iter()
+                .find(|b| b.get("type") != Some(&"null".into()))
+            {
+                Some(n) => node = n,
+                None => return node,
+            }
+        } else {
+            return node;
+        }
+    }
+    node
+}
+
+/// A schema that takes any key: `additionalProperties: true` or unknown fields kept.
+fn open(node: &Value) -> bool {
+    node.get("additionalProperties") == Some(&Value::Bool(true))
+        || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+}
+
+/// The fields of a NodeResourceTopology (v1alpha2; no Rust type of it is published) that the
+/// inventory format does not read: the object's own (`apiVersion`, `metadata`, …) and a
+/// zone's `parent` and `attributes`. Everything else it has, the format reads.
+fn topology_has(path: &[Step]) -> bool {
+    match path {
+        [Step::Key(k), ..] if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") => true,
+        [Step::Key(k)] => k == "topologyPolicies",
+        [Step::Key(z), Step::Index(_), Step::Key(k)] if z == "zones" => {
+            matches!(k.as_str(), "parent" | "attributes")
+        }
+        _ => false,
+    }
+}
+
+/// What a skipped key is, by the part of the file it sits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// A part that is a Kubernetes type, from the path's `at`th step on.
+    Kubernetes(KubeType, usize),
+    /// Switchyard's own settings: every key is read, so a skipped one is a mistake.
+    Switchyard,
+}
+
+/// The skipped keys of a file, sorted by what they are.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unread {
+    /// Keys of Switchyard's own settings that nothing reads: errors.
+    pub errors: Vec<String>,
+    /// Keys a Kubernetes type does not have (a misspelling, or a newer Kubernetes): warnings.
+    pub warnings: Vec<String>,
+}
+
+/// At most this many warnings are listed one by one; the rest are counted.
+pub const LISTED: usize = 5;
+
+/// Sorts `paths` by `owner` (which part of the file each is in); keys the Kubernetes type
+/// has are dropped.
+pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
+    let mut out = Unread::default();
+    let mut unknown_to_kubernetes = 0usize;
+    for path in paths {
+        match owner(&path.0) {
+            Owner::Kubernetes(ty, at) => {
+                if ty.has(&path.0[at.min(path.0.len())..]) {
+                    continue;
+                }
+                unknown_to_kubernetes += 1;
+                if out.warnings.len() < LISTED {
+                    out.warnings
+                        .push(format!("{path}: not a field of a {}; skipped", ty.name()));
+                }
+            }
+            Owner::Switchyard => out.errors.push(format!("{path}: unknown field")),
+        }
+    }
+    if unknown_to_kubernetes > LISTED {
+        out.warnings.push(format!(
+            "{} more keys that are not fields of their Kubernetes type were skipped",
+            unknown_to_kubernetes - LISTED
+        ));
+    }
+    out
+}
+
+/// Where the parts of a node of the inventory format are Kubernetes types: its `taints`
+/// items and its `topology`. `path` starts at the node.
+pub fn node_owner(path: &[Step], base: usize) -> Owner {
+    match path.get(base..) {
+        Some([Step::Key(k), Step::Index(_), ..]) if k == "taints" => {
+            Owner::Kubernetes(KubeType::Taint, base + 2)
+        }
+        Some([Step::Key(k), ..]) if k == "topology" => {
+            Owner::Kubernetes(KubeType::NodeResourceTopology, base + 1)
+        }
+        _ => Owner::Switchyard,
+    }
+}
+
+/// [`node_owner`] for the inventory format's `clusters[i].nodes[j]`, which a scenario's
+/// clusters share.
+pub fn clusters_owner(path: &[Step]) -> Option<Owner> {
+    match path {
+        [Step::Key(c), Step::Index(_), Step::Key(n), Step::Index(_), ..]
+            if c == "clusters" && n == "nodes" =>
+        {
+            Some(node_owner(path, 4))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(s: &str) -> Vec<Step> {
+        s.split('.')
+            .map(|p| match p.parse::<usize>() {
+                Ok(n) => Step::Index(n),
+                Err(_) => Step::Key(p.into()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kubernetes_types_know_their_fields_and_not_others() {
+        let spec = KubeType::PodSpec;
+        for known in [
+            "containers.0.image",
+            "containers.0.resources.claims",
+            "containers.3.env.0.valueFrom.secretKeyRef.name",
+            "initContainers.0.command",
+            "affinity.podAntiAffinity",
+            "nodeSelector.any-label",
+            "overhead.cpu",
+            "volumes.1.persistentVolumeClaim",
+            "restartPolicy",
+        ] {
+            assert!(spec.has(&path(known)), "{known}");
+        }
+        for unknown in [
+            "resorces",
+            "containers.0.resorces",
+            "containers.0.resources.request",
+            "affinity.nodeAfinity",
+            "volumes.0.emptyDir.sizelimit",
+        ] {
+            assert!(!spec.has(&path(unknown)), "{unknown}");
+        }
+        assert!(KubeType::Pod.has(&path("metadata.labels")));
+        assert!(KubeType::Pod.has(&path("status.phase")));
+        assert!(!KubeType::Pod.has(&path("spce")));
+        assert!(KubeType::Taint.has(&path("timeAdded")));
+        assert!(!KubeType::Taint.has(&path("efect")));
+        assert!(KubeType::NodeResourceTopology.has(&path("zones.0.parent")));
+        assert!(KubeType::NodeResourceTopology.has(&path("metadata.name")));
+        assert!(!KubeType::NodeResourceTopology.has(&path("zones.0.resorces")));
+        assert!(!KubeType::NodeResourceTopology.has(&path("zone")));
+    }
+
+    #[test]
+    fn skipped_keys_are_found_with_their_paths() {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            #[allow(dead_code)]
+            items: Vec<Item>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Item {
+            #[allow(dead_code)]
+            name: String,
+        }
+        let (_, unread) = from_yaml::<Doc>(
+            "\u{feff}items:\n  - {name: a, colour: red}\n  - name: b\n    size: {x: 1}\nother: 1\n",
+        )
+        .unwrap();
+        let shown: Vec<String> = unread.iter().map(|p| p.to_string()).collect();
+        assert_eq!(shown, ["items[0].colour", "items[1].size", "other"]);
+    }
+
+    #[test]
+    fn judging_counts_what_it_does_not_list() {
+        let paths: Vec<KeyPath> = (0..8)
+            .map(|i| KeyPath(path(&format!("jobs.{i}.template.containers.0.resorces"))))
+            .chain([KeyPath(path("jobs.0.template.containers.0.image"))])
+            .chain([KeyPath(path("queues.0.colour"))])
+            .collect();
+        let unread = judge(&paths, |p| match p.first() {
+            Some(Step::Key(k)) if k == "jobs" => Owner::Kubernetes(KubeType::PodSpec, 3),
+            _ => Owner::Switchyard,
+        });
+        assert_eq!(unread.errors, ["queues[0].colour: unknown field"]);
+        assert_eq!(unread.warnings.len(), LISTED + 1);
+        assert_eq!(
+            unread.warnings[0],
+            "jobs[0].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped"
+        );
+        assert!(unread.warnings[LISTED].starts_with("3 more keys"));
+    }
+}
