@@ -232,6 +232,21 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
     let inventory = loaded.inventory;
     let text = std::fs::read_to_string(&args.pod)
         .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
+    /// The manifest's `kind`, where it has one: a Job's or a Deployment's spec read as a
+    /// Pod's would be a pod with no containers, which fits everywhere.
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    if let Ok(Kind { kind: Some(kind) }) =
+        serde_yaml::from_str(switchyard::text::without_bom(&text))
+    {
+        anyhow::ensure!(
+            kind == "Pod",
+            "{} is a {kind}, not a Pod: explain judges one pod; give it a Pod whose spec is the {kind}'s pod template's",
+            args.pod.display()
+        );
+    }
     let (view, skipped): (switchyard::placement::PodView, _) = unread::from_yaml(&text)
         .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
     let pod = unread::judge(&skipped, |_| {

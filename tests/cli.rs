@@ -1365,4 +1365,21 @@ fn explain_warns_of_keys_kubernetes_does_not_have() {
         lines[1],
         "warning: pod: spec.nodeSelecter: not a field of a Kubernetes v1.33 Pod; skipped"
     );
+
+    // A Job is not a Pod: its spec read as a pod's would have no containers and fit anywhere.
+    let review: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string("tests/fixtures/admission/admission-mutate-create-basic.json")
+            .unwrap(),
+    )
+    .unwrap();
+    let job_path = dir.path().join("job.json");
+    std::fs::write(&job_path, review["request"]["object"].to_string()).unwrap();
+    let out = switchyard()
+        .args(["explain", "--inventory", "examples/inventory.yaml", "--pod"])
+        .arg(&job_path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job.json is a Job, not a Pod"), "{err}");
 }
