@@ -161,7 +161,8 @@ pub struct ExplainArgs {
     /// Inventory file.
     #[arg(long)]
     pub inventory: PathBuf,
-    /// Pod manifest (YAML or JSON).
+    /// Pod manifest (YAML or JSON); or a batch/v1 Job or a JobSet, judged as its pod
+    /// template and the gang of all the pods the dispatcher places at once.
     #[arg(long)]
     pub pod: PathBuf,
     /// Only this node.

@@ -107,6 +107,40 @@ fn explain_node(
     }
 }
 
+/// The largest gang a pod's `switchyard.dev/gang-size` may name, and so explain judge.
+const MAX_GANG: u64 = 100_000;
+
+/// The pod a workload asks to judge: a batch/v1 Job's or a JobSet's pod template, as the
+/// gang of all the pods the dispatcher places at once (a Job's `parallelism`, at most its
+/// `completions`; every pod of every replicated Job of a JobSet), as a cluster is judged for
+/// it. `None` when `manifest` is not of such a kind (a Pod is read as it is); an error for
+/// a JobSet whose replicated Jobs ask for several pod shapes, which are not one pod to judge.
+pub fn workload_pod(manifest: &serde_json::Value) -> Option<Result<PodShape, String>> {
+    use crate::dispatcher::kind::Kind;
+    let kind = Kind::of(manifest["apiVersion"].as_str()?, manifest["kind"].as_str()?)?;
+    let gang = kind.gang(manifest);
+    Some(gang.shape.and_then(|shape| {
+        if !gang.extra.is_empty() {
+            return Err(format!(
+                "this {kind}'s replicated Jobs ask for {} pod shapes; explain judges one: give it a Pod with one of their templates",
+                gang.extra.len() + 1
+            ));
+        }
+        let pods: u64 = gang.parts.iter().map(|p| u64::from(p.pods())).sum();
+        if pods > MAX_GANG {
+            return Err(format!(
+                "this {kind}'s gang of {pods} pods is more than explain judges ({MAX_GANG})"
+            ));
+        }
+        let mut shape = (*shape).clone();
+        shape.annotations.insert(
+            crate::placement::GANG_SIZE_ANNOTATION.into(),
+            pods.max(1).to_string(),
+        );
+        Ok(shape)
+    }))
+}
+
 /// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids).
 pub fn render(
     inv: &Inventory,

@@ -145,7 +145,8 @@ fn schema_has(root: &Value, path: &[Step]) -> bool {
 }
 
 /// The schema `node` stands for: a `$ref` followed, and of an `anyOf` / `oneOf` / `allOf`
-/// (how an optional field or a union is written) the first branch that is not `null`.
+/// (how an optional field or a union is written) the first branch that is not `null`. At
+/// most 16 such steps: a schema that refers to itself cannot make it loop.
 fn resolved<'a>(root: &'a Value, mut node: &'a Value) -> &'a Value {
     for _ in 0..16 {
         if let Some(target) = node.get("$ref").and_then(Value::as_str) {

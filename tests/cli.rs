@@ -1365,21 +1365,58 @@ fn explain_warns_of_keys_kubernetes_does_not_have() {
         lines[1],
         "warning: pod: spec.nodeSelecter: not a field of a Kubernetes v1.33 Pod; skipped"
     );
+}
 
-    // A Job is not a Pod: its spec read as a pod's would have no containers and fit anywhere.
+/// `explain` judges a Job as its pod template, a cluster for the gang of the pods that run at
+/// once; a kind whose spec is not a pod's is refused (read as a pod's, it would fit anywhere).
+#[test]
+fn explain_judges_a_job_as_the_gang_of_its_pods() {
+    let dir = tempfile::tempdir().unwrap();
     let review: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string("tests/fixtures/admission/admission-mutate-create-basic.json")
             .unwrap(),
     )
     .unwrap();
-    let job_path = dir.path().join("job.json");
-    std::fs::write(&job_path, review["request"]["object"].to_string()).unwrap();
-    let out = switchyard()
-        .args(["explain", "--inventory", "examples/inventory.yaml", "--pod"])
-        .arg(&job_path)
-        .output()
-        .unwrap();
+    let mut job = review["request"]["object"].clone();
+    assert_eq!(
+        (
+            job["spec"]["parallelism"].as_i64(),
+            job["spec"]["completions"].as_i64()
+        ),
+        (Some(2), Some(4))
+    );
+    let run = |manifest: &serde_json::Value| {
+        let path = dir.path().join("workload.json");
+        std::fs::write(&path, manifest.to_string()).unwrap();
+        switchyard()
+            .args([
+                "explain",
+                "--inventory",
+                "examples/inventory.yaml",
+                "--cluster",
+                "eu-1",
+                "--pod",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let out = run(&job);
+    assert!(out.status.success(), "{out:?}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.starts_with("pod research/basic ("), "{report}");
+    assert!(report.contains("gang of 2;"), "{report}");
+    assert!(report.contains("cluster eu-1: 2 pod(s) fit on"), "{report}");
+    job["spec"]["completions"] = 1.into();
+    let report = String::from_utf8_lossy(&run(&job).stdout).into_owned();
+    assert!(report.contains("gang of 1;"), "{report}");
+    job["kind"] = "Deployment".into();
+    job["apiVersion"] = "apps/v1".into();
+    let out = run(&job);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("job.json is a Job, not a Pod"), "{err}");
+    assert!(
+        err.contains("workload.json is a Deployment: explain judges a Pod, a batch/v1 Job or"),
+        "{err}"
+    );
 }
