@@ -361,30 +361,18 @@ struct NamedQueueFile {
 
 impl From<NamedQueueFile> for NamedQueueSpec {
     fn from(f: NamedQueueFile) -> Self {
-        let NamedQueueFile {
-            name,
-            clusters,
-            namespace_selector,
-            quota,
-            wait_for_pods_ready,
-            placement,
-            worker_lost_timeout,
-            queueing_strategy,
-            starvation_after,
-            worker_admission_timeout,
-        } = f;
         NamedQueueSpec {
-            name,
+            name: f.name,
             spec: DispatchQueueSpec {
-                clusters,
-                namespace_selector,
-                quota,
-                wait_for_pods_ready,
-                placement,
-                worker_lost_timeout,
-                queueing_strategy,
-                starvation_after,
-                worker_admission_timeout,
+                clusters: f.clusters,
+                namespace_selector: f.namespace_selector,
+                quota: f.quota,
+                wait_for_pods_ready: f.wait_for_pods_ready,
+                placement: f.placement,
+                worker_lost_timeout: f.worker_lost_timeout,
+                queueing_strategy: f.queueing_strategy,
+                starvation_after: f.starvation_after,
+                worker_admission_timeout: f.worker_admission_timeout,
             },
         }
     }

@@ -534,20 +534,20 @@ fn a_scenario_queue_refuses_a_key_that_is_not_a_setting_and_says_where() {
         #[allow(dead_code)]
         queues: Vec<NamedQueueSpec>,
     }
-    let text = "queues:\n  - name: a\n    clusters: [c]\n    starvatoinAfter: 5m\n";
-    let e = serde_yaml::from_str::<Scenario>(text)
-        .unwrap_err()
-        .to_string();
+    let error = |line4: &str| {
+        let text = format!("queues:\n  - name: a\n    clusters: [c]\n    {line4}\n");
+        serde_yaml::from_str::<Scenario>(&text)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = error("starvatoinAfter: 5m");
     assert!(
         e.contains("queues[0]: unknown field `starvatoinAfter`"),
         "{e}"
     );
     assert!(e.contains("line 4"), "{e}");
     // A mistake inside a setting is reported at the setting, not at the queue.
-    let text = "queues:\n  - name: a\n    clusters: [c]\n    placement: {strategy: Least}\n";
-    let e = serde_yaml::from_str::<Scenario>(text)
-        .unwrap_err()
-        .to_string();
+    let e = error("placement: {strategy: Least}");
     assert!(
         e.contains("queues[0].placement.strategy: unknown variant `Least`"),
         "{e}"
