@@ -141,6 +141,39 @@ pub fn workload_pod(manifest: &serde_json::Value) -> Option<Result<PodShape, Str
     }))
 }
 
+/// The keys of a workload `manifest` (see [`workload_pod`]) that its Kubernetes type does
+/// not have, as warnings: a misspelt `resorces` would leave the pod asking for nothing. A
+/// Job is judged whole; of a JobSet (no published Rust type), its pod templates.
+pub fn workload_warnings(manifest: &serde_json::Value) -> Vec<String> {
+    use crate::unread::{self, KubeType, Owner, Step};
+    /// Where a JobSet's pod template spec sits in a replicated Job.
+    const POD_SPEC: [&str; 4] = ["template", "spec", "template", "spec"];
+    let (paths, ty, at) = match manifest["kind"].as_str() {
+        Some("Job") => (
+            unread::unknown_in(manifest, KubeType::Job, &[]),
+            KubeType::Job,
+            0,
+        ),
+        _ => {
+            let jobs = manifest["spec"]["replicatedJobs"].as_array();
+            let paths = (jobs.into_iter().flatten().enumerate())
+                .flat_map(|(i, job)| {
+                    let mut at = vec![
+                        Step::Key("spec".into()),
+                        Step::Key("replicatedJobs".into()),
+                        Step::Index(i),
+                    ];
+                    at.extend(POD_SPEC.map(|k| Step::Key(k.into())));
+                    let spec = POD_SPEC.iter().fold(job, |v, k| &v[*k]);
+                    unread::unknown_in(spec, KubeType::PodSpec, &at)
+                })
+                .collect();
+            (paths, KubeType::PodSpec, 3 + POD_SPEC.len())
+        }
+    };
+    unread::judge(&paths, |_| Owner::Kubernetes(ty, at)).warnings
+}
+
 /// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids).
 pub fn render(
     inv: &Inventory,

@@ -240,6 +240,9 @@ fn explain_manifest(text: &str) -> Manifest {
         return Manifest::Pod; // its parse as a Pod says what is wrong
     };
     if let Some(shape) = switchyard::explain::workload_pod(&manifest) {
+        for warning in switchyard::explain::workload_warnings(&manifest) {
+            note(&format!("warning: workload: {warning}"));
+        }
         return Manifest::Workload(shape);
     }
     match manifest["kind"].as_str() {

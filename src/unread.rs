@@ -10,6 +10,7 @@
 //! came from may be newer than the v1.33 types Switchyard knows (as the API server may be).
 //! A key no Switchyard type reads inside Switchyard's own settings (a queue's) is an error.
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -77,6 +78,7 @@ pub fn from_yaml<T: DeserializeOwned>(text: &str) -> Result<(T, Vec<KeyPath>), s
 /// The Kubernetes types whose parts Switchyard's files hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KubeType {
+    Job,
     Pod,
     PodSpec,
     Taint,
@@ -89,6 +91,7 @@ impl KubeType {
     /// The type as a warning names it, with the version whose fields are known.
     fn name(self) -> &'static str {
         match self {
+            KubeType::Job => "Kubernetes v1.33 Job",
             KubeType::Pod => "Kubernetes v1.33 Pod",
             KubeType::PodSpec => "Kubernetes v1.33 PodSpec",
             KubeType::Taint => "Kubernetes v1.33 Taint",
@@ -101,6 +104,7 @@ impl KubeType {
     /// Whether the type has a field at `path` (relative to the object).
     pub fn has(self, path: &[Step]) -> bool {
         match self {
+            KubeType::Job => schema_has(&JOB, path),
             KubeType::Pod => schema_has(&POD, path),
             KubeType::PodSpec => schema_has(&POD_SPEC, path),
             KubeType::Taint => schema_has(&TAINT, path),
@@ -109,6 +113,7 @@ impl KubeType {
     }
 }
 
+static JOB: LazyLock<Value> = LazyLock::new(schema_of::<Job>);
 static POD: LazyLock<Value> = LazyLock::new(schema_of::<Pod>);
 static POD_SPEC: LazyLock<Value> = LazyLock::new(schema_of::<PodSpec>);
 static TAINT: LazyLock<Value> = LazyLock::new(schema_of::<Taint>);
@@ -172,9 +177,14 @@ fn resolved<'a>(root: &'a Value, mut node: &'a Value) -> &'a Value {
     node
 }
 
-/// A schema that takes any key: `additionalProperties: true` or unknown fields kept.
+/// A schema that takes any key: `additionalProperties: true`, unknown fields kept, or an
+/// object whose fields it does not describe (a managed field's `fieldsV1`, a raw extension).
 fn open(node: &Value) -> bool {
-    node.get("additionalProperties") == Some(&Value::Bool(true))
+    let free_form = node.get("type") == Some(&Value::from("object"))
+        && node.get("properties").is_none()
+        && node.get("additionalProperties").is_none();
+    free_form
+        || node.get("additionalProperties") == Some(&Value::Bool(true))
         || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
 }
 
@@ -190,6 +200,38 @@ fn topology_has(path: &[Step]) -> bool {
         }
         _ => false,
     }
+}
+
+/// The keys of `value` (a part of a document read whole, at `at`) that `ty` does not have,
+/// each with its path in the document; the keys under one are not looked at.
+pub fn unknown_in(value: &Value, ty: KubeType, at: &[Step]) -> Vec<KeyPath> {
+    fn walk(v: &Value, ty: KubeType, base: usize, path: &mut Vec<Step>, out: &mut Vec<KeyPath>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    path.push(Step::Key(k.clone()));
+                    if ty.has(&path[base..]) {
+                        walk(child, ty, base, path, out);
+                    } else {
+                        out.push(KeyPath(path.clone()));
+                    }
+                    path.pop();
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    path.push(Step::Index(i));
+                    walk(child, ty, base, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut path = at.to_vec();
+    let mut out = Vec::new();
+    walk(value, ty, at.len(), &mut path, &mut out);
+    out
 }
 
 /// What a skipped key is, by the part of the file it sits in.
@@ -309,6 +351,7 @@ mod tests {
         }
         assert!(KubeType::Pod.has(&path("metadata.labels")));
         assert!(KubeType::Pod.has(&path("status.phase")));
+        assert!(KubeType::Pod.has(&path("metadata.managedFields.0.fieldsV1.f:spec")));
         assert!(!KubeType::Pod.has(&path("spce")));
         assert!(KubeType::Taint.has(&path("timeAdded")));
         assert!(!KubeType::Taint.has(&path("efect")));
@@ -316,6 +359,38 @@ mod tests {
         assert!(KubeType::NodeResourceTopology.has(&path("metadata.name")));
         assert!(!KubeType::NodeResourceTopology.has(&path("zones.0.resorces")));
         assert!(!KubeType::NodeResourceTopology.has(&path("zone")));
+    }
+
+    #[test]
+    fn keys_of_a_document_read_whole_are_judged_against_the_type() {
+        let job = serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "a", "labels": {"any": "x"}},
+            "spec": {"parallelism": 2, "paralelism": 3, "template": {"spec": {"containers": [
+                {"name": "c", "image": "i", "resorces": {"requests": {"cpu": "1"}}}
+            ]}}}
+        });
+        let shown: Vec<String> = unknown_in(&job, KubeType::Job, &[])
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "spec.paralelism",
+                "spec.template.spec.containers[0].resorces"
+            ]
+        );
+        let spec = &job["spec"]["template"]["spec"];
+        let at = path("spec.replicatedJobs.1.template.spec.template.spec");
+        let shown: Vec<String> = unknown_in(spec, KubeType::PodSpec, &at)
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            ["spec.replicatedJobs[1].template.spec.template.spec.containers[0].resorces"]
+        );
     }
 
     #[test]

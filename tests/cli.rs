@@ -1403,6 +1403,8 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     };
     let out = run(&job);
     assert!(out.status.success(), "{out:?}");
+    // The Job as the API server sent it (managed fields and all) draws no warning.
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.starts_with("pod research/basic ("), "{report}");
     assert!(report.contains("gang of 2;"), "{report}");
@@ -1410,6 +1412,35 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     job["spec"]["completions"] = 1.into();
     let report = String::from_utf8_lossy(&run(&job).stdout).into_owned();
     assert!(report.contains("gang of 1;"), "{report}");
+    // A key a Job does not have is named, as in a Pod.
+    let container = job["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap();
+    let resources = container.remove("resources").unwrap();
+    container.insert("resorces".into(), resources);
+    let out = run(&job);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "warning: workload: spec.template.spec.containers[0].resorces: not a field of a Kubernetes v1.33 Job; skipped\n"
+    );
+    // A JobSet whose replicated Jobs ask for two pod shapes is not one pod to judge.
+    let out = switchyard()
+        .args([
+            "explain",
+            "--inventory",
+            "examples/inventory.yaml",
+            "--pod",
+            "examples/jobset.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("this JobSet's replicated Jobs ask for 2 pod shapes"),
+        "{err}"
+    );
     job["kind"] = "Deployment".into();
     job["apiVersion"] = "apps/v1".into();
     let out = run(&job);
