@@ -1297,6 +1297,21 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
     );
 }
 
+/// A template copied whole from a Job (`metadata` and `spec`) is refused with what a
+/// scenario's template is: read as a pod spec it would have no containers.
+#[test]
+fn simulate_refuses_a_template_written_as_a_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = job_template("admission-mutate-create-basic.json");
+    let whole = serde_json::json!({"metadata": {"labels": {"app": "a"}}, "spec": spec});
+    let (ok, err) = simulate_stderr(dir.path(), &scenario_with_templates(&[spec, whole]));
+    assert!(!ok);
+    assert_eq!(
+        err.trim_end(),
+        "Error: scenario: jobs[1].template.spec: a scenario's template is the pod's spec itself (containers and the rest at its top), not a Job's pod template of metadata and spec"
+    );
+}
+
 /// A queue's settings are Switchyard's own: a key that is not one is refused with its path,
 /// at the queue and inside a setting.
 #[test]

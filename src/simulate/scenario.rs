@@ -294,9 +294,14 @@ pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
 }
 
 pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-    let (file, unread): (File, _) =
+    let (file, skipped): (File, _) =
         unread::from_yaml(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
-    let unread = unread::judge(&unread, owner);
+    if let Some(path) = skipped.iter().find(|p| a_pod_template_spec(&p.0)) {
+        return Err(ScenarioError::Invalid(format!(
+            "{path}: a scenario's template is the pod's spec itself (containers and the rest at its top), not a Job's pod template of metadata and spec"
+        )));
+    }
+    let unread = unread::judge(&skipped, owner);
     if !unread.errors.is_empty() {
         return Err(ScenarioError::Invalid(unread.errors.join("; ")));
     }
@@ -321,6 +326,13 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         kueue,
         warnings: unread.warnings,
     })
+}
+
+/// Whether a skipped key is the `spec` of a template written as a Job's (`metadata` and
+/// `spec`), where the scenario wants the pod spec: the pod would have no containers.
+fn a_pod_template_spec(path: &[Step]) -> bool {
+    matches!(path.first(), Some(Step::Key(k)) if k == "jobs")
+        && matches!(path, [.., Step::Key(t), Step::Key(s)] if t == "template" && s == "spec")
 }
 
 /// Which part of a scenario a skipped key at `path` is in: a node's Kubernetes parts (as in
