@@ -150,7 +150,7 @@ pub fn workload_warnings(manifest: &serde_json::Value) -> Vec<String> {
     const POD_SPEC: [&str; 4] = ["template", "spec", "template", "spec"];
     let (paths, ty, at) = match manifest["kind"].as_str() {
         Some("Job") => (
-            unread::unknown_in(manifest, KubeType::Job, &[]),
+            unread::notable_in(manifest, KubeType::Job, &[]),
             KubeType::Job,
             0,
         ),
@@ -165,7 +165,7 @@ pub fn workload_warnings(manifest: &serde_json::Value) -> Vec<String> {
                     ];
                     at.extend(POD_SPEC.map(|k| Step::Key(k.into())));
                     let spec = POD_SPEC.iter().fold(job, |v, k| &v[*k]);
-                    unread::unknown_in(spec, KubeType::PodSpec, &at)
+                    unread::notable_in(spec, KubeType::PodSpec, &at)
                 })
                 .collect();
             (paths, KubeType::PodSpec, 3 + POD_SPEC.len())

@@ -113,6 +113,53 @@ impl KubeType {
     }
 }
 
+/// The fields of a pod spec that kube-scheduler places pods by and Switchyard's placement
+/// does not model: it judges a pod by its requests, NUMA alignment, node selector, required
+/// node affinity and tolerations. In a real cluster kube-scheduler applies these itself
+/// (the extender only filters what is left); `simulate` and `explain` place without them.
+const NOT_MODELLED: [&[&str]; 7] = [
+    &["topologySpreadConstraints"],
+    &["affinity", "podAffinity"],
+    &["affinity", "podAntiAffinity"],
+    &[
+        "affinity",
+        "nodeAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    ],
+    &["nodeName"],
+    &["schedulingGates"],
+    &["resourceClaims"],
+];
+
+impl KubeType {
+    /// Where a pod spec sits in an object of this type.
+    fn pod_spec(self) -> Option<&'static [&'static str]> {
+        match self {
+            KubeType::PodSpec => Some(&[]),
+            KubeType::Pod => Some(&["spec"]),
+            KubeType::Job => Some(&["spec", "template", "spec"]),
+            KubeType::Taint | KubeType::NodeResourceTopology => None,
+        }
+    }
+
+    /// Whether `path` is a pod spec's field that placement does not model ([`NOT_MODELLED`]).
+    fn not_modelled(self, path: &[Step]) -> bool {
+        let Some(at) = self.pod_spec() else {
+            return false;
+        };
+        let is = |names: &[&str], steps: &[Step]| {
+            names.len() == steps.len()
+                && names
+                    .iter()
+                    .zip(steps)
+                    .all(|(n, s)| matches!(s, Step::Key(k) if k == n))
+        };
+        path.len() > at.len()
+            && is(at, &path[..at.len()])
+            && NOT_MODELLED.iter().any(|f| is(f, &path[at.len()..]))
+    }
+}
+
 static JOB: LazyLock<Value> = LazyLock::new(schema_of::<Job>);
 static POD: LazyLock<Value> = LazyLock::new(schema_of::<Pod>);
 static POD_SPEC: LazyLock<Value> = LazyLock::new(schema_of::<PodSpec>);
@@ -202,15 +249,17 @@ fn topology_has(path: &[Step]) -> bool {
     }
 }
 
-/// The keys of `value` (a part of a document read whole, at `at`) that `ty` does not have,
-/// each with its path in the document; the keys under one are not looked at.
-pub fn unknown_in(value: &Value, ty: KubeType, at: &[Step]) -> Vec<KeyPath> {
+/// The keys of `value` (a part of a document read whole, at `at`) that [`judge`] speaks of:
+/// those `ty` does not have, and the pod spec fields placement does not model; each with
+/// its path in the document, the keys under it not looked at.
+pub fn notable_in(value: &Value, ty: KubeType, at: &[Step]) -> Vec<KeyPath> {
     fn walk(v: &Value, ty: KubeType, base: usize, path: &mut Vec<Step>, out: &mut Vec<KeyPath>) {
         match v {
             Value::Object(map) => {
                 for (k, child) in map {
                     path.push(Step::Key(k.clone()));
-                    if ty.has(&path[base..]) {
+                    let here = &path[base..];
+                    if ty.has(here) && !ty.not_modelled(here) {
                         walk(child, ty, base, path, out);
                     } else {
                         out.push(KeyPath(path.clone()));
@@ -255,30 +304,38 @@ pub struct Unread {
 /// At most this many warnings are listed one by one; the rest are counted.
 pub const LISTED: usize = 5;
 
-/// Sorts `paths` by `owner` (which part of the file each is in); keys the Kubernetes type
-/// has are dropped.
+/// Sorts `paths` by `owner` (which part of the file each is in): a key of Switchyard's own
+/// settings is an error; a key its Kubernetes type does not have, or a pod spec field that
+/// placement does not model, a warning; any other key of a Kubernetes type is dropped.
 pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
     let mut out = Unread::default();
-    let mut unknown_to_kubernetes = 0usize;
+    let mut warnings = 0usize;
     for path in paths {
-        match owner(&path.0) {
+        let warning = match owner(&path.0) {
+            Owner::Switchyard => {
+                out.errors.push(format!("{path}: unknown field"));
+                continue;
+            }
             Owner::Kubernetes(ty, at) => {
-                if ty.has(&path.0[at.min(path.0.len())..]) {
+                let field = &path.0[at.min(path.0.len())..];
+                if !ty.has(field) {
+                    format!("{path}: not a field of a {}; skipped", ty.name())
+                } else if ty.not_modelled(field) {
+                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)")
+                } else {
                     continue;
                 }
-                unknown_to_kubernetes += 1;
-                if out.warnings.len() < LISTED {
-                    out.warnings
-                        .push(format!("{path}: not a field of a {}; skipped", ty.name()));
-                }
             }
-            Owner::Switchyard => out.errors.push(format!("{path}: unknown field")),
+        };
+        warnings += 1;
+        if out.warnings.len() < LISTED {
+            out.warnings.push(warning);
         }
     }
-    if unknown_to_kubernetes > LISTED {
+    if warnings > LISTED {
         out.warnings.push(format!(
-            "{} more keys that are not fields of their Kubernetes type were skipped",
-            unknown_to_kubernetes - LISTED
+            "and {} more warnings like these",
+            warnings - LISTED
         ));
     }
     out
@@ -366,24 +423,45 @@ mod tests {
         let job = serde_json::json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "a", "labels": {"any": "x"}},
-            "spec": {"parallelism": 2, "paralelism": 3, "template": {"spec": {"containers": [
-                {"name": "c", "image": "i", "resorces": {"requests": {"cpu": "1"}}}
-            ]}}}
+            "spec": {"parallelism": 2, "paralelism": 3, "template": {"spec": {
+                "containers": [{"name": "c", "image": "i", "resorces": {"requests": {"cpu": "1"}}}],
+                "affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}},
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}
+                },
+                "topologySpreadConstraints": [{"maxSkew": 1}]
+            }}}
         });
-        let shown: Vec<String> = unknown_in(&job, KubeType::Job, &[])
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
+        let mut found = notable_in(&job, KubeType::Job, &[]);
+        found.sort_by_key(|p| p.to_string());
+        let shown: Vec<String> = found.iter().map(|p| p.to_string()).collect();
         assert_eq!(
             shown,
             [
                 "spec.paralelism",
-                "spec.template.spec.containers[0].resorces"
+                "spec.template.spec.affinity.podAntiAffinity",
+                "spec.template.spec.containers[0].resorces",
+                "spec.template.spec.topologySpreadConstraints",
             ]
         );
-        let spec = &job["spec"]["template"]["spec"];
+        let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
+        assert_eq!(
+            warnings[1],
+            "spec.template.spec.affinity.podAntiAffinity: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)"
+        );
+        assert!(warnings[2].ends_with("not a field of a Kubernetes v1.33 Job; skipped"));
+        let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::PodSpec, 3)).warnings;
+        // The same paths as a pod spec's at step 3: `spec.paralelism` is not in it.
+        assert_eq!(warnings.len(), 3);
+        assert!(warnings[2]
+            .starts_with("spec.template.spec.topologySpreadConstraints: placed without it"));
+        let mut spec = job["spec"]["template"]["spec"].clone();
+        spec.as_object_mut().unwrap().remove("affinity");
+        spec.as_object_mut()
+            .unwrap()
+            .remove("topologySpreadConstraints");
         let at = path("spec.replicatedJobs.1.template.spec.template.spec");
-        let shown: Vec<String> = unknown_in(spec, KubeType::PodSpec, &at)
+        let shown: Vec<String> = notable_in(&spec, KubeType::PodSpec, &at)
             .iter()
             .map(|p| p.to_string())
             .collect();
@@ -430,6 +508,6 @@ mod tests {
             unread.warnings[0],
             "jobs[0].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped"
         );
-        assert!(unread.warnings[LISTED].starts_with("3 more keys"));
+        assert_eq!(unread.warnings[LISTED], "and 3 more warnings like these");
     }
 }

@@ -1269,7 +1269,8 @@ fn simulate_stderr(dir: &Path, scenario: &str) -> (bool, String) {
 }
 
 /// A key of a pod template that a Kubernetes PodSpec does not have (a typo, or a field of a
-/// newer Kubernetes) is said on stderr with its path, and the run goes on; a real Job's
+/// newer Kubernetes) is said on stderr with its path, and the run goes on, as is a field
+/// kube-scheduler places by that Switchyard's placement does not model; a real Job's
 /// template, with its image, command and defaulted fields, draws no word.
 #[test]
 fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
@@ -1286,13 +1287,23 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
     let container = typo["containers"][0].as_object_mut().unwrap();
     let resources = container.remove("resources").unwrap();
     container.insert("resorces".into(), resources);
-    let (ok, err) = simulate_stderr(dir.path(), &scenario_with_templates(&[real, newer, typo]));
+    let mut spread = real.clone();
+    spread["topologySpreadConstraints"] = serde_json::json!([{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}
+    }]);
+    let (ok, err) = simulate_stderr(
+        dir.path(),
+        &scenario_with_templates(&[real, newer, typo, spread]),
+    );
     assert!(ok, "{err}");
     assert_eq!(
         err.lines().collect::<Vec<_>>(),
         [
             "warning: scenario: jobs[1].template.containers[0].futureContainerField: not a field of a Kubernetes v1.33 PodSpec; skipped",
             "warning: scenario: jobs[2].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped",
+            // A field placement does not model is said too: the run places without it.
+            "warning: scenario: jobs[3].template.topologySpreadConstraints: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)",
         ]
     );
 }
