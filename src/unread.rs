@@ -9,6 +9,8 @@
 //! reported. Kubernetes' shapes give a warning, not an error, because the cluster the object
 //! came from may be newer than the v1.33 types Switchyard knows (as the API server may be).
 //! A key no Switchyard type reads inside Switchyard's own settings (a queue's) is an error.
+//! A pod spec field that kube-scheduler places by and Switchyard's placement does not model
+//! (`topologySpreadConstraints`, …) gets a warning too: the file's pods are placed without it.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint};
@@ -87,6 +89,24 @@ pub enum KubeType {
     NodeResourceTopology,
 }
 
+/// The fields of a pod spec that kube-scheduler places pods by and Switchyard's placement
+/// does not model: it judges a pod by its requests, NUMA alignment, node selector, required
+/// node affinity and tolerations. In a real cluster kube-scheduler applies these itself
+/// (the extender only filters what is left); `simulate` and `explain` place without them.
+const NOT_MODELLED: [&[&str]; 7] = [
+    &["topologySpreadConstraints"],
+    &["affinity", "podAffinity"],
+    &["affinity", "podAntiAffinity"],
+    &[
+        "affinity",
+        "nodeAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    ],
+    &["nodeName"],
+    &["schedulingGates"],
+    &["resourceClaims"],
+];
+
 impl KubeType {
     /// The type as a warning names it, with the version whose fields are known.
     fn name(self) -> &'static str {
@@ -111,27 +131,7 @@ impl KubeType {
             KubeType::NodeResourceTopology => topology_has(path),
         }
     }
-}
 
-/// The fields of a pod spec that kube-scheduler places pods by and Switchyard's placement
-/// does not model: it judges a pod by its requests, NUMA alignment, node selector, required
-/// node affinity and tolerations. In a real cluster kube-scheduler applies these itself
-/// (the extender only filters what is left); `simulate` and `explain` place without them.
-const NOT_MODELLED: [&[&str]; 7] = [
-    &["topologySpreadConstraints"],
-    &["affinity", "podAffinity"],
-    &["affinity", "podAntiAffinity"],
-    &[
-        "affinity",
-        "nodeAffinity",
-        "preferredDuringSchedulingIgnoredDuringExecution",
-    ],
-    &["nodeName"],
-    &["schedulingGates"],
-    &["resourceClaims"],
-];
-
-impl KubeType {
     /// Where a pod spec sits in an object of this type.
     fn pod_spec(self) -> Option<&'static [&'static str]> {
         match self {
