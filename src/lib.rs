@@ -5,6 +5,9 @@
 //! (plain data in, plain data out); the modules named after I/O (`server`, `tls`,
 //! `namespaces`) are thin shells around them.
 #![forbid(unsafe_code)]
+// The library is Switchyard's own, read by its developers with `--document-private-items`:
+// its public items' docs may point at the private ones that do the work.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod api;
 pub mod certs;

@@ -480,7 +480,7 @@ pub fn uses_with(
 
 /// Whether the table allows `identity` (Manager, Worker or WorkerSide; Both: both pods) to
 /// make this request with no optional feature on. Uses in Switchyard's own namespace accept
-/// any single namespace; use [`request_is_covered_in`] to pin it.
+/// any single namespace; `request_is_covered_in` (for the tests) pins it.
 pub fn request_is_covered(identity: Role, method: &str, path_and_query: &str) -> bool {
     covered(identity, &[], None, method, path_and_query)
 }

@@ -1,13 +1,14 @@
-//! `switchyard simulate`: the dispatcher (the same [`plan`](crate::dispatcher::plan), not a
-//! copy) against in-memory worker clusters, in virtual time.
+//! `switchyard simulate`: the dispatcher (the same [`plan`], not a copy) against in-memory
+//! worker clusters, in virtual time.
 //!
 //! The manager side is a [`World`] updated the way the live executor updates it after each
-//! successful API call ([`status::after`]); each worker is a [`SimWorker`]: a kube-scheduler
-//! that places pods NUMA-unaware (or, for a worker with a `schedulerName`, NUMA-aware, as its
-//! second scheduler with Switchyard's extender would), kubelets whose Topology Manager rejects
-//! what it cannot align, and a Job controller. Pods become Ready after `podStartDelay`, run `duration`, then succeed
-//! or fail. The dispatcher sees the workers' inventories and copies immediately, as if its
-//! watches had no lag.
+//! successful API call (the outcome every executor reports to `dispatcher::apply`); each
+//! worker is a [`SimWorker`]: a kube-scheduler that places pods NUMA-unaware (or, for a worker
+//! with a `schedulerName`, NUMA-aware, as its second scheduler with Switchyard's extender
+//! would), kubelets whose Topology Manager rejects what it cannot align, and a Job controller.
+//! Pods become Ready after `podStartDelay`, run `duration`, then succeed or fail. The
+//! dispatcher sees the workers' inventories and copies immediately, as if its watches had no
+//! lag.
 //!
 //! Strategies, for comparison on the same trace:
 //! - `switchyard`: the engine's exact, NUMA-aware fit of the whole gang picks one worker;

@@ -1,6 +1,6 @@
 //! The WorkerCluster controller. Every replica watches the WorkerClusters and runs one
 //! connection per worker in its own task ([`Link`]), feeding the live inventory through the
-//! [`hub`](super::hub), and publishes each worker's [`WorkerView`] for the dispatcher. Only
+//! [`hub`], and publishes each worker's [`WorkerView`] for the dispatcher. Only
 //! the leader writes `status` (a merge patch on `workerclusters/{name}/status`), and only
 //! when something changed.
 
