@@ -187,9 +187,9 @@ fn spawn_serve(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Child {
     cmd.spawn().unwrap()
 }
 
-/// Waits (up to 20 s) for the "serving" log line; the process exiting first fails the test
-/// with what it logged.
-fn wait_serving(child: &mut Child) {
+/// Waits (up to 20 s) for the "serving" log line and returns the lines logged before it; the
+/// process exiting first fails the test with what it logged.
+fn wait_serving(child: &mut Child) -> Vec<String> {
     let (tx, rx) = mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -210,7 +210,7 @@ fn wait_serving(child: &mut Child) {
                 {
                     // Keep draining so the server never blocks on a full pipe.
                     std::thread::spawn(move || for _ in rx {});
-                    return;
+                    return seen;
                 }
                 seen.push(line);
             }
@@ -1475,5 +1475,41 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert!(
         err.contains("workload.json is a Deployment: explain judges a Pod, a batch/v1 Job or"),
         "{err}"
+    );
+}
+
+/// `serve --standalone --inventory FILE` logs a warning for each key of the file's Kubernetes
+/// shapes that the shape does not have (a zone's `parnet`), and serves.
+#[test]
+fn serve_logs_the_inventory_keys_kubernetes_does_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = std::fs::read_to_string("examples/inventory.yaml").unwrap();
+    let typo = inventory.replacen("type: Node", "type: Node\n              parnet: x", 1);
+    assert_ne!(typo, inventory);
+    std::fs::write(dir.path().join("inventory.yaml"), typo).unwrap();
+    let mut child = spawn_serve(
+        &[
+            "--standalone",
+            "--dev-tls",
+            "pki",
+            "--inventory",
+            "inventory.yaml",
+        ],
+        dir.path(),
+        &[],
+    );
+    let logged = wait_serving(&mut child);
+    sigterm(&child);
+    assert_eq!(exit_code(&mut child), Some(0));
+    let warnings: Vec<serde_json::Value> = (logged.iter())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "WARN" && v["inventory"] == "inventory.yaml")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logged:#?}");
+    assert!(
+        warnings[0]["message"].as_str().unwrap().starts_with(
+            "clusters[0].nodes[0].topology.zones[0].parnet: not a field of a NodeResourceTopology"
+        ),
+        "{warnings:?}"
     );
 }
