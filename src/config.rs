@@ -150,13 +150,13 @@ impl FileConfig {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        let (config, unread) = crate::unread::from_yaml(text).map_err(|e| e.to_string())?;
+        let (config, skipped) = crate::unread::from_yaml(text).map_err(|e| e.to_string())?;
         // Every key of the file is Switchyard's: the `managedNamespaces` selector too, where a
         // misspelt `matchLabel` would leave a selector that takes every namespace.
-        let unread = crate::unread::judge(&unread, |_| crate::unread::Owner::Switchyard);
-        match unread.errors.is_empty() {
+        let judged = crate::unread::judge(&skipped, |_| crate::unread::Owner::Switchyard);
+        match judged.errors.is_empty() {
             true => Ok(config),
-            false => Err(unread.errors.join("; ")),
+            false => Err(judged.errors.join("; ")),
         }
     }
 }

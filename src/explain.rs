@@ -107,54 +107,96 @@ fn explain_node(
     }
 }
 
-/// The largest gang a pod's `switchyard.dev/gang-size` may name, and so explain judge.
-const MAX_GANG: u64 = 100_000;
-
-/// The pod a workload asks to judge: a batch/v1 Job's or a JobSet's pod template, as the
-/// gang of all the pods the dispatcher places at once (a Job's `parallelism`, at most its
-/// `completions`; every pod of every replicated Job of a JobSet), as a cluster is judged for
-/// it. `None` when `manifest` is not of such a kind (a Pod is read as it is); an error for
-/// a JobSet whose replicated Jobs ask for several pod shapes, which are not one pod to judge.
-pub fn workload_pod(manifest: &serde_json::Value) -> Option<Result<PodShape, String>> {
-    use crate::dispatcher::kind::Kind;
-    let kind = Kind::of(manifest["apiVersion"].as_str()?, manifest["kind"].as_str()?)?;
-    let gang = kind.gang(manifest);
-    Some(gang.shape.and_then(|shape| {
-        if !gang.extra.is_empty() {
-            return Err(format!(
-                "this {kind}'s replicated Jobs ask for {} pod shapes; explain judges one: give it a Pod with one of their templates",
-                gang.extra.len() + 1
-            ));
-        }
-        let pods: u64 = gang.parts.iter().map(|p| u64::from(p.pods())).sum();
-        if pods > MAX_GANG {
-            return Err(format!(
-                "this {kind}'s gang of {pods} pods is more than explain judges ({MAX_GANG})"
-            ));
-        }
-        let mut shape = (*shape).clone();
-        shape.annotations.insert(
-            crate::placement::GANG_SIZE_ANNOTATION.into(),
-            pods.max(1).to_string(),
-        );
-        Ok(shape)
-    }))
+/// What `explain --pod FILE` judges: the pod, and warnings about keys of the file that its
+/// Kubernetes type does not have or that placement does not model ([`crate::unread`]).
+pub struct PodFile {
+    pub shape: PodShape,
+    pub warnings: Vec<String>,
 }
 
-/// The keys of a workload `manifest` (see [`workload_pod`]) that its Kubernetes type does
-/// not have, as warnings: a misspelt `resorces` would leave the pod asking for nothing. A
-/// Job is judged whole; of a JobSet (no published Rust type), its pod templates.
-pub fn workload_warnings(manifest: &serde_json::Value) -> Vec<String> {
+/// Why a pod file cannot be judged; each message follows the file's name.
+#[derive(Debug, thiserror::Error)]
+pub enum PodFileError {
+    #[error("is not a Pod manifest: {0}")]
+    Parse(String),
+    /// Its spec read as a pod's would be a pod with no containers, which fits everywhere.
+    #[error("is a {0}: explain judges a Pod, a batch/v1 Job or a jobset.x-k8s.io/v1alpha2 JobSet; give it a Pod whose spec is the {0}'s pod template's")]
+    OtherKind(String),
+    #[error("cannot be judged: {0}")]
+    Unjudgeable(String),
+}
+
+/// A pod file read: a Pod (or a manifest with no `kind`) as it is; a batch/v1 Job or a
+/// JobSet as its pod template, for the gang of all the pods the dispatcher places at once
+/// (a Job's `parallelism`, at most its `completions`; every pod of a JobSet, whose
+/// replicated Jobs must then share one pod shape), read as the dispatcher reads it.
+pub fn read_pod_file(text: &str) -> Result<PodFile, PodFileError> {
+    use crate::dispatcher::kind::Kind;
     use crate::unread::{self, KubeType, Owner, Step};
+    let parse = |e: serde_yaml::Error| PodFileError::Parse(e.to_string());
+    let text = crate::text::without_bom(text);
+    let manifest: serde_json::Value = serde_yaml::from_str(text).map_err(parse)?;
+    let kind = (manifest["apiVersion"].as_str())
+        .zip(manifest["kind"].as_str())
+        .and_then(|(api_version, kind)| Kind::of(api_version, kind));
+    let (shape, paths, ty, at) = match (kind, manifest["kind"].as_str()) {
+        (Some(kind), _) => {
+            let shape = workload_pod(&manifest, kind).map_err(PodFileError::Unjudgeable)?;
+            let (paths, ty, at) = workload_keys(&manifest, kind);
+            (shape, paths, ty, at)
+        }
+        (None, None | Some("Pod")) => {
+            // Read again from the text, for errors with their line.
+            let view: crate::placement::PodView = serde_yaml::from_str(text).map_err(parse)?;
+            let shape =
+                PodShape::from_view(&view).map_err(|e| PodFileError::Unjudgeable(e.to_string()))?;
+            let paths = unread::notable_in(&manifest, KubeType::Pod, &[]);
+            (shape, paths, KubeType::Pod, 0)
+        }
+        (None, Some(other)) => return Err(PodFileError::OtherKind(other.to_string())),
+    };
+    let warnings = unread::judge(&paths, |_: &[Step]| Owner::Kubernetes(ty, at)).warnings;
+    Ok(PodFile { shape, warnings })
+}
+
+/// A workload's pod, with the gang size the dispatcher would place it with.
+fn workload_pod(
+    manifest: &serde_json::Value,
+    kind: crate::dispatcher::kind::Kind,
+) -> Result<PodShape, String> {
+    use crate::placement::{GANG_SIZE_ANNOTATION, MAX_GANG_SIZE};
+    let gang = kind.gang(manifest);
+    let shape = gang.shape?;
+    if !gang.extra.is_empty() {
+        return Err(format!(
+            "this {kind}'s replicated Jobs ask for {} pod shapes; explain judges one: give it a Pod with one of their templates",
+            gang.extra.len() + 1
+        ));
+    }
+    let pods: u64 = gang.parts.iter().map(|p| u64::from(p.pods())).sum();
+    if pods > MAX_GANG_SIZE as u64 {
+        return Err(format!(
+            "this {kind}'s gang of {pods} pods is more than explain judges ({MAX_GANG_SIZE})"
+        ));
+    }
+    let mut shape = (*shape).clone();
+    (shape.annotations).insert(GANG_SIZE_ANNOTATION.into(), pods.max(1).to_string());
+    Ok(shape)
+}
+
+/// The keys of a workload to speak of, and the type and step they are judged from: a Job is
+/// judged whole; of a JobSet (no published Rust type), its pod templates.
+fn workload_keys(
+    manifest: &serde_json::Value,
+    kind: crate::dispatcher::kind::Kind,
+) -> (Vec<crate::unread::KeyPath>, crate::unread::KubeType, usize) {
+    use crate::dispatcher::kind::Kind;
+    use crate::unread::{notable_in, KubeType, Step};
     /// Where a JobSet's pod template spec sits in a replicated Job.
     const POD_SPEC: [&str; 4] = ["template", "spec", "template", "spec"];
-    let (paths, ty, at) = match manifest["kind"].as_str() {
-        Some("Job") => (
-            unread::notable_in(manifest, KubeType::Job, &[]),
-            KubeType::Job,
-            0,
-        ),
-        _ => {
+    match kind {
+        Kind::Job => (notable_in(manifest, KubeType::Job, &[]), KubeType::Job, 0),
+        Kind::JobSet => {
             let jobs = manifest["spec"]["replicatedJobs"].as_array();
             let paths = (jobs.into_iter().flatten().enumerate())
                 .flat_map(|(i, job)| {
@@ -165,13 +207,12 @@ pub fn workload_warnings(manifest: &serde_json::Value) -> Vec<String> {
                     ];
                     at.extend(POD_SPEC.map(|k| Step::Key(k.into())));
                     let spec = POD_SPEC.iter().fold(job, |v, k| &v[*k]);
-                    unread::notable_in(spec, KubeType::PodSpec, &at)
+                    notable_in(spec, KubeType::PodSpec, &at)
                 })
                 .collect();
             (paths, KubeType::PodSpec, 3 + POD_SPEC.len())
         }
-    };
-    unread::judge(&paths, |_| Owner::Kubernetes(ty, at)).warnings
+    }
 }
 
 /// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids).

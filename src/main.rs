@@ -222,38 +222,8 @@ fn topology_merge() -> anyhow::Result<()> {
     emit_parts(&[&output, "\n"])
 }
 
-/// What `explain --pod` was given.
-enum Manifest {
-    /// A Pod, or a manifest with no `kind` (read as a Pod).
-    Pod,
-    /// A Job or JobSet: its pod, the gang of all the pods the dispatcher places at once.
-    Workload(Result<switchyard::placement::PodShape, String>),
-    /// Another kind: its spec read as a Pod's would be a pod with no containers, which fits
-    /// everywhere.
-    Other(String),
-}
-
-fn explain_manifest(text: &str) -> Manifest {
-    let Ok(manifest) =
-        serde_yaml::from_str::<serde_json::Value>(switchyard::text::without_bom(text))
-    else {
-        return Manifest::Pod; // its parse as a Pod says what is wrong
-    };
-    if let Some(shape) = switchyard::explain::workload_pod(&manifest) {
-        for warning in switchyard::explain::workload_warnings(&manifest) {
-            note(&format!("warning: workload: {warning}"));
-        }
-        return Manifest::Workload(shape);
-    }
-    match manifest["kind"].as_str() {
-        None | Some("Pod") => Manifest::Pod,
-        Some(kind) => Manifest::Other(kind.to_string()),
-    }
-}
-
 /// `explain`: why a pod fits or not, per node or cluster of an inventory file.
 fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
-    use switchyard::unread;
     let loaded = switchyard::inventory::load_file(&args.inventory)?;
     for warning in &loaded.warnings {
         note(&format!("warning: inventory: {warning}"));
@@ -261,26 +231,12 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
     let inventory = loaded.inventory;
     let text = std::fs::read_to_string(&args.pod)
         .with_context(|| format!("cannot read pod {}", args.pod.display()))?;
-    let shape = match explain_manifest(&text) {
-        Manifest::Pod => {
-            let (view, skipped): (switchyard::placement::PodView, _) = unread::from_yaml(&text)
-                .with_context(|| format!("{} is not a Pod manifest", args.pod.display()))?;
-            let pod = unread::judge(&skipped, |_| {
-                unread::Owner::Kubernetes(unread::KubeType::Pod, 0)
-            });
-            for warning in &pod.warnings {
-                note(&format!("warning: pod: {warning}"));
-            }
-            switchyard::placement::PodShape::from_view(&view)?
-        }
-        Manifest::Workload(shape) => shape
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("{} cannot be judged", args.pod.display()))?,
-        Manifest::Other(kind) => anyhow::bail!(
-            "{} is a {kind}: explain judges a Pod, a batch/v1 Job or a jobset.x-k8s.io/v1alpha2 JobSet; give it a Pod whose spec is the {kind}'s pod template's",
-            args.pod.display()
-        ),
-    };
+    let pod = switchyard::explain::read_pod_file(&text)
+        .map_err(|e| anyhow::anyhow!("{} {e}", args.pod.display()))?;
+    for warning in &pod.warnings {
+        note(&format!("warning: pod: {warning}"));
+    }
+    let shape = pod.shape;
     let config = switchyard::placement::EngineConfig {
         numa_unknown: match args.numa_unknown {
             NumaUnknownArg::Allow => switchyard::placement::NumaUnknown::Allow,
@@ -302,14 +258,16 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
 fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     use switchyard::cli::{SimOutput, SimStrategy};
     use switchyard::simulate::{self, Strategy};
-    let scenario = match &args.scenario {
-        Some(path) => simulate::scenario::load(path)?,
-        None => simulate::scenario::parse(simulate::scenario::BUNDLED)
+    let read = match &args.scenario {
+        Some(path) => simulate::scenario::read_file(path)?,
+        None => simulate::scenario::read(simulate::scenario::BUNDLED)
             .context("the bundled scenario does not parse")?,
     };
-    for warning in &scenario.warnings {
+    // Said before the checks, which a skipped key may be the cause of failing.
+    for warning in &read.warnings {
         note(&format!("warning: scenario: {warning}"));
     }
+    let scenario = read.check()?;
     // Opened before the run: a path that cannot be written fails at once, not after it.
     let report_file = args
         .report

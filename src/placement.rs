@@ -23,6 +23,8 @@ pub use score::Strategy;
 pub(crate) const STRATEGY_ANNOTATION: &str = "switchyard.dev/placement-strategy";
 /// Annotation giving the number of identical pods that must fit at once.
 pub(crate) const GANG_SIZE_ANNOTATION: &str = "switchyard.dev/gang-size";
+/// The largest gang [`GANG_SIZE_ANNOTATION`] may name.
+pub(crate) const MAX_GANG_SIZE: usize = 100_000;
 
 /// What to do with a node that publishes no NUMA data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -63,9 +65,9 @@ impl PodShape {
         match self.annotations.get(GANG_SIZE_ANNOTATION) {
             None => Ok(1),
             Some(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+                Ok(n) if (1..=MAX_GANG_SIZE).contains(&n) => Ok(n),
                 _ => Err(format!(
-                    "annotation {GANG_SIZE_ANNOTATION}={v:?} is not a pod count between 1 and 100000"
+                    "annotation {GANG_SIZE_ANNOTATION}={v:?} is not a pod count between 1 and {MAX_GANG_SIZE}"
                 )),
             },
         }

@@ -341,31 +341,25 @@ pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
     out
 }
 
-/// Where the parts of a node of the inventory format are Kubernetes types: its `taints`
-/// items and its `topology`. `path` starts at the node.
-pub fn node_owner(path: &[Step], base: usize) -> Owner {
-    match path.get(base..) {
-        Some([Step::Key(k), Step::Index(_), ..]) if k == "taints" => {
-            Owner::Kubernetes(KubeType::Taint, base + 2)
+/// Which part of the inventory format (which a scenario's `clusters` share) a key at `path`
+/// is in: a node's `taints` items and `topology` are Kubernetes types, the rest under
+/// `clusters[i].nodes[j]` the format's own; `None` outside the nodes.
+pub fn clusters_owner(path: &[Step]) -> Option<Owner> {
+    let [Step::Key(c), Step::Index(_), Step::Key(n), Step::Index(_), node @ ..] = path else {
+        return None;
+    };
+    if c != "clusters" || n != "nodes" {
+        return None;
+    }
+    Some(match node {
+        [Step::Key(k), Step::Index(_), ..] if k == "taints" => {
+            Owner::Kubernetes(KubeType::Taint, 6)
         }
-        Some([Step::Key(k), ..]) if k == "topology" => {
-            Owner::Kubernetes(KubeType::NodeResourceTopology, base + 1)
+        [Step::Key(k), ..] if k == "topology" => {
+            Owner::Kubernetes(KubeType::NodeResourceTopology, 5)
         }
         _ => Owner::Switchyard,
-    }
-}
-
-/// [`node_owner`] for the inventory format's `clusters[i].nodes[j]`, which a scenario's
-/// clusters share.
-pub fn clusters_owner(path: &[Step]) -> Option<Owner> {
-    match path {
-        [Step::Key(c), Step::Index(_), Step::Key(n), Step::Index(_), ..]
-            if c == "clusters" && n == "nodes" =>
-        {
-            Some(node_owner(path, 4))
-        }
-        _ => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -468,6 +462,36 @@ mod tests {
         assert_eq!(
             shown,
             ["spec.replicatedJobs[1].template.spec.template.spec.containers[0].resorces"]
+        );
+    }
+
+    #[test]
+    fn an_inventorys_taints_and_topologies_are_judged_as_kubernetes_types() {
+        let text = r#"
+clusters:
+  - name: a
+    nodes:
+      - name: n
+        allocatable: {cpu: "8", memory: 32Gi, pods: "110"}
+        taints:
+          - {key: k, value: v, effect: NoSchedule, timeAdded: "2026-11-29T00:00:00Z"}
+          - {key: k, vaule: v, effect: NoSchedule}
+        topology:
+          metadata: {name: n}
+          attributes: [{name: topologyManagerPolicy, value: single-numa-node}]
+          zones:
+            - name: node-0
+              type: Node
+              parent: socket-0
+              resorces: []
+"#;
+        let loaded = crate::inventory::parse(text).unwrap();
+        assert_eq!(
+            loaded.warnings,
+            [
+                "clusters[0].nodes[0].taints[1].vaule: not a field of a Kubernetes v1.33 Taint; skipped",
+                "clusters[0].nodes[0].topology.zones[0].resorces: not a field of a NodeResourceTopology (topology.node.k8s.io/v1alpha2); skipped",
+            ]
         );
     }
 

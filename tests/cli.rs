@@ -1308,18 +1308,22 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
     );
 }
 
-/// A template copied whole from a Job (`metadata` and `spec`) is refused with what a
-/// scenario's template is: read as a pod spec it would have no containers.
+/// A template copied whole from a Job (`metadata` and `spec`) is refused, as a pod with no
+/// containers, and the warnings say why: they are shown even though the checks fail.
 #[test]
-fn simulate_refuses_a_template_written_as_a_jobs() {
+fn simulate_says_what_it_skipped_even_when_the_scenario_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let spec = job_template("admission-mutate-create-basic.json");
     let whole = serde_json::json!({"metadata": {"labels": {"app": "a"}}, "spec": spec});
     let (ok, err) = simulate_stderr(dir.path(), &scenario_with_templates(&[spec, whole]));
     assert!(!ok);
     assert_eq!(
-        err.trim_end(),
-        "Error: scenario: jobs[1].template.spec: a scenario's template is the pod's spec itself (containers and the rest at its top), not a Job's pod template of metadata and spec"
+        err.lines().collect::<Vec<_>>(),
+        [
+            "warning: scenario: jobs[1].template.metadata: not a field of a Kubernetes v1.33 PodSpec; skipped",
+            "warning: scenario: jobs[1].template.spec: not a field of a Kubernetes v1.33 PodSpec; skipped",
+            "Error: scenario: jobs[1] (j1): template: needs at least one container",
+        ]
     );
 }
 
@@ -1448,7 +1452,7 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "warning: workload: spec.template.spec.containers[0].resorces: not a field of a Kubernetes v1.33 Job; skipped\n"
+        "warning: pod: spec.template.spec.containers[0].resorces: not a field of a Kubernetes v1.33 Job; skipped\n"
     );
     // A JobSet whose replicated Jobs ask for two pod shapes is not one pod to judge.
     let out = switchyard()

@@ -335,7 +335,8 @@ pub struct NamedQueueSpec {
 /// that is not a setting is refused (a flattened struct can do neither). The CRD's spec, read
 /// from the API server, keeps taking fields it does not know; a scenario is written by hand.
 /// A test checks that the keys here are the CRD's.
-#[derive(Deserialize, JsonSchema)]
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[serde(expecting = "a queue: a map of name, clusters and its settings")]
 struct NamedQueueFile {

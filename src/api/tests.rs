@@ -554,3 +554,28 @@ fn a_scenario_queue_refuses_a_key_that_is_not_a_setting_and_says_where() {
     );
     assert!(e.contains("line 4"), "{e}");
 }
+
+#[test]
+fn a_scenario_queue_and_the_crd_spec_default_alike() {
+    // The queue entry's fields are spelled out beside the CRD spec's: what they leave out
+    // must default the same, from a bare entry to the shared format's example.
+    #[derive(serde::Deserialize)]
+    struct Scenario {
+        queues: Vec<serde_yaml::Mapping>,
+    }
+    let mut entries = vec![serde_yaml::from_str("{name: a, clusters: [c]}").unwrap()];
+    entries.extend(serde_yaml::from_str::<Scenario>(SCENARIO).unwrap().queues);
+    entries.push(
+        serde_yaml::from_str("{name: b, clusters: [c], waitForPodsReady: {enabled: true}}")
+            .unwrap(),
+    );
+    for entry in entries {
+        let named: NamedQueueSpec =
+            serde_yaml::from_value(serde_yaml::Value::Mapping(entry.clone())).unwrap();
+        let mut spec = entry;
+        spec.remove("name");
+        let crd: DispatchQueueSpec =
+            serde_yaml::from_value(serde_yaml::Value::Mapping(spec)).unwrap();
+        assert_eq!(named.spec, crd);
+    }
+}

@@ -121,17 +121,17 @@ pub fn load_file(path: &Path) -> Result<Loaded, InventoryError> {
 
 /// An inventory file's text, read.
 pub fn parse(text: &str) -> Result<Loaded, InventoryError> {
-    let (file, unread): (InventoryFile, _) =
+    let (file, skipped): (InventoryFile, _) =
         unread::from_yaml(text).map_err(|e| InventoryError::Parse(e.to_string()))?;
-    let unread = unread::judge(&unread, |path| {
+    let judged = unread::judge(&skipped, |path| {
         unread::clusters_owner(path).unwrap_or(unread::Owner::Switchyard)
     });
-    if !unread.errors.is_empty() {
-        return Err(InventoryError::Parse(unread.errors.join("; ")));
+    if !judged.errors.is_empty() {
+        return Err(InventoryError::Parse(judged.errors.join("; ")));
     }
     Ok(Loaded {
         inventory: build(file.clusters)?,
-        warnings: unread.warnings,
+        warnings: judged.warnings,
     })
 }
 

@@ -218,9 +218,6 @@ pub struct Scenario {
     pub(crate) scheduler_names: Vec<Option<String>>,
     /// Per inventory cluster (same order), its Kueue.
     pub(crate) kueue: Vec<Option<Arc<KueueSpec>>>,
-    /// Keys of the file's Kubernetes parts (pod templates, taints, topologies) that their
-    /// Kubernetes type does not have, and so were skipped (see [`crate::unread`]).
-    pub warnings: Vec<String>,
 }
 
 /// A scenario cluster's own Kueue (see `simulate::kueue`).
@@ -285,54 +282,71 @@ impl Scenario {
 /// The example bundled with the binary: the run of `switchyard simulate` without a scenario.
 pub const BUNDLED: &str = include_str!("../../examples/scenario.yaml");
 
-pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
+/// A scenario file read but not yet checked, with the warnings about the keys it skipped,
+/// which a user needs whether or not the checks pass (a misspelt `containers` is skipped
+/// with a warning, and the Job then has no container).
+pub struct Read {
+    file: File,
+    pub warnings: Vec<String>,
+}
+
+pub fn read_file(path: &std::path::Path) -> Result<Read, ScenarioError> {
     let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse(&text)
+    read(&text)
 }
 
-pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+/// The scenario's text read: a key of its own settings that nothing reads is an error here.
+pub fn read(text: &str) -> Result<Read, ScenarioError> {
     let (file, skipped): (File, _) =
         unread::from_yaml(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
-    if let Some(path) = skipped.iter().find(|p| a_pod_template_spec(&p.0)) {
-        return Err(ScenarioError::Invalid(format!(
-            "{path}: a scenario's template is the pod's spec itself (containers and the rest at its top), not a Job's pod template of metadata and spec"
-        )));
+    let judged = unread::judge(&skipped, owner);
+    if !judged.errors.is_empty() {
+        return Err(ScenarioError::Invalid(judged.errors.join("; ")));
     }
-    let unread = unread::judge(&skipped, owner);
-    if !unread.errors.is_empty() {
-        return Err(ScenarioError::Invalid(unread.errors.join("; ")));
-    }
-    let Clusters {
-        inventory,
-        scheduler_names,
-        kueue,
-    } = clusters(file.clusters)?;
-    let queues = queues(&file.queues, &inventory)?;
-    let names: BTreeSet<&str> = queues.iter().map(|(name, _)| name.as_str()).collect();
-    let mut jobs = Vec::with_capacity(file.jobs.len());
-    let mut seen = BTreeSet::new();
-    let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
-    for (i, j) in file.jobs.into_iter().enumerate() {
-        jobs.push(job(i, j, &names, &mut seen, &mut shapes)?);
-    }
-    Ok(Scenario {
-        inventory,
-        queues,
-        jobs,
-        scheduler_names,
-        kueue,
-        warnings: unread.warnings,
+    Ok(Read {
+        file,
+        warnings: judged.warnings,
     })
 }
 
-/// Whether a skipped key is the `spec` of a template written as a Job's (`metadata` and
-/// `spec`), where the scenario wants the pod spec: the pod would have no containers.
-fn a_pod_template_spec(path: &[Step]) -> bool {
-    matches!(path.first(), Some(Step::Key(k)) if k == "jobs")
-        && matches!(path, [.., Step::Key(t), Step::Key(s)] if t == "template" && s == "spec")
+/// [`read_file`], then [`Read::check`], the warnings not shown.
+pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
+    read_file(path)?.check()
+}
+
+/// [`read`], then [`Read::check`], the warnings not shown.
+pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+    read(text)?.check()
+}
+
+impl Read {
+    /// The scenario, checked: clusters, queues and Jobs as the cluster would take them.
+    pub fn check(self) -> Result<Scenario, ScenarioError> {
+        let file = self.file;
+        let Clusters {
+            inventory,
+            scheduler_names,
+            kueue,
+        } = clusters(file.clusters)?;
+        let queues = queues(&file.queues, &inventory)?;
+        let names: BTreeSet<&str> = queues.iter().map(|(name, _)| name.as_str()).collect();
+        let mut jobs = Vec::with_capacity(file.jobs.len());
+        let mut seen = BTreeSet::new();
+        let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
+        for (i, j) in file.jobs.into_iter().enumerate() {
+            jobs.push(job(i, j, &names, &mut seen, &mut shapes)?);
+        }
+        Ok(Scenario {
+            inventory,
+            queues,
+            jobs,
+            scheduler_names,
+            kueue,
+        })
+    }
 }
 
 /// Which part of a scenario a skipped key at `path` is in: a node's Kubernetes parts (as in
