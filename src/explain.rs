@@ -150,7 +150,9 @@ pub fn read_pod_file(text: &str) -> Result<PodFile, PodFileError> {
             let view: crate::placement::PodView = serde_yaml::from_str(text).map_err(parse)?;
             let shape =
                 PodShape::from_view(&view).map_err(|e| PodFileError::Unjudgeable(e.to_string()))?;
-            let paths = unread::notable_in(&manifest, KubeType::Pod, &[]);
+            let mut paths = unread::notable_in(&manifest, KubeType::Pod, &[]);
+            let spec = [Step::Key("spec".into())];
+            paths.extend(unread::unmodelled_terms(&spec, &shape.unmodelled_terms));
             (shape, paths, KubeType::Pod, 0)
         }
         (None, Some(other)) => return Err(PodFileError::OtherKind(other.to_string())),
@@ -194,24 +196,53 @@ fn workload_keys(
     use crate::unread::{notable_in, KubeType, Step};
     /// Where a JobSet's pod template spec sits in a replicated Job.
     const POD_SPEC: [&str; 4] = ["template", "spec", "template", "spec"];
+    let keys =
+        |steps: &[&str]| -> Vec<Step> { steps.iter().map(|k| Step::Key(k.to_string())).collect() };
     match kind {
-        Kind::Job => (notable_in(manifest, KubeType::Job, &[]), KubeType::Job, 0),
+        Kind::Job => {
+            let mut paths = notable_in(manifest, KubeType::Job, &[]);
+            let template = &manifest["spec"]["template"];
+            let at = keys(&["spec", "template", "spec"]);
+            paths.extend(unmodelled_in(manifest, kind, template, &at));
+            (paths, KubeType::Job, 0)
+        }
         Kind::JobSet => {
             let jobs = manifest["spec"]["replicatedJobs"].as_array();
             let paths = (jobs.into_iter().flatten().enumerate())
                 .flat_map(|(i, job)| {
-                    let mut at = vec![
-                        Step::Key("spec".into()),
-                        Step::Key("replicatedJobs".into()),
-                        Step::Index(i),
-                    ];
-                    at.extend(POD_SPEC.map(|k| Step::Key(k.into())));
+                    let mut at = keys(&["spec", "replicatedJobs"]);
+                    at.push(Step::Index(i));
+                    at.extend(keys(&POD_SPEC));
                     let spec = POD_SPEC.iter().fold(job, |v, k| &v[*k]);
-                    notable_in(spec, KubeType::PodSpec, &at)
+                    let template = &job["template"]["spec"]["template"];
+                    let mut paths = notable_in(spec, KubeType::PodSpec, &at);
+                    paths.extend(unmodelled_in(manifest, kind, template, &at));
+                    paths
                 })
                 .collect();
             (paths, KubeType::PodSpec, 3 + POD_SPEC.len())
         }
+    }
+}
+
+/// The required anti-affinity terms of a workload's pod template (`{metadata, spec}`, its
+/// spec at `at`) that placement does not model, judged with the labels the workload's pods
+/// will carry.
+fn unmodelled_in(
+    manifest: &serde_json::Value,
+    kind: crate::dispatcher::kind::Kind,
+    template: &serde_json::Value,
+    at: &[crate::unread::Step],
+) -> Vec<crate::unread::KeyPath> {
+    let meta = &manifest["metadata"];
+    let workload = (
+        kind,
+        meta["name"].as_str().unwrap_or_default(),
+        meta["namespace"].as_str().unwrap_or_default(),
+    );
+    match crate::dispatcher::kind::template_shape(template, workload, "").0 {
+        Ok(shape) => crate::unread::unmodelled_terms(at, &shape.unmodelled_terms),
+        Err(_) => Vec::new(),
     }
 }
 

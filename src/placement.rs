@@ -2,6 +2,7 @@
 //! this node or in this cluster, and how well. Pure: an inventory snapshot and a pod in, a
 //! verdict out. The extender serves it; the dispatcher calls it in-process.
 
+pub(crate) mod apart;
 pub(crate) mod fit;
 pub mod inflight;
 pub(crate) mod parallel;
@@ -52,6 +53,14 @@ impl Default for EngineConfig {
 }
 
 impl PodShape {
+    /// The shape with its anti-affinity judged as `apart` says (for a template judged with
+    /// the labels its workload's controller will give its pods).
+    pub(crate) fn kept_apart(mut self, apart: apart::Apart) -> Self {
+        self.one_per_node = apart.one_per_node;
+        self.unmodelled_terms = apart.unmodelled;
+        self
+    }
+
     /// The strategy the pod asks for, or the configured default.
     pub fn strategy(&self, default: Strategy) -> Strategy {
         self.annotations

@@ -96,7 +96,11 @@ pub enum KubeType {
 const NOT_MODELLED: [&[&str]; 7] = [
     &["topologySpreadConstraints"],
     &["affinity", "podAffinity"],
-    &["affinity", "podAntiAffinity"],
+    &[
+        "affinity",
+        "podAntiAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    ],
     &[
         "affinity",
         "nodeAffinity",
@@ -106,6 +110,29 @@ const NOT_MODELLED: [&[&str]; 7] = [
     &["schedulingGates"],
     &["resourceClaims"],
 ];
+
+/// Where a pod spec's required anti-affinity terms are: placement models those that keep a
+/// Job's own pods one to a node ([`crate::placement::apart`]), and a term it does not model is
+/// named by its index, from [`unmodelled_terms`] (a walk of the keys never names one).
+const ANTI_AFFINITY_TERMS: [&str; 3] = [
+    "affinity",
+    "podAntiAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+];
+
+/// The paths of the required anti-affinity terms placement does not model (`terms`, their
+/// indices) in the pod spec at `at`.
+pub fn unmodelled_terms(at: &[Step], terms: &[usize]) -> Vec<KeyPath> {
+    terms
+        .iter()
+        .map(|&i| {
+            let mut path = at.to_vec();
+            path.extend(ANTI_AFFINITY_TERMS.iter().map(|k| Step::Key(k.to_string())));
+            path.push(Step::Index(i));
+            KeyPath(path)
+        })
+        .collect()
+}
 
 impl KubeType {
     /// The type as a warning names it, with the version whose fields are known.
@@ -154,9 +181,12 @@ impl KubeType {
                     .zip(steps)
                     .all(|(n, s)| matches!(s, Step::Key(k) if k == n))
         };
-        path.len() > at.len()
-            && is(at, &path[..at.len()])
-            && NOT_MODELLED.iter().any(|f| is(f, &path[at.len()..]))
+        if path.len() <= at.len() || !is(at, &path[..at.len()]) {
+            return false;
+        }
+        let field = &path[at.len()..];
+        NOT_MODELLED.iter().any(|f| is(f, field))
+            || matches!(field, [rest @ .., Step::Index(_)] if is(&ANTI_AFFINITY_TERMS, rest))
     }
 }
 
@@ -321,7 +351,7 @@ pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
                 if !ty.has(field) {
                     format!("{path}: not a field of a {}; skipped", ty.name())
                 } else if ty.not_modelled(field) {
-                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)")
+                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)")
                 } else {
                     continue;
                 }
@@ -421,7 +451,10 @@ mod tests {
                 "containers": [{"name": "c", "image": "i", "resorces": {"requests": {"cpu": "1"}}}],
                 "affinity": {
                     "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}},
-                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "x"}],
+                        "preferredDuringSchedulingIgnoredDuringExecution": []
+                    }
                 },
                 "topologySpreadConstraints": [{"maxSkew": 1}]
             }}}
@@ -433,7 +466,7 @@ mod tests {
             shown,
             [
                 "spec.paralelism",
-                "spec.template.spec.affinity.podAntiAffinity",
+                "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
                 "spec.template.spec.containers[0].resorces",
                 "spec.template.spec.topologySpreadConstraints",
             ]
@@ -441,7 +474,19 @@ mod tests {
         let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
         assert_eq!(
             warnings[1],
-            "spec.template.spec.affinity.podAntiAffinity: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)"
+            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)"
+        );
+        // A required term is named by its index, when the pod's analysis finds it is not
+        // modelled; the walk never names one.
+        let terms = unmodelled_terms(&path("spec.template.spec"), &[0]);
+        assert_eq!(
+            terms[0].to_string(),
+            "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        );
+        let said = judge(&terms, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
+        assert!(
+            said[0].ends_with("[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)"),
+            "{said:?}"
         );
         assert!(warnings[2].ends_with("not a field of a Kubernetes v1.33 Job; skipped"));
         let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::PodSpec, 3)).warnings;

@@ -185,17 +185,41 @@ impl Gang {
     }
 }
 
-/// A pod template (`{metadata, spec}`) analysed as placement sees it, and its key.
+impl Kind {
+    /// The labels the kind's controller gives every pod of workload `name`, beside its
+    /// template's: those a pod's affinity to its own kind may select. A Job's pods carry its
+    /// name (and its uid, which differs in each worker); a JobSet's, the JobSet's name (and
+    /// labels that differ between its Jobs, left out: they are not every pod's).
+    pub(crate) fn pod_labels(self, name: &str) -> Vec<(&'static str, String)> {
+        match self {
+            Kind::Job => vec![
+                ("batch.kubernetes.io/job-name", name.to_string()),
+                ("job-name", name.to_string()),
+            ],
+            Kind::JobSet => vec![("jobset.sigs.k8s.io/jobset-name", name.to_string())],
+        }
+    }
+}
+
+/// A pod template (`{metadata, spec}`) of workload `name` of kind `kind`, analysed as
+/// placement sees it, and its key.
 pub(crate) fn template_shape(
     template: &Value,
-    name: &str,
-    namespace: &str,
+    (kind, name, namespace): (Kind, &str, &str),
     field: &str,
 ) -> (Result<Arc<PodShape>, String>, u64) {
+    let mut labels = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for (k, v) in kind.pod_labels(name) {
+        labels.insert(k.to_string(), v.into());
+    }
     let shape = serde_json::from_value::<PodView>(json!({
         "metadata": {
             "name": name,
             "namespace": namespace,
+            "labels": labels,
             "annotations": template["metadata"]["annotations"],
         },
         "spec": template["spec"],
@@ -213,6 +237,11 @@ pub(crate) fn template_shape(
         let mut h = std::collections::hash_map::DefaultHasher::new();
         template["spec"].to_string().hash(&mut h);
         template["metadata"]["annotations"].to_string().hash(&mut h);
+        // The same spec keeps its pods apart for one Job and not another (its selector
+        // matches one's labels): the one place labels reach placement.
+        if shape.as_ref().is_ok_and(|s| s.one_per_node) {
+            "one per node".hash(&mut h);
+        }
         h.finish()
     };
     (shape, key)

@@ -51,6 +51,11 @@ pub(crate) enum Misfit {
         cause: Box<Misfit>,
     },
     BadPod(String),
+    /// Every node of the cluster that can take one of the pods has one: they keep one to a
+    /// node ([`super::apart`]).
+    OnePerNode {
+        cluster: String,
+    },
     /// The whole cluster cannot take work now (stale or lost).
     Unavailable(String),
 }
@@ -63,6 +68,7 @@ impl Misfit {
             | Misfit::Taint { .. }
             | Misfit::Selector { .. }
             | Misfit::NoNumaData { .. }
+            | Misfit::OnePerNode { .. }
             | Misfit::BadPod(_) => true,
             // It may come back; kube-scheduler should retry.
             Misfit::Unavailable(_) => false,
@@ -258,6 +264,11 @@ impl Misfit {
             } => write!(
                 f,
                 "only {fitted} of {wanted} pods fit at once in cluster {cluster}; then: {cause}"
+            ),
+            Misfit::OnePerNode { cluster } => write!(
+                f,
+                "its pods keep one to a node (a required pod anti-affinity to one another on {}), and each node of cluster {cluster} holds one",
+                super::apart::HOSTNAME
             ),
             Misfit::BadPod(m) | Misfit::Unavailable(m) => write!(f, "{m}"),
         }
@@ -1385,6 +1396,13 @@ fn fit_node_with<'n>(
             ));
         }
     }
+    // Pods that keep one to a node: the rest of the gang goes elsewhere, with no refusal
+    // from this node.
+    let want = if shape.one_per_node {
+        want.min(1)
+    } else {
+        want
+    };
     while out.count < want {
         let traces = (trace && out.count == 0).then_some(&mut out.traces);
         let how = How {
@@ -1824,9 +1842,16 @@ pub fn fit_cluster(
     }
     // The nodes took what they took above: the gang still does not fit.
     debug_assert!(out.fitted < n);
-    let cause = first_misfit
-        .map(|(_, m)| m)
-        .unwrap_or_else(|| Misfit::BadPod(format!("cluster {} has no nodes", cluster.name)));
+    let cause = first_misfit.map(|(_, m)| m).unwrap_or_else(|| {
+        if shape.one_per_node && out.fitted > 0 {
+            // Every node took one pod and refused nothing.
+            Misfit::OnePerNode {
+                cluster: cluster.name.clone(),
+            }
+        } else {
+            Misfit::BadPod(format!("cluster {} has no nodes", cluster.name))
+        }
+    });
     out.misfit = Some(if n == 1 && out.fitted == 0 {
         cause
     } else {
@@ -2106,9 +2131,20 @@ mod equivalence {
         if rng.below(2) == 0 {
             spec["tolerations"] = serde_json::json!([{"key": "dedicated", "operator": "Exists"}]);
         }
-        let view: PodView =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
-                .unwrap();
+        // Some keep one to a node.
+        if rng.below(4) == 0 {
+            spec["affinity"] = serde_json::json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "p"}},
+                    "topologyKey": "kubernetes.io/hostname"
+                }]
+            }});
+        }
+        let view: PodView = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"app": "p"}},
+            "spec": spec
+        }))
+        .unwrap();
         PodShape::from_view(&view).unwrap()
     }
 
@@ -2148,6 +2184,11 @@ mod equivalence {
                     first_misfit = Some((fit.count > 0, m));
                 }
             }
+        }
+        if first_misfit.is_none() && fitted < n && shape.one_per_node {
+            // No node refused: each took its one pod.
+            let cluster = cluster.name.clone();
+            first_misfit = Some((true, Misfit::OnePerNode { cluster }));
         }
         let score = (weighted as f64 / fitted.max(1) as f64).round() as i64;
         (placements, fitted, first_misfit, score)

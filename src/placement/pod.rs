@@ -25,6 +25,7 @@ pub(crate) struct PodMeta {
     pub(crate) namespace: Option<String>,
     pub(crate) uid: Option<String>,
     pub(crate) resource_version: Option<String>,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
     pub(crate) annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -65,6 +66,42 @@ pub(crate) struct ResourcesView {
 #[serde(expecting = "an affinity: a map")]
 pub(crate) struct AffinityView {
     pub(crate) node_affinity: Option<NodeAffinityView>,
+    pub(crate) pod_anti_affinity: Option<PodAntiAffinityView>,
+}
+
+/// A pod's anti-affinity: its required terms only (a preferred term changes no fit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[serde(expecting = "a pod anti-affinity: a map")]
+pub(crate) struct PodAntiAffinityView {
+    #[serde(default)]
+    pub(crate) required_during_scheduling_ignored_during_execution: Vec<PodAffinityTermView>,
+}
+
+/// A pod affinity term (`PodAffinityTerm`), every field of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[serde(expecting = "a pod affinity term: a map with labelSelector and topologyKey")]
+pub(crate) struct PodAffinityTermView {
+    pub(crate) label_selector: Option<LabelSelectorView>,
+    pub(crate) namespace_selector: Option<LabelSelectorView>,
+    #[serde(default)]
+    pub(crate) namespaces: Vec<String>,
+    #[serde(default)]
+    pub(crate) topology_key: String,
+    #[serde(default)]
+    pub(crate) match_label_keys: Vec<String>,
+    #[serde(default)]
+    pub(crate) mismatch_label_keys: Vec<String>,
+}
+
+/// A label selector (`metav1.LabelSelector`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[serde(expecting = "a label selector: a map of matchLabels and matchExpressions")]
+pub(crate) struct LabelSelectorView {
+    pub(crate) match_labels: Option<BTreeMap<String, String>>,
+    pub(crate) match_expressions: Option<Vec<SelectorRequirement>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
@@ -160,6 +197,12 @@ pub struct PodShape {
     pub(crate) required_terms: Option<Vec<NodeSelectorTerm>>,
     pub(crate) tolerations: Vec<Toleration>,
     pub(crate) annotations: BTreeMap<String, String>,
+    /// At most one of the gang's pods on a node: the pod's required anti-affinity to pods
+    /// like itself on `kubernetes.io/hostname` (see [`super::apart`]).
+    pub(crate) one_per_node: bool,
+    /// The required anti-affinity terms placement does not model, by index (see
+    /// [`super::apart`]): `simulate` and `explain` warn of them.
+    pub(crate) unmodelled_terms: Vec<usize>,
 }
 
 fn container_requests(pod: &str, c: &ContainerView) -> Result<BTreeMap<String, i64>, PodError> {
@@ -274,6 +317,15 @@ impl PodShape {
             let sum = node_request.entry(r.clone()).or_insert(0);
             *sum = sum.saturating_add(q);
         }
+        let apart = super::apart::judge(
+            spec,
+            pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+            pod.metadata
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default"),
+        );
         Ok(Self {
             guaranteed: is_guaranteed(&name, spec)?,
             containers,
@@ -291,6 +343,8 @@ impl PodShape {
                 .map(|s| s.node_selector_terms.clone()),
             tolerations: spec.tolerations.clone(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            one_per_node: apart.one_per_node,
+            unmodelled_terms: apart.unmodelled,
             name,
         })
     }

@@ -501,3 +501,60 @@ fn a_cluster_whose_summary_rules_out_one_pod_is_refused_with_what_its_largest_zo
         }
     }
 }
+
+/// A training pod that keeps its Job's pods one to a node, as a Job's pods carry its name.
+fn one_per_node_pod(gpus: u32) -> PodShape {
+    let r = serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()});
+    shape(serde_json::json!({
+        "metadata": {"name": "train-0-x", "namespace": "ml", "labels": {"batch.kubernetes.io/job-name": "train"}},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"requests": r, "limits": r}}],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "train"}},
+                "topologyKey": "kubernetes.io/hostname"
+            }]}}
+        }
+    }))
+}
+
+#[test]
+fn pods_that_keep_one_to_a_node_need_a_node_each() {
+    // Three nodes with room for four 2-GPU pods each (single-numa-node, two zones of 4).
+    let inv = gpu_cluster("single-numa-node", "container", &[(4, 4), (4, 4), (4, 4)]);
+    let apart = one_per_node_pod(2);
+    assert!(apart.one_per_node && apart.unmodelled_terms.is_empty());
+    // A node takes one of them, however much room it has, and refuses nothing.
+    let fit = node_fit(&inv, "n0", &apart, 4);
+    assert_eq!((fit.count, fit.misfit), (1, None));
+    // Without the anti-affinity, four fit on one node.
+    assert_eq!(node_fit(&inv, "n0", &gpu_pod(2), 4).count, 4);
+    // A gang of three: a pod on each node.
+    let fit = cluster_fit(&inv, "c", &apart, 3);
+    assert!(fit.fits(), "{:?}", fit.misfit);
+    assert_eq!(fit.placements, vec![(0, 1), (1, 1), (2, 1)]);
+    // A gang of four never fits three nodes, and says so.
+    let fit = cluster_fit(&inv, "c", &apart, 4);
+    let m = fit.misfit.unwrap();
+    assert!(
+        matches!(
+            &m,
+            Misfit::Gang {
+                fitted: 3,
+                wanted: 4,
+                ..
+            }
+        ),
+        "{m}"
+    );
+    assert!(m.unresolvable(), "{m}");
+    assert_eq!(
+        m.to_string(),
+        "only 3 of 4 pods fit at once in cluster c; then: its pods keep one to a node (a required pod anti-affinity to one another on kubernetes.io/hostname), and each node of cluster c holds one"
+    );
+    // A node without room is the reason when there is one: it may gain room.
+    let inv = gpu_cluster("single-numa-node", "container", &[(4, 4), (0, 1), (4, 4)]);
+    let m = cluster_fit(&inv, "c", &apart, 3).misfit.unwrap();
+    assert!(matches!(&m, Misfit::Gang { fitted: 2, .. }), "{m}");
+    assert!(!m.unresolvable(), "{m}");
+    assert!(m.to_string().contains("n1"), "{m}");
+}

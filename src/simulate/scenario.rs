@@ -8,6 +8,7 @@ use crate::dispatcher::kind::{jobset, Extra, Kind, Part};
 use crate::dispatcher::JobKey;
 use crate::inventory::file::{build, ClusterSpec, NodeSpec};
 use crate::inventory::Inventory;
+use crate::placement::apart::{self, Apart};
 use crate::placement::{PodShape, PodSpecView, PodView};
 use crate::quantity::QuantityText;
 use crate::unread::{self, KubeType, Owner, Step};
@@ -113,6 +114,15 @@ struct JobFile {
     template: Option<PodSpecView>,
     /// A JobSet's replicated Jobs (instead of `parallelism`, `completions` and `template`).
     replicated_jobs: Option<Vec<ReplicatedJobFile>>,
+}
+
+impl JobFile {
+    fn kind(&self) -> Kind {
+        match self.kind {
+            None | Some(KindFile::Job) => Kind::Job,
+            Some(KindFile::JobSet) => Kind::JobSet,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -300,8 +310,9 @@ pub fn read_file(path: &std::path::Path) -> Result<Read, ScenarioError> {
 
 /// The scenario's text read: a key of its own settings that nothing reads is an error here.
 pub fn read(text: &str) -> Result<Read, ScenarioError> {
-    let (file, skipped): (File, _) =
+    let (file, mut skipped): (File, _) =
         unread::from_yaml(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+    skipped.extend(unmodelled_terms(&file.jobs));
     let judged = unread::judge(&skipped, owner);
     if !judged.errors.is_empty() {
         return Err(ScenarioError::Invalid(judged.errors.join("; ")));
@@ -335,7 +346,7 @@ impl Read {
         let names: BTreeSet<&str> = queues.iter().map(|(name, _)| name.as_str()).collect();
         let mut jobs = Vec::with_capacity(file.jobs.len());
         let mut seen = BTreeSet::new();
-        let mut shapes: HashMap<PodSpecView, (u64, Arc<PodShape>)> = HashMap::new();
+        let mut shapes: Shapes = HashMap::new();
         for (i, j) in file.jobs.into_iter().enumerate() {
             jobs.push(job(i, j, &names, &mut seen, &mut shapes)?);
         }
@@ -347,6 +358,35 @@ impl Read {
             kueue,
         })
     }
+}
+
+/// The paths of the Jobs' required pod anti-affinity terms that placement does not model,
+/// judged with the labels each Job's pods will carry.
+fn unmodelled_terms(jobs: &[JobFile]) -> Vec<unread::KeyPath> {
+    let mut out = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        let labels = pod_labels(j.kind(), &j.name);
+        let namespace = j.namespace.as_deref().unwrap_or("default");
+        let mut judge = |template: &PodSpecView, at: Vec<Step>| {
+            let terms = apart::judge(template, &labels, namespace).unmodelled;
+            out.extend(unread::unmodelled_terms(&at, &terms));
+        };
+        let key = |k: &str| Step::Key(k.into());
+        if let Some(t) = &j.template {
+            judge(t, vec![key("jobs"), Step::Index(i), key("template")]);
+        }
+        for (r, rj) in j.replicated_jobs.iter().flatten().enumerate() {
+            let at = vec![
+                key("jobs"),
+                Step::Index(i),
+                key("replicatedJobs"),
+                Step::Index(r),
+                key("template"),
+            ];
+            judge(&rj.template, at);
+        }
+    }
+    out
 }
 
 /// Which part of a scenario a skipped key at `path` is in: a node's Kubernetes parts (as in
@@ -454,7 +494,7 @@ fn job(
     mut j: JobFile,
     queues: &BTreeSet<&str>,
     seen: &mut BTreeSet<(String, String)>,
-    shapes: &mut HashMap<PodSpecView, (u64, Arc<PodShape>)>,
+    shapes: &mut Shapes,
 ) -> Result<ScenarioJob, ScenarioError> {
     let template = j.template.take();
     let at = |field: &str| format!("jobs[{i}] ({}): {field}", j.name);
@@ -479,10 +519,7 @@ fn job(
             j.queue
         )));
     }
-    let kind = match j.kind {
-        None | Some(KindFile::Job) => Kind::Job,
-        Some(KindFile::JobSet) => Kind::JobSet,
-    };
+    let kind = j.kind();
     let dur = |field: &str, d: &KubeDuration| {
         d.get()
             .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
@@ -493,8 +530,10 @@ fn job(
         Some(d) => dur("podStartDelay", d)?,
         None => Duration::ZERO,
     };
+    let labels = pod_labels(kind, &j.name);
     let mut shape_of = |template: &PodSpecView, field: &str| {
-        analysed(shapes, template)
+        let apart = apart::judge(template, &labels, &namespace);
+        analysed(shapes, template, apart)
             .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
     };
     let pods = match kind {
@@ -794,23 +833,42 @@ fn counts(
 /// A pod template's analysed shape and its key: identical templates share one (and one
 /// admission class).
 fn analysed(
-    shapes: &mut HashMap<PodSpecView, (u64, Arc<PodShape>)>,
+    shapes: &mut Shapes,
     template: &PodSpecView,
+    apart: Apart,
 ) -> Result<(u64, Arc<PodShape>), String> {
-    if let Some(s) = shapes.get(template) {
+    // A template's pods are kept apart by the labels of their Job: the same template may be
+    // two shapes (see `pod_labels`).
+    let key = (template.clone(), apart);
+    if let Some(s) = shapes.get(&key) {
         return Ok(s.clone());
     }
     let view = PodView {
         spec: template.clone(),
         ..Default::default()
     };
-    let shape = PodShape::from_view(&view).map_err(|e| e.to_string())?;
+    let shape = PodShape::from_view(&view)
+        .map_err(|e| e.to_string())?
+        .kept_apart(key.1.clone());
     if shape.containers.is_empty() {
         return Err("needs at least one container".into());
     }
     let entry = (shapes.len() as u64, Arc::new(shape));
-    shapes.insert(template.clone(), entry.clone());
+    shapes.insert(key, entry.clone());
     Ok(entry)
+}
+
+/// The pod templates of a scenario analysed so far, by template and what placement makes of
+/// its anti-affinity.
+type Shapes = HashMap<(PodSpecView, Apart), (u64, Arc<PodShape>)>;
+
+/// The labels a scenario Job's pods carry, as its kind's controller gives them: a template in
+/// a scenario has no metadata, so these are all a pod anti-affinity can select them by.
+fn pod_labels(kind: Kind, name: &str) -> BTreeMap<String, String> {
+    kind.pod_labels(name)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 #[cfg(test)]

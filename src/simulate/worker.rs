@@ -770,6 +770,8 @@ impl SimWorker {
             // The run's pods one at a time, as the scheduler takes them; when one is not
             // looked for, nor is the rest of the run (nothing about its Job or shape changed).
             for left in (1..=pods).rev() {
+                // Nodes its pods keep off because a pod like them is there (`one_per_node`).
+                let held = self.held_by_peers(&uid);
                 let Some(job) = self.jobs.get_mut(&uid) else {
                     break;
                 };
@@ -790,12 +792,16 @@ impl SimWorker {
                     break;
                 }
                 let picked = if self.numa_aware {
-                    pick_aligned_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
+                    pick_aligned_node(cluster, &self.rows, table, job, &held)
                 } else {
-                    pick_node(cluster, &self.rows, table, &job.behaviour, &job.bound)
+                    pick_node(cluster, &self.rows, table, job, &held)
                 };
                 let Some(n) = picked else {
-                    unplaceable.push(shape);
+                    // Pods kept apart have no room where their own Job's pods are: another
+                    // Job's of the same shape may.
+                    if held.is_empty() {
+                        unplaceable.push(shape);
+                    }
                     still.push(&uid, left);
                     break;
                 };
@@ -860,6 +866,39 @@ impl SimWorker {
         if freed {
             self.schedule(cluster, table, now, fx);
         }
+    }
+
+    /// The nodes that hold a pod like those of Job `uid`'s, when its pods keep one to a node
+    /// (their anti-affinity selects its own pods: with its JobSet's label, the pods of the
+    /// JobSet's other Jobs of the same shape too); none otherwise. kube-scheduler's
+    /// InterPodAffinity binds none of its pods there.
+    fn held_by_peers(&self, uid: &str) -> Vec<usize> {
+        let Some(job) = self
+            .jobs
+            .get(uid)
+            .filter(|j| j.behaviour.shape.one_per_node)
+        else {
+            return Vec::new();
+        };
+        let shape = &job.behaviour.shape;
+        let set = job.owner.as_ref().and_then(|o| self.sets.get(o));
+        let peers: Vec<&SimJob> = match set {
+            Some(set) => set
+                .parts
+                .iter()
+                .flat_map(|p| &p.jobs)
+                .filter_map(|u| self.jobs.get(u))
+                .filter(|j| Arc::ptr_eq(&j.behaviour.shape, shape))
+                .collect(),
+            None => vec![job],
+        };
+        let mut nodes: Vec<usize> = peers
+            .iter()
+            .flat_map(|j| j.pods.values().map(|p| p.node))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
     }
 
     /// The copy's status as its worker's Job controller would write it, as the dispatcher's
@@ -1094,9 +1133,10 @@ fn pick_node(
     cluster: &Cluster,
     rows: &Rows,
     table: &ResourceTable,
-    behaviour: &Behaviour,
-    pod: &BoundPod,
+    job: &SimJob,
+    held: &[usize],
 ) -> Option<usize> {
+    let (behaviour, pod) = (&job.behaviour, &job.bound);
     let (shape, keep_off, prefer) = (&behaviour.shape, &behaviour.keep_off, &behaviour.prefer);
     let pods = table.id("pods");
     let request = node_request(pod)?;
@@ -1121,6 +1161,7 @@ fn pick_node(
         // Taints, selectors and affinity are only looked at for a node that would be chosen.
         if best.is_none_or(|(s, _)| score > s)
             && !named_in(keep_off, node)
+            && !held.contains(&i)
             && node_accepts(shape, node).is_ok()
         {
             best = Some((score, i));
@@ -1158,9 +1199,10 @@ fn pick_aligned_node(
     cluster: &Cluster,
     rows: &Rows,
     table: &ResourceTable,
-    behaviour: &Behaviour,
-    pod: &BoundPod,
+    job: &SimJob,
+    held: &[usize],
 ) -> Option<usize> {
+    let (behaviour, pod) = (&job.behaviour, &job.bound);
     let (shape, keep_off, prefer) = (&behaviour.shape, &behaviour.keep_off, &behaviour.prefer);
     let pods = table.id("pods");
     let request = node_request(pod)?;
@@ -1178,7 +1220,7 @@ fn pick_aligned_node(
         // The node-level check from the table first: most nodes of a busy worker fail it,
         // and it costs less than the Topology Manager's.
         let (alloc, free) = rows.row(i);
-        if !has_room(alloc, free, &request, pods) || named_in(keep_off, node) {
+        if !has_room(alloc, free, &request, pods) || named_in(keep_off, node) || held.contains(&i) {
             continue;
         }
         let Ok(score) = judge.verdict(node) else {

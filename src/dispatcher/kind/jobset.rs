@@ -21,7 +21,7 @@
 use super::super::condition;
 use super::super::job::JobResult;
 use super::super::mirror::{pods_ready_condition, to_timestamp, Readiness};
-use super::{count, template_shape, Extra, Gang, Part};
+use super::{count, template_shape, Extra, Gang, Kind, Part};
 use crate::placement::{PodShape, GANG_SIZE_ANNOTATION};
 use k8s_openapi::api::batch::v1::JobCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -124,7 +124,7 @@ pub(crate) fn gang(obj: &Value) -> Gang {
         .filter(|(_, r)| r.part.pods() > 0)
         .map(|(i, r)| {
             let field = format!("spec.replicatedJobs[{i}].template.spec.template");
-            let (shape, key) = template_shape(r.template, name, namespace, &field);
+            let (shape, key) = template_shape(r.template, (Kind::JobSet, name, namespace), &field);
             (r.part.pods(), shape, key)
         });
     gang_of(parts, shapes)
@@ -214,6 +214,7 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
         && a.node_selector == b.node_selector
         && a.required_terms == b.required_terms
         && a.tolerations == b.tolerations
+        && a.one_per_node == b.one_per_node
         && ours(a) == ours(b)
         && containers(a) == containers(b)
 }
@@ -223,7 +224,14 @@ fn gang_sizes(list: &Value) -> Vec<u32> {
     let replicated = replicated(list);
     let shapes: Vec<Option<Arc<PodShape>>> = replicated
         .iter()
-        .map(|r| template_shape(r.template, "", "", "").0.ok())
+        // The JobSet's name is not at hand: an anti-affinity that selects the JobSet's pods
+        // by its name is taken here as selecting none, so templates may group otherwise than
+        // in `gang` (only for the size annotation, which the workers' extenders read).
+        .map(|r| {
+            template_shape(r.template, (Kind::JobSet, "", ""), "")
+                .0
+                .ok()
+        })
         .collect();
     shapes
         .iter()

@@ -327,3 +327,64 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
         .expect("second dispatched");
     assert!(write < dispatch);
 }
+
+#[test]
+fn a_gang_that_keeps_one_pod_to_a_node_goes_where_there_are_nodes_enough() {
+    // `tall`: two nodes of 32 CPUs, room for the whole gang two to a node; `wide`: four of 8.
+    // `tall` comes first and is the emptier: a gang packed two to a node would go there, and
+    // half its pods would stay Pending.
+    let inv = InventoryBuilder::default()
+        .cluster("tall")
+        .node("tall-0", 32, 0)
+        .node("tall-1", 32, 0)
+        .cluster("wide")
+        .node("wide-0", 8, 0)
+        .node("wide-1", 8, 0)
+        .node("wide-2", 8, 0)
+        .node("wide-3", 8, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue("q", "clusters: [tall, wide]\nplacement: {fanout: 1}")],
+    );
+    env.submit(job("train").pods(4).each(4, 0).one_per_node().build());
+    // The same gang without the anti-affinity fits `tall`.
+    env.submit(job("packed").pods(4).each(4, 0).build());
+    let p = env.plan();
+    let placed: BTreeMap<String, (String, Vec<String>)> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispatch {
+                job: key,
+                cluster,
+                hold,
+                ..
+            } => Some((
+                key.name.clone(),
+                (
+                    cluster.clone(),
+                    hold.takes.iter().map(|t| t.node.to_string()).collect(),
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    let (cluster, mut nodes) = placed["train"].clone();
+    nodes.sort();
+    assert_eq!(cluster, "wide");
+    assert_eq!(nodes, ["wide-0", "wide-1", "wide-2", "wide-3"]);
+    assert_eq!(placed["packed"].0, "tall");
+
+    // A gang of five such pods never fits: no worker of the queue has five nodes.
+    env.submit(job("five").pods(5).each(1, 0).one_per_node().build());
+    env.settle();
+    assert_eq!(env.job("five").cluster, None);
+    let p = env.plan();
+    let five = env.job("five");
+    let why = (p.job_waiting.get(&five.key))
+        .or_else(|| p.waiting.get(&five.class()))
+        .expect("five waits");
+    assert_eq!(why.reason, reason::NEVER_FITS, "{}", why.message);
+    assert!(why.message.contains("one to a node"), "{}", why.message);
+}

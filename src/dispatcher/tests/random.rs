@@ -272,6 +272,10 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                     .queue(q)
                     .pods(1 + rng.below(3) as u32)
                     .each(1 + rng.below(4) as u32, gpus);
+                // Some gangs keep their pods one to a node.
+                if rng.percent(15) {
+                    j = j.one_per_node();
+                }
                 // Some gangs have pods of a second shape beside (a JobSet's driver).
                 if rng.percent(15) {
                     j = j.beside(1, 1 + rng.below(2) as u32, 0);

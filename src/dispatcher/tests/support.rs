@@ -141,6 +141,14 @@ impl JobBuilder {
         self.0.shape_key = key;
         self
     }
+    /// Its pods keep one to a node (a required anti-affinity to one another on the hostname).
+    pub(super) fn one_per_node(mut self) -> Self {
+        if let Ok(shape) = &mut self.0.pod {
+            Arc::make_mut(shape).one_per_node = true;
+        }
+        self.0.shape_key = self.0.shape_key.wrapping_mul(31).wrapping_add(7);
+        self
+    }
     /// Adds `pods` pods of another shape to the gang (as a JobSet's second replicated Job
     /// asking for other pods), placed in the same worker.
     pub(super) fn beside(mut self, pods: u32, cpus: u32, gpus: u32) -> Self {

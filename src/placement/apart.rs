@@ -1,0 +1,214 @@
+//! A gang's pods kept one to a node: the required pod anti-affinity that training Jobs use to
+//! give each pod a node of its own (`topologyKey: kubernetes.io/hostname`, a selector that
+//! matches the Job's own pods). kube-scheduler's InterPodAffinity plugin then never binds two
+//! of them to one node, so a gang of 8 needs 8 nodes with room for one pod each, not room for
+//! 8 pods. Placement models this one form exactly: at most one pod of the gang per node.
+//!
+//! Any other required anti-affinity term (another topology key, a selector that matches
+//! other pods, namespaces chosen by labels) is not modelled: it concerns pods placement does
+//! not see (what runs on the nodes is known as amounts, not as labelled pods), and the pod is
+//! placed without it; `simulate` and `explain` say so.
+
+use super::pod::{LabelSelectorView, PodAffinityTermView, PodSpecView};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use std::collections::BTreeMap;
+
+/// The node label kube-scheduler's hostname topology is keyed by: one domain per node.
+pub(crate) const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// What placement makes of a pod's required anti-affinity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Apart {
+    /// Some term keeps the pods one to a node.
+    pub(crate) one_per_node: bool,
+    /// The indices of the terms placement does not model.
+    pub(crate) unmodelled: Vec<usize>,
+}
+
+/// A term, as placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Term {
+    /// It keeps pods like this one apart by node.
+    OnePerNode,
+    /// It matches no pod (no label selector): it rules nothing out.
+    Vacuous,
+    /// It concerns pods placement does not see, or domains other than nodes.
+    Unmodelled,
+}
+
+/// The required anti-affinity of a pod with `labels` in `namespace` whose spec is `spec`.
+pub(crate) fn judge(
+    spec: &PodSpecView,
+    labels: &BTreeMap<String, String>,
+    namespace: &str,
+) -> Apart {
+    let mut out = Apart::default();
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .map(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_slice()
+        })
+        .unwrap_or_default();
+    for (i, t) in terms.iter().enumerate() {
+        match term(t, labels, namespace) {
+            Term::OnePerNode => out.one_per_node = true,
+            Term::Vacuous => {}
+            Term::Unmodelled => out.unmodelled.push(i),
+        }
+    }
+    out
+}
+
+/// Whether the term makes pods with `labels` in `namespace` repel one another, node by node,
+/// as kube-scheduler's InterPodAffinity reads it.
+fn term(t: &PodAffinityTermView, labels: &BTreeMap<String, String>, namespace: &str) -> Term {
+    // A null selector matches no pod.
+    let Some(selector) = &t.label_selector else {
+        return Term::Vacuous;
+    };
+    // The namespaces the term looks in: `namespaces` and those `namespaceSelector` picks
+    // (an empty one picks every namespace); neither given, the pod's own.
+    let own_namespace = match &t.namespace_selector {
+        Some(s) if is_empty(s) => true,
+        Some(_) if t.namespaces.iter().any(|n| n == namespace) => true,
+        // Namespaces picked by their labels, which placement does not know.
+        Some(_) => return Term::Unmodelled,
+        None => t.namespaces.is_empty() || t.namespaces.iter().any(|n| n == namespace),
+    };
+    // `mismatchLabelKeys` adds `key notin (the pod's value)`: never the pod itself.
+    // (`matchLabelKeys` adds `key in (the pod's value)`, which the pod itself always meets.)
+    let mismatched = t.mismatch_label_keys.iter().any(|k| labels.contains_key(k));
+    let matches_itself =
+        own_namespace && !mismatched && crate::selector::matches(&as_selector(selector), labels);
+    if matches_itself && t.topology_key == HOSTNAME {
+        Term::OnePerNode
+    } else {
+        Term::Unmodelled
+    }
+}
+
+fn is_empty(s: &LabelSelectorView) -> bool {
+    s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+}
+
+fn as_selector(s: &LabelSelectorView) -> LabelSelector {
+    LabelSelector {
+        match_labels: s.match_labels.clone(),
+        match_expressions: s.match_expressions.as_ref().map(|list| {
+            list.iter()
+                .map(|r| LabelSelectorRequirement {
+                    key: r.key.clone(),
+                    operator: r.operator.clone(),
+                    values: (!r.values.is_empty()).then(|| r.values.clone()),
+                })
+                .collect()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(terms: serde_json::Value) -> PodSpecView {
+        serde_json::from_value(json!({
+            "containers": [{"name": "c"}],
+            "affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": terms,
+            }},
+        }))
+        .unwrap()
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn judged(terms: serde_json::Value) -> Apart {
+        judge(
+            &spec(terms),
+            &labels(&[("job-name", "train"), ("app", "llm")]),
+            "ml",
+        )
+    }
+
+    #[test]
+    fn a_term_on_the_hostname_that_matches_the_pod_itself_keeps_one_per_node() {
+        for selector in [
+            json!({"matchLabels": {"job-name": "train"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm", "x"]}]}),
+            json!({"matchExpressions": [{"key": "job-name", "operator": "Exists"}]}),
+            json!({}),
+        ] {
+            let apart = judged(json!([{"labelSelector": selector, "topologyKey": HOSTNAME}]));
+            assert_eq!(
+                apart,
+                Apart {
+                    one_per_node: true,
+                    unmodelled: vec![]
+                },
+                "{selector}"
+            );
+        }
+        // Namespaces that include the pod's own, every namespace, `matchLabelKeys`.
+        for extra in [
+            json!({"namespaces": ["ml", "other"]}),
+            json!({"namespaceSelector": {}}),
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "namespaces": ["ml"]}),
+            json!({"matchLabelKeys": ["job-name"]}),
+            json!({"mismatchLabelKeys": ["not-on-the-pod"]}),
+        ] {
+            let mut t =
+                json!({"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": HOSTNAME});
+            t.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            assert!(judged(json!([t])).one_per_node, "{extra}");
+        }
+    }
+
+    #[test]
+    fn other_terms_are_named_as_not_modelled() {
+        let apart = judged(json!([
+            // Another domain than the node.
+            {"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": "topology.kubernetes.io/zone"},
+            // Other pods.
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME},
+            // Other namespaces only, or namespaces by label.
+            {"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": HOSTNAME, "namespaces": ["prod"]},
+            {"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": HOSTNAME, "namespaceSelector": {"matchLabels": {"team": "a"}}},
+            // Never the pod itself.
+            {"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": HOSTNAME, "mismatchLabelKeys": ["job-name"]},
+            // A null selector matches nothing: no constraint at all.
+            {"topologyKey": HOSTNAME},
+        ]));
+        assert_eq!(
+            apart,
+            Apart {
+                one_per_node: false,
+                unmodelled: vec![0, 1, 2, 3, 4]
+            }
+        );
+        // One modelled term among others.
+        let apart = judged(json!([
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME},
+            {"labelSelector": {"matchLabels": {"app": "llm"}}, "topologyKey": HOSTNAME},
+        ]));
+        assert_eq!(
+            apart,
+            Apart {
+                one_per_node: true,
+                unmodelled: vec![0]
+            }
+        );
+        assert_eq!(judged(json!([])), Apart::default());
+    }
+}
