@@ -258,12 +258,17 @@ pub fn render(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "pod {} ({}), gang of {gang}; * marks a preferred hint",
+        "pod {} ({}), gang of {gang}{}; * marks a preferred hint",
         shape.name,
         if shape.guaranteed {
             "Guaranteed QoS"
         } else {
             "not Guaranteed: CPU and memory are not NUMA-aligned"
+        },
+        if shape.one_per_node {
+            ", one pod to a node (its required pod anti-affinity)"
+        } else {
+            ""
         }
     );
     let clusters: Vec<_> = match target {

@@ -1292,9 +1292,17 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}
     }]);
+    // Job j4's pods keep one to a node (modelled) and away from a database's (not).
+    let mut apart = real.clone();
+    apart["affinity"] = serde_json::json!({"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"},
+            {"labelSelector": {"matchLabels": {"job-name": "j4"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }});
     let (ok, err) = simulate_stderr(
         dir.path(),
-        &scenario_with_templates(&[real, newer, typo, spread]),
+        &scenario_with_templates(&[real, newer, typo, spread, apart]),
     );
     assert!(ok, "{err}");
     assert_eq!(
@@ -1303,7 +1311,8 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
             "warning: scenario: jobs[1].template.containers[0].futureContainerField: not a field of a Kubernetes v1.33 PodSpec; skipped",
             "warning: scenario: jobs[2].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped",
             // A field placement does not model is said too: the run places without it.
-            "warning: scenario: jobs[3].template.topologySpreadConstraints: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity and tolerations)",
+            "warning: scenario: jobs[3].template.topologySpreadConstraints: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)",
+            "warning: scenario: jobs[4].template.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)",
         ]
     );
 }
@@ -1453,6 +1462,36 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "warning: pod: spec.template.spec.containers[0].resorces: not a field of a Kubernetes v1.33 Job; skipped\n"
+    );
+    // Pods that keep one to a node need a node each: eu-1 has one that takes them. A term
+    // placement does not model (away from a database's pods) is named.
+    let container = job["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap();
+    let resources = container.remove("resorces").unwrap();
+    container.insert("resources".into(), resources);
+    job["spec"]["template"]["spec"]["affinity"] = serde_json::json!({"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "basic"}}, "topologyKey": "kubernetes.io/hostname"},
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }});
+    let out = run(&job);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "warning: pod: spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)\n"
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("gang of 1, one pod to a node (its required pod anti-affinity);"),
+        "{report}"
+    );
+    job["spec"]["completions"] = 2.into();
+    let report = String::from_utf8_lossy(&run(&job).stdout).into_owned();
+    assert!(
+        report.contains("cluster eu-1: does not fit: only 1 of 2 pods fit at once"),
+        "{report}"
     );
     // A JobSet whose replicated Jobs ask for two pod shapes is not one pod to judge.
     let out = switchyard()

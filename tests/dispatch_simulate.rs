@@ -1591,3 +1591,64 @@ jobs:
         assert_eq!(job(&report, name).result, "Succeeded");
     }
 }
+
+/// `tall`: two nodes of 32 CPUs; `wide`: four of 8 (SCHEDULER: each worker's
+/// `schedulerName` line, or nothing). `train`'s four pods of 4 CPUs keep one to a node, as
+/// distributed training Jobs often ask; `packed` is the same Job without that.
+const ONE_POD_PER_NODE: &str = r#"
+clusters:
+  - name: tall
+    SCHEDULER
+    nodes:
+      - {name: tall-1, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
+      - {name: tall-2, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
+  - name: wide
+    SCHEDULER
+    nodes:
+      - {name: wide-1, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-2, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-3, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-4, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+queues:
+  - name: training
+    clusters: [tall, wide]
+    waitForPodsReady: {enabled: true, timeout: 5m, requeuing: {backoffBase: 1m, limit: 2}}
+jobs:
+  - name: train
+    queue: training
+    submitAt: 0s
+    parallelism: 4
+    duration: 30m
+    podStartDelay: 10s
+    template:
+      containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+              topologyKey: kubernetes.io/hostname
+  - {name: packed, queue: training, submitAt: 1h, parallelism: 4, duration: 30m, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]}}
+"#;
+
+#[test]
+fn a_gang_that_keeps_one_pod_to_a_node_is_sent_where_there_are_nodes_enough() {
+    for scheduler in ["", "schedulerName: switchyard-scheduler"] {
+        let scenario = ONE_POD_PER_NODE.replace("SCHEDULER", scheduler);
+        // Switchyard sends it to `wide`, the one worker with four nodes, and it runs at once.
+        let r = run(&scenario, Strategy::Switchyard);
+        let train = job(&r, "train");
+        assert_eq!(train.cluster.as_deref(), Some("wide"), "{scheduler:?}");
+        assert_eq!((train.result.as_str(), train.requeues), ("Succeeded", 0));
+        assert_eq!(seconds(&train.started), 10.0);
+        // The same Job without the anti-affinity is packed into `tall`, which looks emptier.
+        assert_eq!(job(&r, "packed").cluster.as_deref(), Some("tall"));
+
+        // A dispatcher that judges by summed room sends it to `tall` (64 CPUs free, against
+        // 32): the worker's scheduler binds one pod to each node, the other two stay
+        // Pending, and waitForPodsReady takes the Job back after 5 minutes.
+        let r = run(&scenario, Strategy::SumAggregate);
+        let train = job(&r, "train");
+        assert!(train.requeues >= 1, "{scheduler:?}: {train:?}");
+        assert!(seconds(&train.started) >= 300.0, "{scheduler:?}: {train:?}");
+    }
+}

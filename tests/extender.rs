@@ -210,6 +210,41 @@ async fn virtual_nodes_are_judged_as_whole_clusters_for_the_gang() {
     running.shutdown().await;
 }
 
+/// A gang whose pods keep one to a node (their required anti-affinity to one another on the
+/// hostname, by the label their Job's controller gives them) needs as many nodes as pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_node_takes_a_gang_that_keeps_one_pod_to_a_node_only_with_a_node_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut args = fixture("extender-filter-nodenames");
+    args["NodeNames"] = json!(["switchyard-eu-1"]);
+    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"});
+    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
+    args["Pod"]["metadata"]["labels"] =
+        json!({"batch.kubernetes.io/job-name": "train", "job-name": "train"});
+    args["Pod"]["spec"]["affinity"] = json!({"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": ["train"]}]},
+            "topologyKey": "kubernetes.io/hostname"
+        }]
+    }});
+    // eu-1's three nodes could hold twenty-four such pods, but one each at most: three fit ...
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "3"});
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!(["switchyard-eu-1"]), "{reply}");
+    // ... four never do.
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "4"});
+    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!([]));
+    let why = reply["FailedAndUnresolvableNodes"]["switchyard-eu-1"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(why.contains("only 3 of 4 pods fit"), "{why}");
+    assert!(why.contains("keep one to a node"), "{why}");
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bind_holds_the_space_and_posts_the_binding() {
     let api = MockServer::start().await;

@@ -12,7 +12,7 @@ use crate::placement::apart::{self, Apart};
 use crate::placement::{PodShape, PodSpecView, PodView};
 use crate::quantity::QuantityText;
 use crate::unread::{self, KubeType, Owner, Step};
-use foldhash::{HashMap, HashMapExt as _};
+use foldhash::HashMap;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -346,7 +346,7 @@ impl Read {
         let names: BTreeSet<&str> = queues.iter().map(|(name, _)| name.as_str()).collect();
         let mut jobs = Vec::with_capacity(file.jobs.len());
         let mut seen = BTreeSet::new();
-        let mut shapes: Shapes = HashMap::new();
+        let mut shapes = Shapes::default();
         for (i, j) in file.jobs.into_iter().enumerate() {
             jobs.push(job(i, j, &names, &mut seen, &mut shapes)?);
         }
@@ -836,11 +836,12 @@ fn analysed(
     shapes: &mut Shapes,
     template: &PodSpecView,
     apart: Apart,
-) -> Result<(u64, Arc<PodShape>), String> {
+) -> Result<Analysed, String> {
     // A template's pods are kept apart by the labels of their Job: the same template may be
     // two shapes (see `pod_labels`).
-    let key = (template.clone(), apart);
-    if let Some(s) = shapes.get(&key) {
+    if let Some((_, s)) =
+        (shapes.by_template.get(template)).and_then(|found| found.iter().find(|(a, _)| *a == apart))
+    {
         return Ok(s.clone());
     }
     let view = PodView {
@@ -849,18 +850,26 @@ fn analysed(
     };
     let shape = PodShape::from_view(&view)
         .map_err(|e| e.to_string())?
-        .kept_apart(key.1.clone());
+        .kept_apart(apart.clone());
     if shape.containers.is_empty() {
         return Err("needs at least one container".into());
     }
-    let entry = (shapes.len() as u64, Arc::new(shape));
-    shapes.insert(key, entry.clone());
+    let entry = (shapes.count, Arc::new(shape));
+    shapes.count += 1;
+    (shapes.by_template.entry(template.clone()).or_default()).push((apart, entry.clone()));
     Ok(entry)
 }
 
-/// The pod templates of a scenario analysed so far, by template and what placement makes of
-/// its anti-affinity.
-type Shapes = HashMap<(PodSpecView, Apart), (u64, Arc<PodShape>)>;
+/// The pod templates of a scenario analysed so far, by template, then by what placement makes
+/// of its anti-affinity (nearly always one way).
+#[derive(Default)]
+struct Shapes {
+    by_template: HashMap<PodSpecView, Vec<(Apart, Analysed)>>,
+    count: u64,
+}
+
+/// A pod template's shape key and shape.
+type Analysed = (u64, Arc<PodShape>);
 
 /// The labels a scenario Job's pods carry, as its kind's controller gives them: a template in
 /// a scenario has no metadata, so these are all a pod anti-affinity can select them by.

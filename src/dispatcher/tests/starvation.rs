@@ -437,3 +437,52 @@ fn without_exact_placement_jobs_go_in_kueues_plain_order() {
     }
     assert_eq!(went, [("small".into(), "a".into())]);
 }
+
+#[test]
+fn a_starving_gang_that_keeps_one_pod_to_a_node_keeps_room_on_a_node_for_each_pod() {
+    let inv = InventoryBuilder::default()
+        .cluster("a")
+        .node("n1", 16, 0)
+        .node("n2", 16, 0)
+        .node("n3", 16, 0)
+        .build();
+    let mut env = Env::new(inv, vec![starving_queue("2m", "")]);
+    env.submit(job("run").each(12, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("run".into(), "a".into())]);
+    env.advance(secs(1));
+    // Three pods of 8 CPUs, one to a node: the two free nodes could hold four such pods
+    // packed, but only two of these.
+    env.submit(
+        job("big")
+            .pods(3)
+            .each(8, 0)
+            .one_per_node()
+            .created(env.now)
+            .build(),
+    );
+    assert!(dispatches(&env.settle()).is_empty());
+    env.advance(mins(3));
+    env.settle();
+    let (worker, mut nodes) = room_of(&env, "big").expect("room is kept for big");
+    nodes.sort();
+    assert_eq!(
+        (worker.as_str(), nodes),
+        ("a", vec!["n1".into(), "n2".into(), "n3".into()])
+    );
+    // Beside the room (8 CPUs kept on each node), a Job of 8 CPUs still starts; one of 12,
+    // which only the nodes of the room could hold, waits.
+    env.submit(job("eight").each(8, 0).created(env.now).build());
+    assert_eq!(dispatches(&env.settle()), [("eight".into(), "a".into())]);
+    env.submit(job("twelve").each(12, 0).created(env.now).build());
+    assert!(dispatches(&env.settle()).is_empty());
+    // `run` ends: the gang starts, a pod on each node.
+    env.finish("run", true);
+    let mut went = Vec::new();
+    for _ in 0..10 {
+        went.extend(dispatches(&env.step().actions));
+        if !went.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(went, [("big".into(), "a".into())]);
+}
