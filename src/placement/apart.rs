@@ -36,6 +36,23 @@ enum Term {
     Unmodelled,
 }
 
+/// The pod's required anti-affinity terms.
+fn terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .map(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_slice()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the pod has required anti-affinity terms (without them, [`judge`] finds nothing).
+pub(crate) fn has_terms(spec: &PodSpecView) -> bool {
+    !terms(spec).is_empty()
+}
+
 /// The required anti-affinity of a pod with `labels` in `namespace` whose spec is `spec`.
 pub(crate) fn judge(
     spec: &PodSpecView,
@@ -43,16 +60,7 @@ pub(crate) fn judge(
     namespace: &str,
 ) -> Apart {
     let mut out = Apart::default();
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .map(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .as_slice()
-        })
-        .unwrap_or_default();
-    for (i, t) in terms.iter().enumerate() {
+    for (i, t) in terms(spec).iter().enumerate() {
         match term(t, labels, namespace) {
             Term::OnePerNode => out.one_per_node = true,
             Term::Vacuous => {}

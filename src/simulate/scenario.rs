@@ -365,10 +365,9 @@ impl Read {
 fn unmodelled_terms(jobs: &[JobFile]) -> Vec<unread::KeyPath> {
     let mut out = Vec::new();
     for (i, j) in jobs.iter().enumerate() {
-        let labels = pod_labels(j.kind(), &j.name);
         let namespace = j.namespace.as_deref().unwrap_or("default");
         let mut judge = |template: &PodSpecView, at: Vec<Step>| {
-            let terms = apart::judge(template, &labels, namespace).unmodelled;
+            let terms = apart_of(template, j.kind(), &j.name, namespace).unmodelled;
             out.extend(unread::unmodelled_terms(&at, &terms));
         };
         let key = |k: &str| Step::Key(k.into());
@@ -530,9 +529,8 @@ fn job(
         Some(d) => dur("podStartDelay", d)?,
         None => Duration::ZERO,
     };
-    let labels = pod_labels(kind, &j.name);
     let mut shape_of = |template: &PodSpecView, field: &str| {
-        let apart = apart::judge(template, &labels, &namespace);
+        let apart = apart_of(template, kind, &j.name, &namespace);
         analysed(shapes, template, apart)
             .map_err(|e| ScenarioError::Invalid(format!("{}: {e}", at(field))))
     };
@@ -832,13 +830,9 @@ fn counts(
 
 /// A pod template's analysed shape and its key: identical templates share one (and one
 /// admission class).
-fn analysed(
-    shapes: &mut Shapes,
-    template: &PodSpecView,
-    apart: Apart,
-) -> Result<Analysed, String> {
+fn analysed(shapes: &mut Shapes, template: &PodSpecView, apart: Apart) -> Result<Analysed, String> {
     // A template's pods are kept apart by the labels of their Job: the same template may be
-    // two shapes (see `pod_labels`).
+    // two shapes (see `apart_of`).
     if let Some((_, s)) =
         (shapes.by_template.get(template)).and_then(|found| found.iter().find(|(a, _)| *a == apart))
     {
@@ -871,13 +865,17 @@ struct Shapes {
 /// A pod template's shape key and shape.
 type Analysed = (u64, Arc<PodShape>);
 
-/// The labels a scenario Job's pods carry, as its kind's controller gives them: a template in
-/// a scenario has no metadata, so these are all a pod anti-affinity can select them by.
-fn pod_labels(kind: Kind, name: &str) -> BTreeMap<String, String> {
-    kind.pod_labels(name)
-        .into_iter()
+/// What placement makes of the anti-affinity of a pod `template` of scenario Job `name` of
+/// kind `kind`. Its pods carry the labels the kind's controller gives them: a template in a
+/// scenario has no metadata, so these are all a pod anti-affinity can select them by.
+fn apart_of(template: &PodSpecView, kind: Kind, name: &str, namespace: &str) -> Apart {
+    if !apart::has_terms(template) {
+        return Apart::default();
+    }
+    let labels: BTreeMap<String, String> = (kind.pod_labels(name).into_iter())
         .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        .collect();
+    apart::judge(template, &labels, namespace)
 }
 
 #[cfg(test)]

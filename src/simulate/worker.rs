@@ -770,9 +770,7 @@ impl SimWorker {
             // The run's pods one at a time, as the scheduler takes them; when one is not
             // looked for, nor is the rest of the run (nothing about its Job or shape changed).
             for left in (1..=pods).rev() {
-                // Nodes its pods keep off because a pod like them is there (`one_per_node`).
-                let held = self.held_by_peers(&uid);
-                let Some(job) = self.jobs.get_mut(&uid) else {
+                let Some(job) = self.jobs.get(&uid) else {
                     break;
                 };
                 if job.unscheduled == 0 || job.finished.is_some() {
@@ -791,6 +789,11 @@ impl SimWorker {
                     still.push(&uid, left);
                     break;
                 }
+                // Nodes its pods keep off because a pod like them is there (`one_per_node`).
+                let held = match job.behaviour.shape.one_per_node {
+                    true => self.held_by_peers(job),
+                    false => Vec::new(),
+                };
                 let picked = if self.numa_aware {
                     pick_aligned_node(cluster, &self.rows, table, job, &held)
                 } else {
@@ -803,6 +806,9 @@ impl SimWorker {
                         unplaceable.push(shape);
                     }
                     still.push(&uid, left);
+                    break;
+                };
+                let Some(job) = self.jobs.get_mut(&uid) else {
                     break;
                 };
                 job.unscheduled -= 1;
@@ -868,18 +874,11 @@ impl SimWorker {
         }
     }
 
-    /// The nodes that hold a pod like those of Job `uid`'s, when its pods keep one to a node
-    /// (their anti-affinity selects its own pods: with its JobSet's label, the pods of the
-    /// JobSet's other Jobs of the same shape too); none otherwise. kube-scheduler's
-    /// InterPodAffinity binds none of its pods there.
-    fn held_by_peers(&self, uid: &str) -> Vec<usize> {
-        let Some(job) = self
-            .jobs
-            .get(uid)
-            .filter(|j| j.behaviour.shape.one_per_node)
-        else {
-            return Vec::new();
-        };
+    /// The nodes that hold a pod like `job`'s, whose pods keep one to a node (their
+    /// anti-affinity selects its own pods: with its JobSet's label, the pods of the JobSet's
+    /// other Jobs of the same shape too). kube-scheduler's InterPodAffinity binds none of its
+    /// pods there.
+    fn held_by_peers(&self, job: &SimJob) -> Vec<usize> {
         let shape = &job.behaviour.shape;
         let set = job.owner.as_ref().and_then(|o| self.sets.get(o));
         let peers: Vec<&SimJob> = match set {

@@ -19,6 +19,17 @@ fn why(env: &mut Env, name: &str) -> WaitReason {
         .unwrap_or_else(|| panic!("{name} does not wait: {:#?}", p.actions))
 }
 
+/// The first dispatches of the steps from now on (at most ten steps).
+fn first_dispatches(env: &mut Env) -> Vec<(String, String)> {
+    for _ in 0..10 {
+        let went = dispatches(&env.step().actions);
+        if !went.is_empty() {
+            return went;
+        }
+    }
+    Vec::new()
+}
+
 /// The room kept for the Job: its worker and its nodes.
 fn room_of(env: &Env, name: &str) -> Option<(String, Vec<String>)> {
     let hold: &Hold = env.world.ledger.hold_of(&env.job(name).uid)?;
@@ -90,13 +101,7 @@ fn a_starving_gang_keeps_its_own_room_and_cpu_jobs_still_start_beside_it() {
 
     // The running gang ends: the starving one takes its room, and lets it go.
     env.finish("run", true);
-    let mut went = Vec::new();
-    for _ in 0..10 {
-        went.extend(dispatches(&env.step().actions));
-        if !went.is_empty() {
-            break;
-        }
-    }
+    let went = first_dispatches(&mut env);
     assert_eq!(went, [("big".into(), "a".into())]);
     assert_eq!(room_of(&env, "big"), None);
     assert!(env.world.ledger.nominations().next().is_none());
@@ -477,12 +482,6 @@ fn a_starving_gang_that_keeps_one_pod_to_a_node_keeps_room_on_a_node_for_each_po
     assert!(dispatches(&env.settle()).is_empty());
     // `run` ends: the gang starts, a pod on each node.
     env.finish("run", true);
-    let mut went = Vec::new();
-    for _ in 0..10 {
-        went.extend(dispatches(&env.step().actions));
-        if !went.is_empty() {
-            break;
-        }
-    }
+    let went = first_dispatches(&mut env);
     assert_eq!(went, [("big".into(), "a".into())]);
 }
