@@ -2094,11 +2094,12 @@ async fn a_copy_started_beside_a_starving_gangs_room_keeps_its_pods_off_that_roo
     assert_eq!(copies.len(), 1);
     let terms = &copies[0].1["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
         ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
-    assert_eq!(
-        terms,
-        &json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": room}]}]),
-        "{message}"
-    );
+    // One node a requirement: the API server takes one value for `In` and `NotIn` on a
+    // node field.
+    let fields: Vec<Value> = (room.iter())
+        .map(|n| json!({"key": "metadata.name", "operator": "NotIn", "values": [n]}))
+        .collect();
+    assert_eq!(terms, &json!([{ "matchFields": fields }]), "{message}");
     // `run`'s copy was made before any room was kept: it is kept off no node (it only
     // prefers its own placement's).
     let run = fleet.copies("run");

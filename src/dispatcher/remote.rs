@@ -127,10 +127,11 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     Ok(copy)
 }
 
-/// Adds `metadata.name NotIn nodes` to every required node selector term of the pod spec (the
-/// terms are ORed: each must keep off them), or a term of its own when there is none.
+/// Adds `metadata.name NotIn [node]` for each of `nodes` to every required node selector term
+/// of the pod spec (the terms are ORed: each must keep off them; a term's requirements are
+/// ANDed), or a term of its own when there is none.
 fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
-    let field = name_field("NotIn", nodes);
+    let fields: Vec<Value> = nodes.iter().map(|n| name_field("NotIn", n)).collect();
     let affinity = object(pod, "affinity");
     let node = object(affinity, "nodeAffinity");
     let required = object(node, "requiredDuringSchedulingIgnoredDuringExecution");
@@ -143,32 +144,34 @@ fn keep_off(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
             *term = Value::Object(Map::new());
         }
         let term = term.as_object_mut().expect("just made an object");
-        array(term, "matchFields").push(field.clone());
+        array(term, "matchFields").extend(fields.iter().cloned());
     }
 }
 
-/// A node selector requirement on the node's name (`matchFields`, the only field it may name).
-fn name_field(operator: &str, nodes: &[std::sync::Arc<str>]) -> Value {
-    serde_json::json!({
-        "key": "metadata.name",
-        "operator": operator,
-        "values": nodes.iter().map(|n| Value::from(&**n)).collect::<Vec<_>>(),
-    })
+/// A node selector requirement on the node's name (`matchFields`, the only field it may
+/// name). The API server takes exactly one value for `In` and `NotIn` on a field ("must be
+/// only one value when `operator` is 'In' or 'NotIn' for node field selector"): one node.
+fn name_field(operator: &str, node: &str) -> Value {
+    serde_json::json!({"key": "metadata.name", "operator": operator, "values": [node]})
 }
 
 /// kube-scheduler's highest weight for a preferred node affinity term: with the NodeAffinity
 /// plugin's default weight (2) it outweighs the resource scores.
 const PREFERRED_WEIGHT: i64 = 100;
 
-/// Adds a preferred node affinity term for `nodes` (by `metadata.name`), after the pod's own.
+/// Adds a preferred node affinity term for each of `nodes` (by `metadata.name`, one node a
+/// term as the API server requires), after the pod's own. A node matches one of them, so
+/// each of `nodes` scores the same weight.
 fn prefer(pod: &mut Map<String, Value>, nodes: &[std::sync::Arc<str>]) {
-    let term = serde_json::json!({
-        "weight": PREFERRED_WEIGHT,
-        "preference": {"matchFields": [name_field("In", nodes)]},
-    });
     let affinity = object(pod, "affinity");
     let node = object(affinity, "nodeAffinity");
-    array(node, "preferredDuringSchedulingIgnoredDuringExecution").push(term);
+    let preferred = array(node, "preferredDuringSchedulingIgnoredDuringExecution");
+    preferred.extend(nodes.iter().map(|n| {
+        serde_json::json!({
+            "weight": PREFERRED_WEIGHT,
+            "preference": {"matchFields": [name_field("In", n)]},
+        })
+    }));
 }
 
 /// The copy as the dispatcher tracks it, from a worker object of `kind` labelled with our
@@ -275,10 +278,12 @@ mod tests {
         assert_eq!(
             terms,
             &serde_json::json!([{"matchFields": [
-                {"key": "metadata.name", "operator": "NotIn", "values": ["n2", "n3"]}
+                {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]},
+                {"key": "metadata.name", "operator": "NotIn", "values": ["n3"]}
             ]}])
         );
         assert_eq!(accepted(&copy, &["n1", "n2", "n3"]), [true, false, false]);
+        assert_field_selectors_valid(&copy);
     }
 
     /// The Job's own required terms are ORed: each one gets the exclusion, and what each
@@ -321,6 +326,33 @@ mod tests {
                 ["preferredDuringSchedulingIgnoredDuringExecution"]
         );
         assert_eq!(accepted(&copy, &["n1", "n2"]), [false, true]);
+        assert_field_selectors_valid(&copy);
+    }
+
+    /// What the API server checks of a node field selector (`ValidateNodeFieldSelector`):
+    /// `metadata.name` only, and one value for `In` and `NotIn`. A copy that breaks it is
+    /// refused by the worker ("must be only one value when `operator` is 'In' or 'NotIn' for
+    /// node field selector"), as a gang placed on two nodes once was.
+    fn assert_field_selectors_valid(copy: &Value) {
+        let affinity = &copy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"];
+        let required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["preference"].clone());
+        for term in required.into_iter().chain(preferred) {
+            for field in term["matchFields"].as_array().into_iter().flatten() {
+                assert_eq!(field["key"], "metadata.name", "{field}");
+                if matches!(field["operator"].as_str(), Some("In" | "NotIn")) {
+                    assert_eq!(field["values"].as_array().map(Vec::len), Some(1), "{field}");
+                }
+            }
+        }
     }
 
     /// The strategy the worker's extender ranks nodes by for the copy's pods (its own default
@@ -415,14 +447,17 @@ mod tests {
         let preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
             .as_array()
             .unwrap();
-        assert_eq!(preferred.len(), 2);
+        assert_eq!(preferred.len(), 3);
         assert_eq!(preferred[0], own[0]);
-        assert_eq!(
-            preferred[1],
-            serde_json::json!({"weight": 100, "preference": {"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": ["n2", "n3"]}
-            ]}})
-        );
+        for (term, node) in preferred[1..].iter().zip(["n2", "n3"]) {
+            assert_eq!(
+                term,
+                &serde_json::json!({"weight": 100, "preference": {"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}
+                ]}})
+            );
+        }
+        assert_field_selectors_valid(&copy);
         // A preference, not a requirement: the pods may still go to any node.
         assert!(affinity
             .get("requiredDuringSchedulingIgnoredDuringExecution")
