@@ -989,3 +989,106 @@ pub async fn no_status_write_was_ever_refused(suite: Arc<Suite>) {
         refused.join("\n")
     );
 }
+
+/// A Job whose two pods keep one to a node (a required anti-affinity to their own Job's
+/// pods on the hostname, by the label the Job controller gives them): w2, one node with room
+/// for both packed, can never hold it, and the Job waits there saying why; w1 takes it a pod
+/// per node, and w1's real kube-scheduler, which applies the anti-affinity itself, binds the
+/// pods to two nodes and runs the Job to completion.
+pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes_enough(
+    suite: Arc<Suite>,
+) {
+    let env = suite.fleet().await;
+    let _shared = env.exclusive.read().await;
+    let apart = |name: &str, ns: &str| -> Job {
+        let mut job = serde_json::to_value(job(name, ns, 2, "1", 1, Some(3))).unwrap();
+        job["spec"]["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
+                "topologyKey": "kubernetes.io/hostname"
+            }]
+        }});
+        serde_json::from_value(job).unwrap()
+    };
+    // w2 alone: never.
+    let ns = "apart-w2";
+    env.namespace(ns, &["w2"]).await;
+    env.queue(ns, &["w2"], json!({})).await;
+    let manager = jobs(&env.manager.admin, ns);
+    manager
+        .create(&PostParams::default(), &apart("pair", ns))
+        .await
+        .expect("the Job is created");
+    const WHY: &str = "its pods keep one to a node";
+    eventually(
+        "apart-w2/pair waiting, never to fit w2",
+        Duration::from_secs(60),
+        || {
+            let manager = manager.clone();
+            async move {
+                let job = manager.get("pair").await.map_err(|e| e.to_string())?;
+                match job_condition(&job, "Admitted") {
+                    Some((status, reason, message))
+                        if status == "False" && reason == "NeverFits" && message.contains(WHY) =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(summary(&job)),
+                }
+            }
+        },
+    )
+    .await;
+    let w2 = &env.worker("w2").plane;
+    assert!(
+        copy(w2, ns, "pair").await.unwrap().is_none(),
+        "a copy in w2"
+    );
+    manager.delete("pair", &Default::default()).await.unwrap();
+
+    // w1: a pod on each of two nodes.
+    let ns = "apart-w1";
+    env.namespace(ns, &["w1"]).await;
+    env.queue(ns, &["w1"], json!({})).await;
+    let manager = jobs(&env.manager.admin, ns);
+    manager
+        .create(&PostParams::default(), &apart("pair", ns))
+        .await
+        .expect("the Job is created");
+    let w1 = &env.worker("w1").plane;
+    let copy = wait_running_copy(&env, "w1", ns, "pair").await;
+    let preferred: BTreeSet<String> = preferred_nodes(&copy).into_iter().collect();
+    assert_eq!(preferred.len(), 2, "the fit's nodes: {preferred:?}");
+    let bound = eventually(
+        "both pods of apart-w1/pair bound",
+        Duration::from_secs(60),
+        || async {
+            let nodes: BTreeSet<String> = pod_nodes(w1, ns, "pair").await?.into_iter().collect();
+            if nodes.len() == 2 {
+                Ok(nodes)
+            } else {
+                Err(format!("Running on {nodes:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(bound.len(), 2);
+    let done = eventually(
+        "apart-w1/pair Complete in the manager",
+        Duration::from_secs(90),
+        || {
+            let manager = manager.clone();
+            async move {
+                let job = manager.get("pair").await.map_err(|e| e.to_string())?;
+                if is_complete(&job) {
+                    Ok(job)
+                } else {
+                    Err(summary(&job))
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(annotation(&done, CLUSTER).as_deref(), Some("w1"));
+    assert_eq!(done.status.unwrap().succeeded, Some(2));
+}
