@@ -1059,20 +1059,29 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
     let copy = wait_running_copy(&env, "w1", ns, "pair").await;
     let preferred: BTreeSet<String> = preferred_nodes(&copy).into_iter().collect();
     assert_eq!(preferred.len(), 2, "the fit's nodes: {preferred:?}");
+    // Each pod runs for 3 seconds: the nodes of every pod bound so far, whatever its phase.
     let bound = eventually(
         "both pods of apart-w1/pair bound",
         Duration::from_secs(60),
         || async {
-            let nodes: BTreeSet<String> = pod_nodes(w1, ns, "pair").await?.into_iter().collect();
-            if nodes.len() == 2 {
-                Ok(nodes)
-            } else {
-                Err(format!("Running on {nodes:?}"))
+            let pods: Api<Pod> = Api::namespaced(w1.admin.clone(), ns);
+            let list = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let nodes: Vec<String> = (list.items.into_iter())
+                .filter(|p| is_pod_of(p, "pair"))
+                .filter_map(|p| p.spec.and_then(|s| s.node_name))
+                .collect();
+            match nodes.len() {
+                2 => Ok(nodes),
+                _ => Err(format!("bound to {nodes:?}")),
             }
         },
     )
     .await;
-    assert_eq!(bound.len(), 2);
+    let distinct: BTreeSet<&String> = bound.iter().collect();
+    assert_eq!(distinct.len(), 2, "one pod to a node: {bound:?}");
     let done = eventually(
         "apart-w1/pair Complete in the manager",
         Duration::from_secs(90),
