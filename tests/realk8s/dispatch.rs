@@ -163,6 +163,33 @@ pub(crate) async fn status_refusals(client: &Client, ns: Option<&str>) -> Vec<St
 }
 
 /// Waits for the Job's copy to run in `worker` with a Running pod; returns the copy.
+/// Waits until the manager's Job is Complete; returns it. `describe` says how it stands
+/// while it is not.
+pub(crate) async fn wait_complete(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    describe: fn(&Job) -> String,
+) -> Job {
+    let manager = jobs(&env.manager.admin, ns);
+    eventually(
+        &format!("{ns}/{name} Complete in the manager"),
+        Duration::from_secs(90),
+        || {
+            let manager = manager.clone();
+            async move {
+                let job = manager.get(name).await.map_err(|e| e.to_string())?;
+                if is_complete(&job) {
+                    Ok(job)
+                } else {
+                    Err(describe(&job))
+                }
+            }
+        },
+    )
+    .await
+}
+
 pub(crate) async fn wait_running_copy(env: &Env, worker: &str, ns: &str, name: &str) -> Job {
     let plane = &env.worker(worker).plane;
     let manager = jobs(&env.manager.admin, ns);
@@ -226,22 +253,7 @@ pub async fn a_gpu_job_runs_in_the_worker_and_completes_in_the_manager(suite: Ar
         "the worker's Job controller runs the copy"
     );
 
-    let done = eventually(
-        "gpu/train Complete in the manager",
-        Duration::from_secs(90),
-        || {
-            let manager = manager.clone();
-            async move {
-                let job = manager.get("train").await.map_err(|e| e.to_string())?;
-                if is_complete(&job) {
-                    Ok(job)
-                } else {
-                    Err(summary(&job))
-                }
-            }
-        },
-    )
-    .await;
+    let done = wait_complete(&env, ns, "train", summary).await;
     let status = done.status.clone().unwrap();
     assert_eq!(status.succeeded, Some(2), "{}", summary(&done));
     assert_eq!(status.failed.unwrap_or(0), 0, "{}", summary(&done));
@@ -1082,22 +1094,7 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
     .await;
     let distinct: BTreeSet<&String> = bound.iter().collect();
     assert_eq!(distinct.len(), 2, "one pod to a node: {bound:?}");
-    let done = eventually(
-        "apart-w1/pair Complete in the manager",
-        Duration::from_secs(90),
-        || {
-            let manager = manager.clone();
-            async move {
-                let job = manager.get("pair").await.map_err(|e| e.to_string())?;
-                if is_complete(&job) {
-                    Ok(job)
-                } else {
-                    Err(summary(&job))
-                }
-            }
-        },
-    )
-    .await;
+    let done = wait_complete(&env, ns, "pair", summary).await;
     assert_eq!(annotation(&done, CLUSTER).as_deref(), Some("w1"));
     assert_eq!(done.status.unwrap().succeeded, Some(2));
 }

@@ -10,7 +10,7 @@
 
 use crate::dispatch::{
     annotation, copy, is_complete, job, job_condition, jobs, status_refusals, summary, uid,
-    wait_running_copy, CLUSTER, ORIGIN,
+    wait_complete, wait_running_copy, CLUSTER, ORIGIN,
 };
 use crate::env::{Env, KUEUE_LOCAL_QUEUE, KUEUE_WORKER};
 use crate::k8s::kueue::{self, cluster_queue, cluster_queues, workloads, QUEUE_NAME_LABEL};
@@ -85,27 +85,6 @@ async fn kueue_namespace<'a>(
         .await
         .expect("the Kueue queues of the namespace");
     w3
-}
-
-/// Waits until the manager's Job is Complete; returns it.
-async fn wait_complete(env: &Env, ns: &str, name: &str) -> Job {
-    let manager = jobs(&env.manager.admin, ns);
-    eventually(
-        &format!("{ns}/{name} Complete in the manager"),
-        Duration::from_secs(90),
-        || {
-            let manager = manager.clone();
-            async move {
-                let job = manager.get(name).await.map_err(|e| e.to_string())?;
-                if is_complete(&job) {
-                    Ok(job)
-                } else {
-                    Err(described(&job))
-                }
-            }
-        },
-    )
-    .await
 }
 
 /// The ClusterQueue behind the namespace's LocalQueue is held (`stopPolicy: Hold`) while a
@@ -256,7 +235,7 @@ pub async fn a_job_waits_in_the_workers_kueue_until_its_quota_has_room_then_comp
         wl.data["status"]
     );
 
-    let done = wait_complete(&env, ns, "train").await;
+    let done = wait_complete(&env, ns, "train", described).await;
     let status = done.status.clone().unwrap();
     assert_eq!(status.succeeded, Some(2), "{}", described(&done));
     assert_eq!(status.failed.unwrap_or(0), 0, "{}", described(&done));
@@ -381,7 +360,7 @@ pub async fn a_copy_the_workers_kueue_never_admits_is_taken_back_and_runs_in_ano
         )),
         "{message}"
     );
-    let done = wait_complete(&env, ns, "stuck").await;
+    let done = wait_complete(&env, ns, "stuck", described).await;
     assert_eq!(
         annotation(&done, CLUSTER).as_deref(),
         Some("w1"),
@@ -508,7 +487,7 @@ pub async fn a_quota_raised_in_the_worker_is_seen_by_placement(suite: Arc<Suite>
     );
 
     set_cluster_queue(w3, &cluster_queue(cq, ns, 4, "8Gi", "None")).await;
-    let done = wait_complete(&env, ns, "grows").await;
+    let done = wait_complete(&env, ns, "grows", described).await;
     assert_eq!(
         annotation(&done, CLUSTER).as_deref(),
         Some(KUEUE_WORKER),
