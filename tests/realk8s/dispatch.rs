@@ -162,7 +162,34 @@ pub(crate) async fn status_refusals(client: &Client, ns: Option<&str>) -> Vec<St
         .collect()
 }
 
-/// Waits for the Job's copy to run in `worker` with a Running pod; returns the copy.
+/// Waits until the manager's Job `name` waits to be admitted (`Admitted=False`) for the
+/// reason `reason` (any when `None`), its message containing `why`.
+pub(crate) async fn wait_not_admitted(
+    manager: &Api<Job>,
+    name: &str,
+    reason: Option<&str>,
+    why: &str,
+) {
+    let what = format!("{name} waiting: {} ({why})", reason.unwrap_or("any reason"));
+    eventually(&what, Duration::from_secs(60), || {
+        let manager = manager.clone();
+        async move {
+            let job = manager.get(name).await.map_err(|e| e.to_string())?;
+            match job_condition(&job, "Admitted") {
+                Some((status, r, message))
+                    if status == "False"
+                        && reason.is_none_or(|want| r == want)
+                        && message.contains(why) =>
+                {
+                    Ok(())
+                }
+                _ => Err(summary(&job)),
+            }
+        }
+    })
+    .await;
+}
+
 /// Waits until the manager's Job is Complete; returns it. `describe` says how it stands
 /// while it is not.
 pub(crate) async fn wait_complete(
@@ -190,6 +217,7 @@ pub(crate) async fn wait_complete(
     .await
 }
 
+/// Waits for the Job's copy to run in `worker` with a Running pod; returns the copy.
 pub(crate) async fn wait_running_copy(env: &Env, worker: &str, ns: &str, name: &str) -> Job {
     let plane = &env.worker(worker).plane;
     let manager = jobs(&env.manager.admin, ns);
@@ -304,23 +332,7 @@ pub async fn a_job_that_fits_no_numa_zone_waits_with_the_reason_and_is_never_dis
     // of theirs (a copy of a Job taken back from it still being removed), and the reason says
     // so then. The NUMA reason is the one it settles on.
     const WHY: &str = "the Topology Manager of every node of cluster w1 (single-numa-node) would reject the pod: needs 5 nvidia.com/gpu on one NUMA node";
-    eventually(
-        "numa/too-wide waiting with the NUMA reason",
-        Duration::from_secs(60),
-        || {
-            let manager = manager.clone();
-            async move {
-                let job = manager.get("too-wide").await.map_err(|e| e.to_string())?;
-                match job_condition(&job, "Admitted") {
-                    Some((status, _, message)) if status == "False" && message.contains(WHY) => {
-                        Ok(())
-                    }
-                    _ => Err(summary(&job)),
-                }
-            }
-        },
-    )
-    .await;
+    wait_not_admitted(&manager, "too-wide", None, WHY).await;
     // Several passes later (one a second at least) it still has not gone anywhere.
     let w1 = &env.worker("w1").plane;
     let until = Instant::now() + Duration::from_secs(6);
@@ -1032,25 +1044,7 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
         .await
         .expect("the Job is created");
     const WHY: &str = "its pods keep one to a node";
-    eventually(
-        "apart-w2/pair waiting, never to fit w2",
-        Duration::from_secs(60),
-        || {
-            let manager = manager.clone();
-            async move {
-                let job = manager.get("pair").await.map_err(|e| e.to_string())?;
-                match job_condition(&job, "Admitted") {
-                    Some((status, reason, message))
-                        if status == "False" && reason == "NeverFits" && message.contains(WHY) =>
-                    {
-                        Ok(())
-                    }
-                    _ => Err(summary(&job)),
-                }
-            }
-        },
-    )
-    .await;
+    wait_not_admitted(&manager, "pair", Some("NeverFits"), WHY).await;
     let w2 = &env.worker("w2").plane;
     assert!(
         copy(w2, ns, "pair").await.unwrap().is_none(),
