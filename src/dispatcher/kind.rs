@@ -114,15 +114,17 @@ impl Kind {
         }
     }
 
-    /// The kind's changes to a worker copy's spec (after the changes common to every kind),
-    /// and the pod templates of the copy, for the dispatcher to label and steer.
-    pub(crate) fn prepare_copy(
+    /// The kind's changes to the spec of a worker copy of `workload` (name, namespace), after
+    /// the changes common to every kind, and the pod templates of the copy, for the dispatcher
+    /// to label and steer.
+    pub(crate) fn prepare_copy<'s>(
         self,
-        spec: &mut Map<String, Value>,
-    ) -> Vec<&mut Map<String, Value>> {
+        spec: &'s mut Map<String, Value>,
+        workload: (&str, &str),
+    ) -> Vec<&'s mut Map<String, Value>> {
         match self {
             Kind::Job => job::prepare_copy(spec),
-            Kind::JobSet => jobset::prepare_copy(spec),
+            Kind::JobSet => jobset::prepare_copy(spec, workload),
         }
     }
 }

@@ -68,6 +68,16 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     )
     .unwrap_or_default();
     let mut copy = job.clone();
+    let (name, namespace) = (
+        job["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        job["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
     let obj = copy.as_object_mut().ok_or(CopyError::Missing("body"))?;
     obj.remove("status");
     obj.insert("apiVersion".into(), kind.api_version().into());
@@ -104,7 +114,7 @@ pub fn copy_of(job: &Value, manager_id: &str, target: CopyTarget) -> Result<Valu
     spec.remove("managedBy");
     // A Kueue worker's own queue unsuspends it once its quota admits it.
     spec.insert("suspend".into(), target.kueue_queue.is_some().into());
-    for template in kind.prepare_copy(spec) {
+    for template in kind.prepare_copy(spec, (&name, &namespace)) {
         // Lets a worker's inventory tell which pods belong to which dispatched Job.
         let metadata = object(template, "metadata");
         object(metadata, "labels").insert(ORIGIN_UID_LABEL.into(), uid.clone().into());

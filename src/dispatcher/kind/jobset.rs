@@ -220,15 +220,12 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
 }
 
 /// For each replicated Job, how many of the JobSet's pods ask for the same pods as its own.
-fn gang_sizes(list: &Value) -> Vec<u32> {
+fn gang_sizes(list: &Value, (name, namespace): (&str, &str)) -> Vec<u32> {
     let replicated = replicated(list);
     let shapes: Vec<Option<Arc<PodShape>>> = replicated
         .iter()
-        // The JobSet's name is not at hand: an anti-affinity that selects the JobSet's pods
-        // by its name is taken here as selecting none, so templates may group otherwise than
-        // in `gang` (only for the size annotation, which the workers' extenders read).
         .map(|r| {
-            template_shape(r.template, (Kind::JobSet, "", ""), "")
+            template_shape(r.template, (Kind::JobSet, name, namespace), "")
                 .0
                 .ok()
         })
@@ -250,9 +247,13 @@ fn gang_sizes(list: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// The pod templates of every replicated Job, each told its gang's size (see [`gang_sizes`]).
-pub(crate) fn prepare_copy(spec: &mut Map<String, Value>) -> Vec<&mut Map<String, Value>> {
-    let sizes = gang_sizes(spec.get("replicatedJobs").unwrap_or(&Value::Null));
+/// The pod templates of every replicated Job of JobSet `workload` (name, namespace), each told
+/// its gang's size (see [`gang_sizes`]).
+pub(crate) fn prepare_copy<'s>(
+    spec: &'s mut Map<String, Value>,
+    workload: (&str, &str),
+) -> Vec<&'s mut Map<String, Value>> {
+    let sizes = gang_sizes(spec.get("replicatedJobs").unwrap_or(&Value::Null), workload);
     let Some(Value::Array(list)) = spec.get_mut("replicatedJobs") else {
         return Vec::new();
     };
@@ -502,6 +503,41 @@ mod tests {
         SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_790_000_000 + secs)
     }
 
+    /// Replicated Jobs with the same pods but for an anti-affinity that keeps one of them one
+    /// to a node (its selector names the JobSet) are two groups, both in the gang and in the
+    /// sizes the copy's templates are told.
+    #[test]
+    fn pods_kept_one_to_a_node_by_the_jobsets_name_are_a_group_of_their_own() {
+        let mut js = captured("get_jobset_queued");
+        let workers = js["spec"]["replicatedJobs"][1].clone();
+        let mut apart = workers.clone();
+        apart["name"] = "apart".into();
+        apart["template"]["spec"]["template"]["spec"]["affinity"] = serde_json::json!({
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "trainer"}},
+                "topologyKey": "kubernetes.io/hostname"
+            }]}
+        });
+        js["spec"]["replicatedJobs"] = serde_json::json!([workers, apart]);
+        let g = gang(&js);
+        assert!(!g.shape.as_ref().unwrap().one_per_node);
+        assert_eq!(g.extra.len(), 1);
+        assert!(g.extra[0].shape.one_per_node);
+        let mut spec = js["spec"].as_object().unwrap().clone();
+        let sizes: Vec<String> = prepare_copy(&mut spec, ("trainer", "research"))
+            .into_iter()
+            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
+            .collect();
+        assert_eq!(sizes, ["\"4\"", "\"4\""]);
+        // Under another name the selector matches none of its pods: one group of eight.
+        let mut spec = js["spec"].as_object().unwrap().clone();
+        let sizes: Vec<String> = prepare_copy(&mut spec, ("other", "research"))
+            .into_iter()
+            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
+            .collect();
+        assert_eq!(sizes, ["\"8\"", "\"8\""]);
+    }
+
     #[test]
     fn the_captured_jobsets_gang_is_its_workers_and_its_driver_beside() {
         let g = gang(&captured("get_jobset_queued"));
@@ -522,7 +558,7 @@ mod tests {
             .as_object()
             .unwrap()
             .clone();
-        let sizes: Vec<String> = prepare_copy(&mut spec)
+        let sizes: Vec<String> = prepare_copy(&mut spec, ("js", "team"))
             .into_iter()
             .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
             .collect();
