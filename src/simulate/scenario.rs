@@ -371,10 +371,12 @@ fn unmodelled_terms(jobs: &[JobFile]) -> Vec<unread::KeyPath> {
             out.extend(unread::unmodelled_terms(&at, &terms));
         };
         let key = |k: &str| Step::Key(k.into());
-        if let Some(t) = &j.template {
+        // Paths are built only for templates with terms: nearly none have any.
+        if let Some(t) = j.template.as_ref().filter(|t| apart::has_terms(t)) {
             judge(t, vec![key("jobs"), Step::Index(i), key("template")]);
         }
-        for (r, rj) in j.replicated_jobs.iter().flatten().enumerate() {
+        let replicated = j.replicated_jobs.iter().flatten().enumerate();
+        for (r, rj) in replicated.filter(|(_, rj)| apart::has_terms(&rj.template)) {
             let at = vec![
                 key("jobs"),
                 Step::Index(i),

@@ -1024,43 +1024,42 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
 ) {
     let env = suite.fleet().await;
     let _shared = env.exclusive.read().await;
-    let apart = |name: &str, ns: &str| -> Job {
-        let mut job = serde_json::to_value(job(name, ns, 2, "1", 1, Some(3))).unwrap();
-        job["spec"]["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {
+    // Job `pair` in namespace `apart-<worker>`, whose queue has that worker alone.
+    async fn submit(env: &Env, worker: &str) -> (String, Api<Job>) {
+        let ns = format!("apart-{worker}");
+        env.namespace(&ns, &[worker]).await;
+        env.queue(&ns, &[worker], json!({})).await;
+        let mut pair = serde_json::to_value(job("pair", &ns, 2, "1", 1, Some(3))).unwrap();
+        pair["spec"]["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": name}},
+                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}},
                 "topologyKey": "kubernetes.io/hostname"
             }]
         }});
-        serde_json::from_value(job).unwrap()
-    };
+        let manager = jobs(&env.manager.admin, &ns);
+        manager
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pair).unwrap(),
+            )
+            .await
+            .expect("the Job is created");
+        (ns, manager)
+    }
     // w2 alone: never.
-    let ns = "apart-w2";
-    env.namespace(ns, &["w2"]).await;
-    env.queue(ns, &["w2"], json!({})).await;
-    let manager = jobs(&env.manager.admin, ns);
-    manager
-        .create(&PostParams::default(), &apart("pair", ns))
-        .await
-        .expect("the Job is created");
+    let (ns, manager) = submit(&env, "w2").await;
     const WHY: &str = "its pods keep one to a node";
     wait_not_admitted(&manager, "pair", Some("NeverFits"), WHY).await;
     let w2 = &env.worker("w2").plane;
     assert!(
-        copy(w2, ns, "pair").await.unwrap().is_none(),
+        copy(w2, &ns, "pair").await.unwrap().is_none(),
         "a copy in w2"
     );
     manager.delete("pair", &Default::default()).await.unwrap();
 
     // w1: a pod on each of two nodes.
-    let ns = "apart-w1";
-    env.namespace(ns, &["w1"]).await;
-    env.queue(ns, &["w1"], json!({})).await;
-    let manager = jobs(&env.manager.admin, ns);
-    manager
-        .create(&PostParams::default(), &apart("pair", ns))
-        .await
-        .expect("the Job is created");
+    let (ns, _) = submit(&env, "w1").await;
+    let ns = ns.as_str();
     let w1 = &env.worker("w1").plane;
     let copy = wait_running_copy(&env, "w1", ns, "pair").await;
     let preferred: BTreeSet<String> = preferred_nodes(&copy).into_iter().collect();

@@ -495,6 +495,18 @@ mod tests {
         serde_json::from_str::<Value>(&text).expect("JSON")["response"]["body"].clone()
     }
 
+    /// The gang size each pod template of a copy of JobSet `js` (named `workload`) is told.
+    fn told_sizes(js: &Value, workload: (&str, &str)) -> Vec<String> {
+        let mut spec = js["spec"].as_object().unwrap().clone();
+        prepare_copy(&mut spec, workload)
+            .into_iter()
+            .map(|t| {
+                let size = &t["metadata"]["annotations"][GANG_SIZE_ANNOTATION];
+                size.as_str().unwrap_or("(none)").to_string()
+            })
+            .collect()
+    }
+
     fn status_of(name: &str) -> JobSetStatus {
         serde_json::from_value(captured(name)["status"].clone()).expect("a JobSet status")
     }
@@ -523,19 +535,9 @@ mod tests {
         assert!(!g.shape.as_ref().unwrap().one_per_node);
         assert_eq!(g.extra.len(), 1);
         assert!(g.extra[0].shape.one_per_node);
-        let mut spec = js["spec"].as_object().unwrap().clone();
-        let sizes: Vec<String> = prepare_copy(&mut spec, ("trainer", "research"))
-            .into_iter()
-            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
-            .collect();
-        assert_eq!(sizes, ["\"4\"", "\"4\""]);
+        assert_eq!(told_sizes(&js, ("trainer", "research")), ["4", "4"]);
         // Under another name the selector matches none of its pods: one group of eight.
-        let mut spec = js["spec"].as_object().unwrap().clone();
-        let sizes: Vec<String> = prepare_copy(&mut spec, ("other", "research"))
-            .into_iter()
-            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
-            .collect();
-        assert_eq!(sizes, ["\"8\"", "\"8\""]);
+        assert_eq!(told_sizes(&js, ("other", "research")), ["8", "8"]);
     }
 
     #[test]
@@ -554,15 +556,8 @@ mod tests {
         assert_eq!(g.extra[0].shape.node_request["cpu"], 1000);
         assert!(!g.extra[0].shape.node_request.contains_key("nvidia.com/gpu"));
         // The copy's pods are told their own shape's gang.
-        let mut spec = captured("get_jobset_queued")["spec"]
-            .as_object()
-            .unwrap()
-            .clone();
-        let sizes: Vec<String> = prepare_copy(&mut spec, ("js", "team"))
-            .into_iter()
-            .map(|t| t["metadata"]["annotations"][GANG_SIZE_ANNOTATION].to_string())
-            .collect();
-        assert_eq!(sizes, ["\"1\"", "\"4\""]);
+        let js = captured("get_jobset_queued");
+        assert_eq!(told_sizes(&js, ("trainer", "research")), ["1", "4"]);
     }
 
     #[test]
