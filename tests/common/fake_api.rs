@@ -88,6 +88,14 @@ fn parse_target(path: &str) -> Option<Target> {
     })
 }
 
+/// An object's stored resourceVersion.
+fn version_of(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn kind_of(plural: &str) -> Option<&'static str> {
     Some(match plural {
         "nodes" => "Node",
@@ -211,6 +219,18 @@ fn fields_match(selector: &str, obj: &Value) -> bool {
         }
     })
 }
+
+/// What a write expects to find stored under its object's key (see `FakeApi::emit_if`).
+enum Expect {
+    Any,
+    Absent,
+    /// The object at this resourceVersion.
+    Version(String),
+}
+
+/// The object changed (or went, or came) between a handler's read and its write.
+#[derive(Debug)]
+struct Moved;
 
 struct Filter {
     namespace: Option<String>,
@@ -589,9 +609,48 @@ impl FakeApi {
         parse_target(path).map_or_else(|| path.to_string(), |t| t.collection)
     }
 
-    fn emit(&self, path: &str, kind: &str, mut obj: Value) -> Value {
+    fn emit(&self, path: &str, kind: &str, obj: Value) -> Value {
+        self.emit_if(path, kind, Expect::Any, obj)
+            .expect("an unconditional write lands")
+    }
+
+    /// Writes `obj` if the object stored under its key is as `expect`s, checked under the same
+    /// lock as the write, as etcd's compare-and-swap does: a write computed from an object read
+    /// before never lands over a change (or a deletion) made since. `Err(Moved)`: read again.
+    fn emit_if(
+        &self,
+        path: &str,
+        kind: &str,
+        expect: Expect,
+        mut obj: Value,
+    ) -> Result<Value, Moved> {
         let t = parse_target(path).expect("a collection path");
         let mut s = self.state.lock().unwrap();
+        {
+            let key = (
+                obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            let stored = s
+                .collections
+                .get(&t.collection)
+                .and_then(|c| c.objects.get(&key))
+                .map(|o| o["metadata"]["resourceVersion"].as_str().unwrap_or(""));
+            let holds = match &expect {
+                Expect::Any => true,
+                Expect::Absent => stored.is_none(),
+                Expect::Version(rv) => stored == Some(rv.as_str()),
+            };
+            if !holds {
+                return Err(Moved);
+            }
+        }
         s.rv += 1;
         let rv = s.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -629,7 +688,7 @@ impl FakeApi {
         let line = json!({"type": ty, "object": obj}).to_string() + "\n";
         col.log.push((rv, obj.clone(), line.clone()));
         let _ = s.live.send((t.collection, rv, obj.clone(), line));
-        obj
+        Ok(obj)
     }
 
     /// Creates or replaces an object (its namespace from `metadata.namespace`).
@@ -1086,34 +1145,12 @@ impl FakeApi {
                     None => self.not_found(t, name),
                 }
             }
-            ("POST", None) => self.create(t, body),
-            ("PUT", Some(name)) => self.replace(t, name, body),
-            ("PATCH", Some(name)) => self.patch(t, name, content_type, body),
-            ("DELETE", Some(name)) => {
-                let ns = t.namespace.clone().unwrap_or_default();
-                match self.get(&t.collection, &ns, name) {
-                    Some(obj) => {
-                        let want = body
-                            .as_ref()
-                            .and_then(|b| b["preconditions"]["uid"].as_str());
-                        let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
-                        match want {
-                                Some(want) if want != have => full(
-                                    409,
-                                    object_status(
-                                        t,
-                                        name,
-                                        409,
-                                        "Conflict",
-                                        format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
-                                    ),
-                                ),
-                                _ => full(200, self.emit(&t.collection, "DELETED", obj)),
-                            }
-                    }
-                    None => self.not_found(t, name),
-                }
+            ("POST", None) => self.retried(|| self.create(t, body.clone())),
+            ("PUT", Some(name)) => self.retried(|| self.replace(t, name, body.clone())),
+            ("PATCH", Some(name)) => {
+                self.retried(|| self.patch(t, name, content_type, body.clone()))
             }
+            ("DELETE", Some(name)) => self.retried(|| self.delete_named(t, name, body.as_ref())),
             _ => full(
                 405,
                 status(
@@ -1123,6 +1160,44 @@ impl FakeApi {
                 ),
             ),
         }
+    }
+
+    /// A write handler's answer, read and written again while the object moves under it, as
+    /// kube-apiserver retries an update whose compare-and-swap lost.
+    fn retried(&self, mut write: impl FnMut() -> Result<Response<Body>, Moved>) -> Response<Body> {
+        loop {
+            if let Ok(r) = write() {
+                return r;
+            }
+        }
+    }
+
+    fn delete_named(
+        &self,
+        t: &Target,
+        name: &str,
+        body: Option<&Value>,
+    ) -> Result<Response<Body>, Moved> {
+        let ns = t.namespace.clone().unwrap_or_default();
+        let Some(obj) = self.get(&t.collection, &ns, name) else {
+            return Ok(self.not_found(t, name));
+        };
+        let want = body.and_then(|b| b["preconditions"]["uid"].as_str());
+        let have = obj["metadata"]["uid"].as_str().unwrap_or_default();
+        if let Some(want) = want.filter(|w| *w != have) {
+            return Ok(full(
+                409,
+                object_status(
+                    t,
+                    name,
+                    409,
+                    "Conflict",
+                    format!("Operation cannot be fulfilled on {}.{} {name:?}: the UID in the precondition ({want}) does not match the UID in record ({have}). The object might have been deleted and then recreated", kind_of(&t.plural).unwrap_or_default(), t.group),
+                ),
+            ));
+        }
+        let at = Expect::Version(version_of(&obj));
+        Ok(full(200, self.emit_if(&t.collection, "DELETED", at, obj)?))
     }
 
     fn not_found(&self, t: &Target, name: &str) -> Response<Body> {
@@ -1179,16 +1254,16 @@ impl FakeApi {
         )
     }
 
-    fn create(&self, t: &Target, body: Option<Value>) -> Response<Body> {
+    fn create(&self, t: &Target, body: Option<Value>) -> Result<Response<Body>, Moved> {
         let Some(mut obj) = body.filter(Value::is_object) else {
-            return full(
+            return Ok(full(
                 400,
                 status(
                     400,
                     "BadRequest",
                     "the body of the request could not be decoded",
                 ),
-            );
+            ));
         };
         let name = obj["metadata"]["name"]
             .as_str()
@@ -1200,15 +1275,15 @@ impl FakeApi {
         let ns = t.namespace.clone().unwrap_or_default();
         let require = self.state.lock().unwrap().require_namespaces;
         if require && !ns.is_empty() && self.get(NAMESPACES, "", &ns).is_none() {
-            return full(
+            return Ok(full(
                 404,
                 json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                        "message": format!("namespaces {ns:?} not found"), "reason": "NotFound",
                        "details": {"name": ns, "kind": "namespaces"}, "code": 404}),
-            );
+            ));
         }
         if self.get(&t.collection, &ns, &name).is_some() {
-            return full(
+            return Ok(full(
                 409,
                 object_status(
                     t,
@@ -1217,34 +1292,42 @@ impl FakeApi {
                     "AlreadyExists",
                     format!("{} {name:?} already exists", resource(t)),
                 ),
-            );
+            ));
         }
         if let Some(m) = obj["metadata"].as_object_mut() {
             m.remove("resourceVersion");
         }
-        full(201, self.emit(&t.collection, "ADDED", obj))
+        Ok(full(
+            201,
+            self.emit_if(&t.collection, "ADDED", Expect::Absent, obj)?,
+        ))
     }
 
-    fn replace(&self, t: &Target, name: &str, body: Option<Value>) -> Response<Body> {
+    fn replace(
+        &self,
+        t: &Target,
+        name: &str,
+        body: Option<Value>,
+    ) -> Result<Response<Body>, Moved> {
         let ns = t.namespace.clone().unwrap_or_default();
         let Some(old) = self.get(&t.collection, &ns, name) else {
-            return self.not_found(t, name);
+            return Ok(self.not_found(t, name));
         };
         let Some(mut obj) = body.filter(Value::is_object) else {
-            return full(
+            return Ok(full(
                 400,
                 status(
                     400,
                     "BadRequest",
                     "the body of the request could not be decoded",
                 ),
-            );
+            ));
         };
         let sent = obj["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
         if sent.is_some_and(|rv| Some(rv.as_str()) != old["metadata"]["resourceVersion"].as_str()) {
-            return full(
+            return Ok(full(
                 409,
                 object_status(
                     t,
@@ -1253,7 +1336,7 @@ impl FakeApi {
                     "Conflict",
                     format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", resource(t)),
                 ),
-            );
+            ));
         }
         obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
         obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
@@ -1263,7 +1346,8 @@ impl FakeApi {
         if has_status_subresource(&t.plural) {
             obj["status"] = old["status"].clone();
         }
-        full(200, self.emit(&t.collection, "MODIFIED", obj))
+        let at = Expect::Version(version_of(&old));
+        Ok(full(200, self.emit_if(&t.collection, "MODIFIED", at, obj)?))
     }
 
     fn patch(
@@ -1272,30 +1356,30 @@ impl FakeApi {
         name: &str,
         content_type: Option<&str>,
         body: Option<Value>,
-    ) -> Response<Body> {
+    ) -> Result<Response<Body>, Moved> {
         if content_type != Some("application/merge-patch+json") {
-            return full(
+            return Ok(full(
                 415,
                 status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
-            );
+            ));
         }
         let ns = t.namespace.clone().unwrap_or_default();
         let Some(old) = self.get(&t.collection, &ns, name) else {
-            return self.not_found(t, name);
+            return Ok(self.not_found(t, name));
         };
         let Some(patch) = body else {
-            return full(
+            return Ok(full(
                 400,
                 status(
                     400,
                     "BadRequest",
                     "the body of the request could not be decoded",
                 ),
-            );
+            ));
         };
         if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
             if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
-                return full(
+                return Ok(full(
                     409,
                     object_status(
                         t,
@@ -1304,7 +1388,7 @@ impl FakeApi {
                         "Conflict",
                         format!("Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again", resource(t)),
                     ),
-                );
+                ));
             }
         }
         let mut obj = old.clone();
@@ -1317,7 +1401,7 @@ impl FakeApi {
                     json_patch::merge(&mut obj["metadata"]["labels"], labels);
                 }
             }
-            Some(_) => return self.not_found(t, name),
+            Some(_) => return Ok(self.not_found(t, name)),
             None => {
                 json_patch::merge(&mut obj, &patch);
                 if has_status_subresource(&t.plural) {
@@ -1327,9 +1411,10 @@ impl FakeApi {
         }
         obj["metadata"]["name"] = json!(name);
         if let Some(refused) = self.status_rules(t, name, &old, &obj) {
-            return refused;
+            return Ok(refused);
         }
-        full(200, self.emit(&t.collection, "MODIFIED", obj))
+        let at = Expect::Version(version_of(&old));
+        Ok(full(200, self.emit_if(&t.collection, "MODIFIED", at, obj)?))
     }
 
     /// The 422 the API server answers a Job status write that breaks its rules, when they
