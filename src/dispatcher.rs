@@ -25,7 +25,7 @@ mod ledger;
 pub mod live;
 pub(crate) mod mirror;
 pub(crate) mod object;
-mod oracle;
+pub(crate) mod oracle;
 mod reconcile;
 pub mod remote;
 mod state;

@@ -1,15 +1,18 @@
 //! `switchyard explain`: for a person, why a pod fits or not on each node or cluster: per
 //! resource the hints, the merged hint, the policy's verdict, and the score.
 
+use crate::dispatcher::kind::Extra;
+use crate::dispatcher::oracle::view::search;
+use crate::dispatcher::oracle::GangPods;
 use crate::inventory::{Inventory, Node, Scope};
 use crate::placement::{
-    fit_cluster, fit_node, score, shape_for_cluster_nodes, EngineConfig, NodeFit, PodShape,
-    Strategy,
+    fit_node, score, shape_for_cluster_nodes, EngineConfig, NodeFit, PodShape, Strategy,
 };
 use crate::topology::{NumaMask, TopologyHint};
 use crate::workers::virtual_node::own_labels;
 use std::borrow::Cow;
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// What to explain.
 pub enum Target<'a> {
@@ -39,6 +42,7 @@ fn explain_node(
     shape: &PodShape,
     config: &EngineConfig,
     strategy: Strategy,
+    indent: &str,
 ) {
     let bound = shape.bind(&inv.resources);
     let fit: NodeFit = fit_node(node, &inv.resources, shape, &bound, 1, config, true);
@@ -53,15 +57,15 @@ fn explain_node(
             }
         ),
     };
-    let _ = writeln!(out, "  node {}: {verdict}", node.name);
+    let _ = writeln!(out, "{indent}  node {}: {verdict}", node.name);
     match &node.numa {
         None => {
-            let _ = writeln!(out, "    no NUMA data: node-level resources only");
+            let _ = writeln!(out, "{indent}    no NUMA data: node-level resources only");
         }
         Some(numa) => {
             let _ = writeln!(
                 out,
-                "    topology manager: policy {}, scope {}, NUMA zones {}",
+                "{indent}    topology manager: policy {}, scope {}, NUMA zones {}",
                 numa.policy,
                 match numa.scope {
                     Scope::Container => "container",
@@ -72,21 +76,21 @@ fn explain_node(
         }
     }
     for note in &fit.notes {
-        let _ = writeln!(out, "    note: {note}");
+        let _ = writeln!(out, "{indent}    note: {note}");
     }
     for t in &fit.traces {
-        let _ = writeln!(out, "    {}:", t.unit);
+        let _ = writeln!(out, "{indent}    {}:", t.unit);
         for (resource, hints) in &t.hints {
             let list = match hints {
                 None => "no preference".to_string(),
                 Some(h) if h.is_empty() => "none possible".to_string(),
                 Some(h) => h.iter().map(hint).collect::<Vec<_>>().join(" "),
             };
-            let _ = writeln!(out, "      {resource}: hints {list}");
+            let _ = writeln!(out, "{indent}      {resource}: hints {list}");
         }
         let _ = writeln!(
             out,
-            "      merged {} -> {}",
+            "{indent}      merged {} -> {}",
             hint(&t.merged),
             if t.admit {
                 "admit"
@@ -103,14 +107,25 @@ fn explain_node(
             &score::scored_resources(&bound),
             fit.zones_used,
         );
-        let _ = writeln!(out, "    score ({strategy:?}): {s} of 10");
+        let _ = writeln!(out, "{indent}    score ({strategy:?}): {s} of 10");
     }
 }
 
-/// What `explain --pod FILE` judges: the pod, and warnings about keys of the file that its
+/// One pod shape of what `explain` judges.
+pub struct Shape {
+    /// The pod, with how many of the gang's pods are of its shape in
+    /// `switchyard.dev/gang-size`.
+    pub pod: PodShape,
+    /// A JobSet's replicated Jobs whose pods these are; none for a Pod or a Job.
+    pub jobs: Vec<String>,
+}
+
+/// What `explain --pod FILE` judges: its pods, and warnings about keys of the file that its
 /// Kubernetes type does not have or that placement does not model ([`crate::unread`]).
 pub struct PodFile {
-    pub shape: PodShape,
+    /// One shape for a Pod, a Job, or a JobSet whose replicated Jobs ask for the same pods;
+    /// else one per shape, the one of the most pods first, as the dispatcher places them.
+    pub shapes: Vec<Shape>,
     pub warnings: Vec<String>,
 }
 
@@ -127,9 +142,9 @@ pub enum PodFileError {
 }
 
 /// A pod file read: a Pod (or a manifest with no `kind`) as it is; a batch/v1 Job or a
-/// JobSet as its pod template, for the gang of all the pods the dispatcher places at once
-/// (a Job's `parallelism`, at most its `completions`; every pod of a JobSet, whose
-/// replicated Jobs must then share one pod shape), read as the dispatcher reads it.
+/// JobSet as its pod templates, for the gang of all the pods the dispatcher places at once (a
+/// Job's `parallelism`, at most its `completions`; every pod of a JobSet, one shape per group
+/// of replicated Jobs that ask for the same pods), read as the dispatcher reads it.
 pub fn read_pod_file(text: &str) -> Result<PodFile, PodFileError> {
     use crate::dispatcher::kind::Kind;
     use crate::unread::{self, KubeType, Owner, Step};
@@ -139,51 +154,69 @@ pub fn read_pod_file(text: &str) -> Result<PodFile, PodFileError> {
     let kind = (manifest["apiVersion"].as_str())
         .zip(manifest["kind"].as_str())
         .and_then(|(api_version, kind)| Kind::of(api_version, kind));
-    let (shape, paths, ty, at) = match (kind, manifest["kind"].as_str()) {
+    let (shapes, paths, ty, at) = match (kind, manifest["kind"].as_str()) {
         (Some(kind), _) => {
-            let shape = workload_pod(&manifest, kind).map_err(PodFileError::Unjudgeable)?;
+            let shapes = workload_shapes(&manifest, kind).map_err(PodFileError::Unjudgeable)?;
             let (paths, ty, at) = workload_keys(&manifest, kind);
-            (shape, paths, ty, at)
+            (shapes, paths, ty, at)
         }
         (None, None | Some("Pod")) => {
             // Read again from the text, for errors with their line.
             let view: crate::placement::PodView = serde_yaml::from_str(text).map_err(parse)?;
-            let shape =
+            let pod =
                 PodShape::from_view(&view).map_err(|e| PodFileError::Unjudgeable(e.to_string()))?;
             let mut paths = unread::notable_in(&manifest, KubeType::Pod, &[]);
             let spec = [Step::Key("spec".into())];
-            paths.extend(unread::unmodelled_terms(&spec, &shape.unmodelled_terms));
-            (shape, paths, KubeType::Pod, 0)
+            paths.extend(unread::unmodelled_terms(&spec, &pod.unmodelled_terms));
+            let shape = Shape {
+                pod,
+                jobs: Vec::new(),
+            };
+            (vec![shape], paths, KubeType::Pod, 0)
         }
         (None, Some(other)) => return Err(PodFileError::OtherKind(other.to_string())),
     };
     let warnings = unread::judge(&paths, |_: &[Step]| Owner::Kubernetes(ty, at)).warnings;
-    Ok(PodFile { shape, warnings })
+    Ok(PodFile { shapes, warnings })
 }
 
-/// A workload's pod, with the gang size the dispatcher would place it with.
-fn workload_pod(
+/// A workload's pods, with the gang size the dispatcher would place each shape with: the
+/// pods of every shape go to one cluster at once.
+fn workload_shapes(
     manifest: &serde_json::Value,
     kind: crate::dispatcher::kind::Kind,
-) -> Result<PodShape, String> {
+) -> Result<Vec<Shape>, String> {
+    use crate::dispatcher::kind::{jobset, Kind};
     use crate::placement::{GANG_SIZE_ANNOTATION, MAX_GANG_SIZE};
     let gang = kind.gang(manifest);
-    let shape = gang.shape?;
-    if !gang.extra.is_empty() {
-        return Err(format!(
-            "this {kind}'s replicated Jobs ask for {} pod shapes; explain judges one: give it a Pod with one of their templates",
-            gang.extra.len() + 1
-        ));
-    }
+    let main = gang.shape.clone()?;
     let pods: u64 = gang.parts.iter().map(|p| u64::from(p.pods())).sum();
     if pods > MAX_GANG_SIZE as u64 {
         return Err(format!(
             "this {kind}'s gang of {pods} pods is more than explain judges ({MAX_GANG_SIZE})"
         ));
     }
-    let mut shape = (*shape).clone();
-    (shape.annotations).insert(GANG_SIZE_ANNOTATION.into(), pods.max(1).to_string());
-    Ok(shape)
+    let others: u64 = gang.extra.iter().map(|e| u64::from(e.pods)).sum();
+    let mut jobs = match kind {
+        Kind::JobSet => jobset::jobs_by_shape(manifest, &gang).into_iter(),
+        Kind::Job => Vec::new().into_iter(),
+    };
+    let sized = |shape: &PodShape, pods: u64| {
+        let mut pod = shape.clone();
+        (pod.annotations).insert(GANG_SIZE_ANNOTATION.into(), pods.max(1).to_string());
+        pod
+    };
+    let mut shapes = vec![Shape {
+        pod: sized(&main, pods - others),
+        jobs: jobs.next().unwrap_or_default(),
+    }];
+    for e in &gang.extra {
+        shapes.push(Shape {
+            pod: sized(&e.shape, u64::from(e.pods)),
+            jobs: jobs.next().unwrap_or_default(),
+        });
+    }
+    Ok(shapes)
 }
 
 /// The keys of a workload to speak of, and the type and step they are judged from: a Job is
@@ -246,38 +279,56 @@ fn unmodelled_in(
     }
 }
 
-/// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids).
+/// The report, as plain text (`*` marks a preferred hint; `{0,1}` lists NUMA ids). A gang of
+/// several pod shapes (a JobSet's replicated Jobs asking for different pods) is judged whole
+/// in a cluster by the dispatcher's own search: the main part first, then each other part on
+/// what the parts before it leave. On a node, one pod of each shape is judged on the node as
+/// it is.
 pub fn render(
     inv: &Inventory,
-    shape: &PodShape,
+    shapes: &[Shape],
     target: Target<'_>,
     config: &EngineConfig,
 ) -> Result<String, String> {
-    let strategy = shape.strategy(config.strategy);
-    let gang = shape.gang_size()?;
+    let main = &shapes.first().ok_or("no pod to judge")?.pod;
+    let strategy = main.strategy(config.strategy);
+    let sizes = (shapes.iter().map(|s| s.pod.gang_size())).collect::<Result<Vec<_>, _>>()?;
+    let gang: usize = sizes.iter().sum();
+    let several = shapes.len() > 1;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "pod {} ({}), gang of {gang}{}; * marks a preferred hint",
-        shape.name,
-        if shape.guaranteed {
-            "Guaranteed QoS"
-        } else {
-            "not Guaranteed: CPU and memory are not NUMA-aligned"
-        },
-        if shape.one_per_node {
-            ", one pod to a node (its required pod anti-affinity)"
-        } else {
-            ""
+    if several {
+        let _ = writeln!(
+            out,
+            "jobset {}, gang of {gang} in {} pod shapes placed in one cluster; * marks a preferred hint",
+            main.name,
+            shapes.len()
+        );
+        for (shape, n) in shapes.iter().zip(&sizes) {
+            let _ = writeln!(
+                out,
+                "  {}: {n} pod(s), {}{}",
+                label(shape),
+                qos(&shape.pod),
+                apart(&shape.pod)
+            );
         }
-    );
+    } else {
+        let _ = writeln!(
+            out,
+            "pod {} ({}), gang of {gang}{}; * marks a preferred hint",
+            main.name,
+            qos(main),
+            apart(main)
+        );
+    }
+    let as_given: Vec<(&Shape, &PodShape)> = shapes.iter().map(|s| (s, &s.pod)).collect();
     let clusters: Vec<_> = match target {
         Target::Node(name) => {
             let (cluster, node) = inv
                 .node(name)
                 .ok_or_else(|| format!("node {name:?} is not in the inventory"))?;
             let _ = writeln!(out, "cluster {}:", cluster.name);
-            explain_node(&mut out, inv, node, shape, config, strategy);
+            explain_nodes(&mut out, inv, &[node], &as_given, config, strategy);
             return Ok(out);
         }
         Target::Cluster(name) => vec![inv
@@ -285,22 +336,28 @@ pub fn render(
             .ok_or_else(|| format!("cluster {name:?} is not in the inventory"))?],
         Target::Everything => inv.clusters.iter().map(|c| c.as_ref()).collect(),
     };
-    let bound = shape.bind(&inv.resources);
+    let bound = main.bind(&inv.resources);
     let prefix = crate::extender::ExtenderConfig::default().virtual_node_prefix;
     for cluster in clusters {
         // A cluster is judged as the extender judges its virtual node: what the pod asks of
         // the virtual node's own labels is not asked of the cluster's nodes.
         let virtual_node = format!("{prefix}{}", cluster.name);
         let own = own_labels(&virtual_node, &cluster.name, &cluster.labels);
-        let (shape, refused) = match shape_for_cluster_nodes(shape, &virtual_node, &own) {
-            Ok(s) => (s, None),
-            Err(m) => (Cow::Borrowed(shape), Some(m)),
+        let judged: Result<Vec<Cow<PodShape>>, String> = shapes
+            .iter()
+            .map(|s| {
+                shape_for_cluster_nodes(&s.pod, &virtual_node, &own)
+                    .map_err(|m| format!("{}{m}", part_of(s, several)))
+            })
+            .collect();
+        let judged = match judged {
+            Ok(j) => j,
+            Err(m) => {
+                let _ = writeln!(out, "cluster {}: does not fit: {m}", cluster.name);
+                continue;
+            }
         };
-        if let Some(m) = refused {
-            let _ = writeln!(out, "cluster {}: does not fit: {m}", cluster.name);
-            continue;
-        }
-        if let Cow::Owned(_) = shape {
+        if judged.iter().any(|s| matches!(s, Cow::Owned(_))) {
             let _ = writeln!(
                 out,
                 "cluster {}: as virtual node {virtual_node}: the pod's selection of its own labels ({}) holds; the nodes are judged without it",
@@ -311,32 +368,118 @@ pub fn render(
                     .join(", ")
             );
         }
-        let shape = shape.as_ref();
-        let fit = fit_cluster(
-            cluster,
-            &inv.resources,
-            shape,
-            &bound,
-            gang,
-            config,
+        let extra: Vec<Extra> = (judged.iter().zip(&sizes).skip(1))
+            .map(|(s, n)| Extra {
+                shape: Arc::new(s.as_ref().clone()),
+                pods: u32::try_from(*n).unwrap_or(u32::MAX),
+            })
+            .collect();
+        let pods = GangPods {
+            shape: &judged[0],
+            pods: sizes[0],
+            extra: &extra,
             strategy,
-        );
-        let verdict = match &fit.misfit {
+        };
+        let found = search(cluster, &inv.resources, pods, &bound, config);
+        let on = |placements: &[(usize, usize)]| {
+            (placements.iter())
+                .map(|(i, n)| format!("{}×{n}", cluster.nodes[*i].name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let verdict = match &found.fit.misfit {
+            None if several => format!(
+                "{gang} pod(s) fit: {}; score ({strategy:?}) {} of 10",
+                (shapes.iter().zip(&found.placed))
+                    .map(|(s, p)| format!("{} on {}", label(s), on(p)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                found.fit.score
+            ),
             None => format!(
                 "{gang} pod(s) fit on {}; score ({strategy:?}) {} of 10",
-                fit.placements
-                    .iter()
-                    .map(|(i, n)| format!("{}×{n}", cluster.nodes[*i].name))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                fit.score
+                on(&found.fit.placements),
+                found.fit.score
             ),
-            Some(m) => format!("does not fit: {m}"),
+            Some(m) => {
+                // The part the search stopped at: the first not placed, beside those placed.
+                let (before, failed) = shapes.split_at(found.placed.len().min(shapes.len() - 1));
+                let beside = if before.is_empty() {
+                    String::new()
+                } else {
+                    let placed: Vec<String> = before.iter().map(label).collect();
+                    format!(", beside the pods of {}", placed.join(" and "))
+                };
+                if several {
+                    format!("does not fit: {}{beside}: {m}", label(&failed[0]))
+                } else {
+                    format!("does not fit: {m}")
+                }
+            }
         };
         let _ = writeln!(out, "cluster {}: {verdict}", cluster.name);
-        for node in &cluster.nodes {
-            explain_node(&mut out, inv, node, shape, config, strategy);
-        }
+        let judged: Vec<(&Shape, &PodShape)> =
+            shapes.iter().zip(&judged).map(|(s, j)| (s, &**j)).collect();
+        let nodes: Vec<&Node> = cluster.nodes.iter().map(|n| &**n).collect();
+        explain_nodes(&mut out, inv, &nodes, &judged, config, strategy);
     }
     Ok(out)
+}
+
+/// Each node judged for one pod of each shape: under a heading per shape when there are
+/// several.
+fn explain_nodes(
+    out: &mut String,
+    inv: &Inventory,
+    nodes: &[&Node],
+    shapes: &[(&Shape, &PodShape)],
+    config: &EngineConfig,
+    strategy: Strategy,
+) {
+    let several = shapes.len() > 1;
+    for (shape, pod) in shapes {
+        let indent = if several {
+            let _ = writeln!(out, "  {}, a pod on each node as it is:", label(shape));
+            "  "
+        } else {
+            ""
+        };
+        for node in nodes {
+            explain_node(out, inv, node, pod, config, strategy, indent);
+        }
+    }
+}
+
+/// A shape's pods as a person knows them: by their replicated Jobs' names.
+fn label(shape: &Shape) -> String {
+    match shape.jobs.as_slice() {
+        [] => "the pods".into(),
+        [one] => format!("replicated Job {one}"),
+        many => format!("replicated Jobs {}", many.join(", ")),
+    }
+}
+
+/// What a shape's misfit is said after: nothing for a gang of one shape.
+fn part_of(shape: &Shape, several: bool) -> String {
+    if several {
+        format!("{}: ", label(shape))
+    } else {
+        String::new()
+    }
+}
+
+fn qos(pod: &PodShape) -> &'static str {
+    if pod.guaranteed {
+        "Guaranteed QoS"
+    } else {
+        "not Guaranteed: CPU and memory are not NUMA-aligned"
+    }
+}
+
+fn apart(pod: &PodShape) -> &'static str {
+    if pod.one_per_node {
+        ", one pod to a node (its required pod anti-affinity)"
+    } else {
+        ""
+    }
 }

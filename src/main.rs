@@ -236,7 +236,6 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
     for warning in &pod.warnings {
         note(&format!("warning: pod: {warning}"));
     }
-    let shape = pod.shape;
     let config = switchyard::placement::EngineConfig {
         numa_unknown: match args.numa_unknown {
             NumaUnknownArg::Allow => switchyard::placement::NumaUnknown::Allow,
@@ -249,7 +248,7 @@ fn explain(args: &ExplainArgs) -> anyhow::Result<()> {
         (_, Some(c)) => switchyard::explain::Target::Cluster(c),
         _ => switchyard::explain::Target::Everything,
     };
-    let report = switchyard::explain::render(&inventory, &shape, target, &config)
+    let report = switchyard::explain::render(&inventory, &pod.shapes, target, &config)
         .map_err(anyhow::Error::msg)?;
     emit(&report)
 }

@@ -1493,23 +1493,6 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
         report.contains("cluster eu-1: does not fit: only 1 of 2 pods fit at once"),
         "{report}"
     );
-    // A JobSet whose replicated Jobs ask for two pod shapes is not one pod to judge.
-    let out = switchyard()
-        .args([
-            "explain",
-            "--inventory",
-            "examples/inventory.yaml",
-            "--pod",
-            "examples/jobset.yaml",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("this JobSet's replicated Jobs ask for 2 pod shapes"),
-        "{err}"
-    );
     job["kind"] = "Deployment".into();
     job["apiVersion"] = "apps/v1".into();
     let out = run(&job);
@@ -1518,6 +1501,102 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert!(
         err.contains("workload.json is a Deployment: explain judges a Pod, a batch/v1 Job or"),
         "{err}"
+    );
+}
+
+/// A JobSet whose replicated Jobs ask for different pods is judged as the dispatcher places
+/// it: every pod in one cluster, the part of the most pods first, then the others on what it
+/// leaves; each shape's pods are named by their replicated Jobs, and judged node by node.
+#[test]
+fn explain_judges_a_jobset_of_several_pod_shapes_as_one_gang() {
+    let run = |pod: &str, cluster: &str| {
+        stdout_of(switchyard().args([
+            "explain",
+            "--inventory",
+            "examples/inventory.yaml",
+            "--pod",
+            pod,
+            "--cluster",
+            cluster,
+        ]))
+    };
+    // The bundled JobSet: a CPU driver beside four GPU workers.
+    let report = run("examples/jobset.yaml", "us-1");
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "jobset research/trainer, gang of 5 in 2 pod shapes placed in one cluster; * marks a preferred hint",
+            "  replicated Job workers: 4 pod(s), Guaranteed QoS",
+            "  replicated Job driver: 1 pod(s), Guaranteed QoS",
+            "cluster us-1: 5 pod(s) fit: replicated Job workers on us-1-gpu-a×4; replicated Job driver on us-1-gpu-a×1; score (LeastAllocated) 8 of 10",
+        ],
+        "{report}"
+    );
+    // Each shape is judged on each node, under its own heading: the driver asks for no GPU.
+    let workers = report.find(
+        "  replicated Job workers, a pod on each node as it is:\n    node us-1-gpu-a: fits\n",
+    );
+    let driver = report
+        .find("  replicated Job driver, a pod on each node as it is:\n    node us-1-gpu-a: fits\n");
+    assert!(workers.is_some() && driver > workers, "{report}");
+    assert!(
+        report[driver.unwrap()..]
+            .lines()
+            .all(|l| !l.contains("nvidia.com/gpu")),
+        "{report}"
+    );
+    // In eu-1 the workers do not tolerate the GPU node's taint: the part is named.
+    let report = run("examples/jobset.yaml", "eu-1");
+    assert!(
+        report.contains("cluster eu-1: does not fit: replicated Job workers: only 0 of 4 pods fit at once in cluster eu-1; then: node eu-1-gpu-a has taint nvidia.com/gpu=present:NoSchedule that the pod does not tolerate\n"),
+        "{report}"
+    );
+    // A driver that fits the empty node alone (90 of its 96 CPUs) but not beside the workers'
+    // 8: the gang does not fit, and the report says beside what.
+    let dir = tempfile::tempdir().unwrap();
+    let mut jobset: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string("examples/jobset.yaml").unwrap()).unwrap();
+    let driver = &mut jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["resources"];
+    *driver = serde_yaml::from_str("{requests: {cpu: \"90\", memory: 1Gi}}").unwrap();
+    let path = dir.path().join("jobset.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&jobset).unwrap()).unwrap();
+    let report = run(path.to_str().unwrap(), "us-1");
+    assert!(
+        report.contains("  replicated Job driver: 1 pod(s), not Guaranteed: CPU and memory are not NUMA-aligned\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("cluster us-1: does not fit: replicated Job driver, beside the pods of replicated Job workers: needs 90 cpu on one node; node us-1-gpu-a has 88 free of 96 allocatable\n"),
+        "{report}"
+    );
+    let alone = report
+        .split("  replicated Job driver, a pod on each node as it is:\n")
+        .nth(1);
+    assert!(
+        alone.is_some_and(|a| a.starts_with("    node us-1-gpu-a: fits\n")),
+        "{report}"
+    );
+    // `--node`: one pod of each shape on the node.
+    let report = stdout_of(switchyard().args([
+        "explain",
+        "--inventory",
+        "examples/inventory.yaml",
+        "--pod",
+        "examples/jobset.yaml",
+        "--node",
+        "eu-1-cpu-a",
+    ]));
+    assert!(
+        report.contains("cluster eu-1:\n  replicated Job workers, a pod on each node as it is:\n    node eu-1-cpu-a: does not fit (unresolvable): needs 1 nvidia.com/gpu; node eu-1-cpu-a has none\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "  replicated Job driver, a pod on each node as it is:\n    node eu-1-cpu-a: fits\n"
+        ),
+        "{report}"
     );
 }
 

@@ -1212,7 +1212,7 @@ pub(crate) fn hold_for(
     };
     let table = &state.inventory.resources;
     let bound = shape.bind(table);
-    let found = super::oracle::view::search(c, table, &gang, &bound, &config.engine);
+    let found = super::oracle::view::search(c, table, gang.pods_of(), &bound, &config.engine);
     found.fit.fits().then(|| Hold {
         job_uid: job.uid.clone(),
         cluster: cluster.to_string(),

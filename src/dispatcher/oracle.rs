@@ -39,6 +39,26 @@ impl Gang<'_> {
     pub(crate) fn all_pods(&self) -> usize {
         self.pods + self.extra.iter().map(|e| e.pods as usize).sum::<usize>()
     }
+
+    /// Its pods, as [`view::search`] places them.
+    pub(crate) fn pods_of(&self) -> GangPods<'_> {
+        GangPods {
+            shape: self.shape,
+            pods: self.pods,
+            extra: self.extra,
+            strategy: self.strategy,
+        }
+    }
+}
+
+/// The pods of a gang as placement sees them, whoever asks (admission, or `explain`): the
+/// main part's shape and how many, the parts of other shapes, and how workers are scored.
+#[derive(Clone, Copy)]
+pub(crate) struct GangPods<'a> {
+    pub(crate) shape: &'a PodShape,
+    pub(crate) pods: usize,
+    pub(crate) extra: &'a [Extra],
+    pub(crate) strategy: Strategy,
 }
 
 /// Whether a gang fits a worker.
@@ -175,7 +195,7 @@ pub(crate) trait Oracle<'w> {
         let (state, config) = self.context();
         let cluster = view::with_room(self.current(worker)?, room);
         let table = &state.inventory.resources;
-        let found = view::search(&cluster, table, gang, &bound, &config.engine);
+        let found = view::search(&cluster, table, gang.pods_of(), &bound, &config.engine);
         Some((cluster, found))
     }
 
@@ -285,7 +305,7 @@ impl<'a> PlainOracle<'a> {
         let table = &state.inventory.resources;
         let bound = gang.shape.bind(table);
         let cluster = self.current(worker)?;
-        Some(view::search(cluster, table, gang, &bound, &config.engine).fit)
+        Some(view::search(cluster, table, gang.pods_of(), &bound, &config.engine).fit)
     }
 }
 

@@ -262,7 +262,7 @@ impl<'w> CachedOracle<'w> {
         let bound = self.judging.bound.clone()?;
         let (table, engine) = (&self.state.inventory.resources, &self.config.engine);
         let cluster = self.cluster(worker)?;
-        Some(search(cluster, table, gang, &bound, engine).fit)
+        Some(search(cluster, table, gang.pods_of(), &bound, engine).fit)
     }
 
     /// The exact fit of the gang in `worker`, the queue's worker at `order`.
@@ -785,7 +785,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
                     takes_of(cluster, gang, &bound, &fit, engine, table)
                 } else {
                     // `fit` is the main part's: the search's own takes cover every part.
-                    search(cluster, table, gang, &bound, engine)
+                    search(cluster, table, gang.pods_of(), &bound, engine)
                         .takes(cluster, gang, &bound, engine, table)
                 };
                 self.view.take(worker, &takes);

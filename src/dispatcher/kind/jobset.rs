@@ -179,6 +179,30 @@ pub(crate) fn gang_of(
     }
 }
 
+/// The replicated Jobs, by name, whose pods are of each shape of `gang` (the main part's, then
+/// each of `extra`'s), grouped as [`gang`] groups them: for a person, who knows them by name.
+pub(crate) fn jobs_by_shape(obj: &Value, gang: &Gang) -> Vec<Vec<String>> {
+    let meta = &obj["metadata"];
+    let workload = (
+        Kind::JobSet,
+        meta["name"].as_str().unwrap_or_default(),
+        meta["namespace"].as_str().unwrap_or_default(),
+    );
+    let shapes: Vec<&PodShape> = (gang.shape.iter().map(|s| &**s))
+        .chain(gang.extra.iter().map(|e| &*e.shape))
+        .collect();
+    let mut names = vec![Vec::new(); shapes.len()];
+    let replicated = replicated(&obj["spec"]["replicatedJobs"]);
+    for r in replicated.iter().filter(|r| r.part.pods() > 0) {
+        if let Ok(shape) = template_shape(r.template, workload, "").0 {
+            if let Some(i) = shapes.iter().position(|s| same_for_placement(s, &shape)) {
+                names[i].push(r.part.name.clone());
+            }
+        }
+    }
+    names
+}
+
 /// A JobSet that cannot be placed, keyed by why: the admission pass tries the first Job of a
 /// class and tells the rest of the class its reason, so such JobSets share a class only when
 /// they share the reason (one key for all would tell each the first one's).

@@ -1,7 +1,7 @@
 //! The workers as one admission pass sees them: the inventory, less the placements held for
 //! dispatched Jobs, less the placements the pass hands out as it goes.
 
-use super::{Fit, Gang};
+use super::{Fit, Gang, GangPods};
 use crate::dispatcher::ledger::{Hold, Ledger};
 use crate::dispatcher::state::State;
 use crate::inventory::{Cluster, Inventory, Node};
@@ -95,7 +95,7 @@ impl<'a> PassView<'a> {
                 takes_of(cluster, gang, &bound, fit, engine, table)
             }
             // Several shapes: the search's own takes (`fit` is its main part's).
-            Some(cluster) => search(cluster, table, gang, &bound, engine)
+            Some(cluster) => search(cluster, table, gang.pods_of(), &bound, engine)
                 .takes(cluster, gang, &bound, engine, table),
             None => Vec::new(),
         };
@@ -268,6 +268,10 @@ pub(crate) struct Search {
     /// The verdict: the main part's fit when every part fits, else the fit of the first part
     /// that does not.
     pub(crate) fit: ClusterFit,
+    /// Of a gang of several pod shapes, the placements of the parts that fit, in the gang's
+    /// order (the main part first): all of them when the gang fits, else those before the
+    /// part that does not. Empty for a gang of one shape (its placement is `fit`'s).
+    pub(crate) placed: Vec<Vec<(usize, usize)>>,
     /// A gang of several pod shapes that fits: the takes of all its parts (a gang of one
     /// shape has its takes made from `fit` when it is placed).
     takes: Option<Vec<Take>>,
@@ -299,7 +303,7 @@ impl Search {
 pub(crate) fn search(
     cluster: &Cluster,
     table: &crate::inventory::ResourceTable,
-    gang: &Gang,
+    gang: GangPods,
     bound: &crate::placement::BoundPod,
     engine: &EngineConfig,
 ) -> Search {
@@ -313,9 +317,14 @@ pub(crate) fn search(
         gang.strategy,
     );
     if gang.extra.is_empty() || !fit.fits() {
-        return Search { fit, takes: None };
+        return Search {
+            fit,
+            placed: Vec::new(),
+            takes: None,
+        };
     }
-    let mut takes = takes_of(cluster, gang, bound, &fit, engine, table);
+    let mut takes = takes_of_shape(cluster, gang.shape, bound, &fit, engine, table);
+    let mut placed = vec![fit.placements.clone()];
     let mut rest = cluster.clone();
     apply(&mut rest, takes.iter());
     for part in gang.extra {
@@ -333,15 +342,18 @@ pub(crate) fn search(
         if !found.fits() {
             return Search {
                 fit: found,
+                placed,
                 takes: None,
             };
         }
         let more = takes_of_shape(&rest, &part.shape, &part_bound, &found, engine, table);
         apply(&mut rest, more.iter());
         takes.extend(more);
+        placed.push(found.placements);
     }
     Search {
         fit,
+        placed,
         takes: Some(takes),
     }
 }
@@ -355,7 +367,7 @@ pub(crate) fn fit_drained(
 ) -> Option<i64> {
     let empty = drained(base, inventory.resources.len());
     let bound = gang.shape.bind(&inventory.resources);
-    let fit = search(&empty, &inventory.resources, gang, &bound, engine).fit;
+    let fit = search(&empty, &inventory.resources, gang.pods_of(), &bound, engine).fit;
     fit.fits().then_some(fit.score)
 }
 
@@ -467,7 +479,7 @@ pub(crate) fn room_in_order(
     loop {
         let nodes = order.first(first);
         let empty = drained_in(current, nodes, table.len());
-        let found = search(&empty, table, gang, bound, engine);
+        let found = search(&empty, table, gang.pods_of(), bound, engine);
         if found.fit.fits() {
             let score = found.fit.score;
             let mut takes = found.takes(&empty, gang, bound, engine, table);
