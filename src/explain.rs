@@ -116,8 +116,9 @@ pub struct Shape {
     /// The pod, with how many of the gang's pods are of its shape in
     /// `switchyard.dev/gang-size`.
     pub pod: PodShape,
-    /// A JobSet's replicated Jobs whose pods these are; none for a Pod or a Job.
-    pub jobs: Vec<String>,
+    /// Of a JobSet whose replicated Jobs ask for different pods, the replicated Jobs whose
+    /// pods these are, as a person names them ("replicated Job driver").
+    pub part: Option<String>,
 }
 
 /// What `explain --pod FILE` judges: its pods, and warnings about keys of the file that its
@@ -168,10 +169,7 @@ pub fn read_pod_file(text: &str) -> Result<PodFile, PodFileError> {
             let mut paths = unread::notable_in(&manifest, KubeType::Pod, &[]);
             let spec = [Step::Key("spec".into())];
             paths.extend(unread::unmodelled_terms(&spec, &pod.unmodelled_terms));
-            let shape = Shape {
-                pod,
-                jobs: Vec::new(),
-            };
+            let shape = Shape { pod, part: None };
             (vec![shape], paths, KubeType::Pod, 0)
         }
         (None, Some(other)) => return Err(PodFileError::OtherKind(other.to_string())),
@@ -186,7 +184,6 @@ fn workload_shapes(
     manifest: &serde_json::Value,
     kind: crate::dispatcher::kind::Kind,
 ) -> Result<Vec<Shape>, String> {
-    use crate::dispatcher::kind::{jobset, Kind};
     use crate::placement::{GANG_SIZE_ANNOTATION, MAX_GANG_SIZE};
     let gang = kind.gang(manifest);
     let main = gang.shape.clone()?;
@@ -197,10 +194,6 @@ fn workload_shapes(
         ));
     }
     let others: u64 = gang.extra.iter().map(|e| u64::from(e.pods)).sum();
-    let mut jobs = match kind {
-        Kind::JobSet => jobset::jobs_by_shape(manifest, &gang).into_iter(),
-        Kind::Job => Vec::new().into_iter(),
-    };
     let sized = |shape: &PodShape, pods: u64| {
         let mut pod = shape.clone();
         (pod.annotations).insert(GANG_SIZE_ANNOTATION.into(), pods.max(1).to_string());
@@ -208,12 +201,12 @@ fn workload_shapes(
     };
     let mut shapes = vec![Shape {
         pod: sized(&main, pods - others),
-        jobs: jobs.next().unwrap_or_default(),
+        part: gang.main_jobs.as_deref().map(str::to_string),
     }];
     for e in &gang.extra {
         shapes.push(Shape {
             pod: sized(&e.shape, u64::from(e.pods)),
-            jobs: jobs.next().unwrap_or_default(),
+            part: Some(e.jobs.to_string()),
         });
     }
     Ok(shapes)
@@ -346,8 +339,10 @@ pub fn render(
         let judged: Result<Vec<Cow<PodShape>>, String> = shapes
             .iter()
             .map(|s| {
-                shape_for_cluster_nodes(&s.pod, &virtual_node, &own)
-                    .map_err(|m| format!("{}{m}", part_of(s, several)))
+                shape_for_cluster_nodes(&s.pod, &virtual_node, &own).map_err(|m| match several {
+                    true => format!("{}: {m}", label(s)),
+                    false => m.to_string(),
+                })
             })
             .collect();
         let judged = match judged {
@@ -368,16 +363,18 @@ pub fn render(
                     .join(", ")
             );
         }
-        let extra: Vec<Extra> = (judged.iter().zip(&sizes).skip(1))
-            .map(|(s, n)| Extra {
-                shape: Arc::new(s.as_ref().clone()),
+        let extra: Vec<Extra> = (shapes.iter().zip(&judged).zip(&sizes).skip(1))
+            .map(|((s, j), n)| Extra {
+                shape: Arc::new(j.as_ref().clone()),
                 pods: u32::try_from(*n).unwrap_or(u32::MAX),
+                jobs: label(s).into(),
             })
             .collect();
         let pods = GangPods {
             shape: &judged[0],
             pods: sizes[0],
             extra: &extra,
+            main_jobs: shapes[0].part.as_deref(),
             strategy,
         };
         let found = search(cluster, &inv.resources, pods, &bound, config);
@@ -401,21 +398,8 @@ pub fn render(
                 on(&found.fit.placements),
                 found.fit.score
             ),
-            Some(m) => {
-                // The part the search stopped at: the first not placed, beside those placed.
-                let (before, failed) = shapes.split_at(found.placed.len().min(shapes.len() - 1));
-                let beside = if before.is_empty() {
-                    String::new()
-                } else {
-                    let placed: Vec<String> = before.iter().map(label).collect();
-                    format!(", beside the pods of {}", placed.join(" and "))
-                };
-                if several {
-                    format!("does not fit: {}{beside}: {m}", label(&failed[0]))
-                } else {
-                    format!("does not fit: {m}")
-                }
-            }
+            // A part of several that does not fit is named in the misfit.
+            Some(m) => format!("does not fit: {m}"),
         };
         let _ = writeln!(out, "cluster {}: {verdict}", cluster.name);
         let judged: Vec<(&Shape, &PodShape)> =
@@ -451,21 +435,8 @@ fn explain_nodes(
 }
 
 /// A shape's pods as a person knows them: by their replicated Jobs' names.
-fn label(shape: &Shape) -> String {
-    match shape.jobs.as_slice() {
-        [] => "the pods".into(),
-        [one] => format!("replicated Job {one}"),
-        many => format!("replicated Jobs {}", many.join(", ")),
-    }
-}
-
-/// What a shape's misfit is said after: nothing for a gang of one shape.
-fn part_of(shape: &Shape, several: bool) -> String {
-    if several {
-        format!("{}: ", label(shape))
-    } else {
-        String::new()
-    }
+fn label(shape: &Shape) -> &str {
+    shape.part.as_deref().unwrap_or("the pods")
 }
 
 fn qos(pod: &PodShape) -> &'static str {

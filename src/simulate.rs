@@ -380,6 +380,7 @@ impl Simulation {
                     parts: j.parts.clone(),
                     pod: Ok(j.pod.clone()),
                     extra: j.extra.clone(),
+                    main_jobs: j.main_jobs.clone(),
                     shape_key: j.shape_key,
                     namespace_labels: None,
                     suspended: true,

@@ -257,7 +257,10 @@ async fn a_jobset_whose_replicated_jobs_ask_for_different_pods_is_placed_whole()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobset_no_worker_holds_whole_waits_and_says_why() {
-    let fleet = fleet(&[worker("tight", 2)], research(&["tight"], json!({})), &[]).await;
+    // `tight` (2 nodes of 4 CPUs) holds the 4 workers' pods of 2 CPUs, but not the driver of 1
+    // CPU beside them; the quota (9 CPUs) would hold all 5.
+    let quota = json!({"quota": {"cpu": "9"}});
+    let fleet = fleet(&[worker("tight", 2)], research(&["tight"], quota), &[]).await;
     let d = fleet.dispatcher(true);
     fleet
         .manager
@@ -268,6 +271,12 @@ async fn a_jobset_no_worker_holds_whole_waits_and_says_why() {
     })
     .await;
     d.settled().await;
+    // The message names the part that does not fit, and beside what.
+    let admitted = condition(&jobset(&fleet, "trainer"), "Admitted").cloned();
+    assert_eq!(
+        admitted.unwrap()["message"],
+        "no worker of queue \"research\" could hold the gang of 5 pods even empty: tight: replicated Job driver, beside the pods of replicated Job workers: needs 1 cpu on one node; node tight-n0 has 0 free of 4 allocatable"
+    );
     assert!(copies(&fleet, "trainer").is_empty());
     assert_eq!(jobset(&fleet, "trainer")["spec"]["suspend"], true);
 }

@@ -85,6 +85,8 @@ pub(crate) struct Job {
     /// The gang's pods of other shapes than [`Job::pod`] (a JobSet's replicated Jobs that ask
     /// for other pods); usually none.
     pub(crate) extra: Arc<[Extra]>,
+    /// Of a gang of several pod shapes, its main part's replicated Jobs, for messages.
+    pub(crate) main_jobs: Option<Arc<str>>,
     /// Jobs with the same key have the same pod template (as far as placement sees it).
     pub(crate) shape_key: u64,
     /// The namespace's labels, for the queue's namespaceSelector (`None`: unknown, treated as

@@ -147,6 +147,9 @@ pub(crate) struct Gang {
     pub(crate) parts: Vec<Part>,
     /// The pods that ask for another shape than the main part's, one entry per shape.
     pub(crate) extra: Vec<Extra>,
+    /// Of a gang of several shapes, the main part's replicated Jobs as a person names them
+    /// (see [`Extra::jobs`]); `None` for a gang of one shape.
+    pub(crate) main_jobs: Option<Arc<str>>,
 }
 
 /// Pods of a gang that ask for another shape than its main part's.
@@ -154,6 +157,9 @@ pub(crate) struct Gang {
 pub(crate) struct Extra {
     pub(crate) shape: Arc<PodShape>,
     pub(crate) pods: u32,
+    /// Its replicated Jobs, as a person names them ("replicated Job driver"): in messages
+    /// about the part.
+    pub(crate) jobs: Arc<str>,
 }
 
 /// A part of a gang: `jobs` Jobs of `pods_per_job` pods each.
@@ -183,6 +189,7 @@ impl Gang {
                 pods_per_job: pods,
             }],
             extra: Vec::new(),
+            main_jobs: None,
         }
     }
 }

@@ -101,6 +101,7 @@ pub(crate) fn parse_job(
         parts: gang.parts,
         pod: gang.shape,
         extra: gang.extra.into(),
+        main_jobs: gang.main_jobs,
         shape_key: gang.shape_key,
         namespace_labels,
         suspended: spec["suspend"].as_bool().unwrap_or(false),

@@ -30,6 +30,8 @@ pub(crate) struct Gang<'a> {
     /// The pods of other shapes (a JobSet's replicated Jobs that ask for other pods), placed
     /// with the main part in the same worker (see [`view::search`]); usually none.
     pub(crate) extra: &'a [Extra],
+    /// Of a gang of several shapes, its main part's replicated Jobs, for messages.
+    pub(crate) main_jobs: Option<&'a str>,
     /// How the queue scores workers, as the pod template may override it.
     pub(crate) strategy: Strategy,
 }
@@ -46,6 +48,7 @@ impl Gang<'_> {
             shape: self.shape,
             pods: self.pods,
             extra: self.extra,
+            main_jobs: self.main_jobs,
             strategy: self.strategy,
         }
     }
@@ -58,6 +61,8 @@ pub(crate) struct GangPods<'a> {
     pub(crate) shape: &'a PodShape,
     pub(crate) pods: usize,
     pub(crate) extra: &'a [Extra],
+    /// Of a gang of several shapes, its main part's replicated Jobs, for messages.
+    pub(crate) main_jobs: Option<&'a str>,
     pub(crate) strategy: Strategy,
 }
 

@@ -58,6 +58,14 @@ pub(crate) enum Misfit {
     },
     /// The whole cluster cannot take work now (stale or lost).
     Unavailable(String),
+    /// The part of a gang of several pod shapes (a JobSet's replicated Jobs that ask for
+    /// different pods) that does not fit, named as a person knows it; placed after the parts
+    /// in `beside`, on what they leave.
+    Part {
+        part: std::sync::Arc<str>,
+        beside: Vec<std::sync::Arc<str>>,
+        cause: Box<Misfit>,
+    },
 }
 
 impl Misfit {
@@ -76,7 +84,7 @@ impl Misfit {
                 need, allocatable, ..
             } => need > allocatable,
             Misfit::Topology { unresolvable, .. } => *unresolvable,
-            Misfit::Gang { cause, .. } => cause.unresolvable(),
+            Misfit::Gang { cause, .. } | Misfit::Part { cause, .. } => cause.unresolvable(),
         }
     }
 }
@@ -271,6 +279,18 @@ impl Misfit {
                 super::apart::HOSTNAME
             ),
             Misfit::BadPod(m) | Misfit::Unavailable(m) => write!(f, "{m}"),
+            Misfit::Part {
+                part,
+                beside,
+                cause,
+            } => {
+                write!(f, "{part}")?;
+                for (i, b) in beside.iter().enumerate() {
+                    let joint = if i == 0 { ", beside the pods of" } else { " and" };
+                    write!(f, "{joint} {b}")?;
+                }
+                write!(f, ": {cause}")
+            }
         }
     }
 }

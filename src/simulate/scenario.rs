@@ -175,6 +175,8 @@ pub struct ScenarioJob {
     /// A JobSet's pods of other shapes than `pod` (replicated Jobs that ask for other pods
     /// than the most of its pods), as the dispatcher places them beside the main ones.
     pub(crate) extra: Arc<[Extra]>,
+    /// Of a gang of several pod shapes, its main part's replicated Jobs, for messages.
+    pub(crate) main_jobs: Option<Arc<str>>,
 }
 
 /// One replicated Job of a scenario's JobSet.
@@ -581,6 +583,7 @@ fn job(
         replicated_jobs: pods.replicated_jobs,
         parts: pods.parts,
         extra: pods.extra,
+        main_jobs: pods.main_jobs,
     })
 }
 
@@ -619,6 +622,7 @@ fn job_pods(
             pods_per_job: parallelism.min(completions),
         }],
         extra: Arc::new([]),
+        main_jobs: None,
     })
 }
 
@@ -711,10 +715,10 @@ fn jobset_pods(
     // the pods of other shapes beside it.
     let gang = jobset::gang_of(
         parts.clone(),
-        replicated
-            .iter()
-            .zip(&keys)
-            .map(|(r, key)| (r.replicas * r.pods_per_job(), Ok(r.pod.clone()), *key)),
+        replicated.iter().zip(&keys).map(|(r, key)| {
+            let pods = r.replicas * r.pods_per_job();
+            (r.name.as_str(), pods, Ok(r.pod.clone()), *key)
+        }),
     );
     let pod = gang
         .shape
@@ -732,6 +736,7 @@ fn jobset_pods(
         parts,
         replicated_jobs: replicated,
         extra: gang.extra.into(),
+        main_jobs: gang.main_jobs,
     })
 }
 
@@ -806,6 +811,7 @@ struct Pods {
     replicated_jobs: Vec<ReplicatedJob>,
     parts: Vec<Part>,
     extra: Arc<[Extra]>,
+    main_jobs: Option<Arc<str>>,
 }
 
 /// `completions` (default: `parallelism`) after checking both are at least 1.

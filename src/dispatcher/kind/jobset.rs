@@ -125,22 +125,26 @@ pub(crate) fn gang(obj: &Value) -> Gang {
         .map(|(i, r)| {
             let field = format!("spec.replicatedJobs[{i}].template.spec.template");
             let (shape, key) = template_shape(r.template, (Kind::JobSet, name, namespace), &field);
-            (r.part.pods(), shape, key)
+            (r.part.name.as_str(), r.part.pods(), shape, key)
         });
     gang_of(parts, shapes)
 }
 
-/// The gang of a JobSet's replicated Jobs (`parts`) given the pods of each that has any, in
-/// the spec's order: how many, their shape (or why there is none) and their template's key.
-/// [`gang`] from the object; `simulate` from a scenario's JobSet.
-pub(crate) fn gang_of(
+/// The gang of a JobSet's replicated Jobs (`parts`) given, for each that has pods, in the
+/// spec's order: its name, how many pods, their shape (or why there is none) and their
+/// template's key. [`gang`] from the object; `simulate` from a scenario's JobSet.
+pub(crate) fn gang_of<'n>(
     parts: Vec<Part>,
-    shapes: impl IntoIterator<Item = (u32, Result<Arc<PodShape>, String>, u64)>,
+    shapes: impl IntoIterator<Item = (&'n str, u32, Result<Arc<PodShape>, String>, u64)>,
 ) -> Gang {
-    // (shape, pods, key of the first template of the shape).
-    let mut groups: Vec<(Arc<PodShape>, u32, u64)> = Vec::new();
+    struct Group<'n> {
+        shape: Arc<PodShape>,
+        pods: u32,
+        names: Vec<&'n str>,
+    }
+    let mut groups: Vec<Group> = Vec::new();
     let mut keys = Vec::new();
-    for (pods, shape, key) in shapes {
+    for (name, pods, shape, key) in shapes {
         if pods == 0 {
             continue;
         }
@@ -149,58 +153,64 @@ pub(crate) fn gang_of(
             Err(e) => return unplaceable(e, parts),
         };
         keys.push(key);
-        match groups.iter_mut().find(|g| same_for_placement(&g.0, &shape)) {
-            Some(g) => g.1 = g.1.saturating_add(pods),
-            None => groups.push((shape, pods, key)),
+        match groups
+            .iter_mut()
+            .find(|g| same_for_placement(&g.shape, &shape))
+        {
+            Some(g) => {
+                g.pods = g.pods.saturating_add(pods);
+                g.names.push(name);
+            }
+            None => groups.push(Group {
+                shape,
+                pods,
+                names: vec![name],
+            }),
         }
     }
     // The most pods first; of as many, the first in the spec.
-    groups.sort_by_key(|g| std::cmp::Reverse(g.1));
+    groups.sort_by_key(|g| std::cmp::Reverse(g.pods));
+    let several = groups.len() > 1;
     let mut groups = groups.into_iter();
-    let Some((main, _, main_key)) = groups.next() else {
+    let Some(main) = groups.next() else {
         return unplaceable("spec.replicatedJobs: no pods to run".into(), parts);
     };
     let extra: Vec<Extra> = groups
-        .map(|(shape, pods, _)| Extra { shape, pods })
+        .map(|g| Extra {
+            jobs: part_label(&g.names).into(),
+            shape: g.shape,
+            pods: g.pods,
+        })
         .collect();
-    // One template: its key, as for a Job. Several: the key of all of them, in order.
+    let main_jobs: Option<Arc<str>> = several.then(|| Arc::from(part_label(&main.names)));
+    // One template: its key, as for a Job. Several: the key of all of them, in order (and,
+    // when they make several shapes, of the names messages give their parts).
     let shape_key = if keys.len() == 1 {
-        main_key
+        keys[0]
     } else {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         keys.hash(&mut h);
+        if let Some(main) = &main_jobs {
+            main.hash(&mut h);
+            extra.iter().for_each(|e| e.jobs.hash(&mut h));
+        }
         h.finish()
     };
     Gang {
-        shape: Ok(main),
+        shape: Ok(main.shape),
         shape_key,
         parts,
         extra,
+        main_jobs,
     }
 }
 
-/// The replicated Jobs, by name, whose pods are of each shape of `gang` (the main part's, then
-/// each of `extra`'s), grouped as [`gang`] groups them: for a person, who knows them by name.
-pub(crate) fn jobs_by_shape(obj: &Value, gang: &Gang) -> Vec<Vec<String>> {
-    let meta = &obj["metadata"];
-    let workload = (
-        Kind::JobSet,
-        meta["name"].as_str().unwrap_or_default(),
-        meta["namespace"].as_str().unwrap_or_default(),
-    );
-    let shapes: Vec<&PodShape> = (gang.shape.iter().map(|s| &**s))
-        .chain(gang.extra.iter().map(|e| &*e.shape))
-        .collect();
-    let mut names = vec![Vec::new(); shapes.len()];
-    let replicated = replicated(&obj["spec"]["replicatedJobs"]);
-    for r in replicated.iter().filter(|r| r.part.pods() > 0) {
-        if let Ok(shape) = template_shape(r.template, workload, "").0 {
-            if let Some(i) = shapes.iter().position(|s| same_for_placement(s, &shape)) {
-                names[i].push(r.part.name.clone());
-            }
-        }
+/// Replicated Jobs as a person names them: "replicated Job driver", "replicated Jobs a, b".
+fn part_label(names: &[&str]) -> String {
+    match names {
+        [one] => format!("replicated Job {one}"),
+        many => format!("replicated Jobs {}", many.join(", ")),
     }
-    names
 }
 
 /// A JobSet that cannot be placed, keyed by why: the admission pass tries the first Job of a
@@ -214,6 +224,7 @@ fn unplaceable(why: String, parts: Vec<Part>) -> Gang {
         shape_key: h.finish(),
         parts,
         extra: Vec::new(),
+        main_jobs: None,
     }
 }
 
@@ -713,5 +724,31 @@ mod tests {
             "the same reason"
         );
         assert_ne!(gang(&empty()).shape_key, a.shape_key);
+    }
+    #[test]
+    fn the_parts_of_a_gang_of_several_shapes_are_named_by_their_replicated_jobs() {
+        let pod = |cpu: &str| json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}});
+        let named = |names: [&str; 3]| {
+            gang(&jobset(
+                "trainer",
+                &[
+                    (names[0], pod("2")),
+                    (names[1], pod("1")),
+                    (names[2], pod("2")),
+                ],
+            ))
+        };
+        // Two replicated Jobs ask for the same pods: the main part (2 pods), named by both.
+        let g = named(["a", "driver", "c"]);
+        assert_eq!(g.main_jobs.as_deref(), Some("replicated Jobs a, c"));
+        assert_eq!(g.extra.len(), 1);
+        assert_eq!(&*g.extra[0].jobs, "replicated Job driver");
+        // The names are in the admission class's key: a class's verdict names its parts.
+        assert_ne!(named(["x", "driver", "c"]).shape_key, g.shape_key);
+        assert_eq!(named(["a", "driver", "c"]).shape_key, g.shape_key);
+        // A gang of one shape names no part, and its key is its template's, whatever its name.
+        let one = |name: &str| gang(&jobset("trainer", &[(name, pod("2"))]));
+        assert_eq!(one("a").main_jobs, None);
+        assert_eq!(one("a").shape_key, one("b").shape_key);
     }
 }

@@ -316,9 +316,27 @@ pub(crate) fn search(
         engine,
         gang.strategy,
     );
-    if gang.extra.is_empty() || !fit.fits() {
+    if gang.extra.is_empty() {
         return Search {
             fit,
+            placed: Vec::new(),
+            takes: None,
+        };
+    }
+    // The first `n` parts by name, for the misfit of the last of them (none unknown).
+    let names = |n: usize| -> Vec<Arc<str>> {
+        let Some(main) = gang.main_jobs else {
+            return Vec::new();
+        };
+        let others = gang.extra.iter().map(|e| e.jobs.clone());
+        std::iter::once(Arc::from(main))
+            .chain(others)
+            .take(n)
+            .collect()
+    };
+    if !fit.fits() {
+        return Search {
+            fit: in_part(fit, names(1)),
             placed: Vec::new(),
             takes: None,
         };
@@ -341,7 +359,7 @@ pub(crate) fn search(
         );
         if !found.fits() {
             return Search {
-                fit: found,
+                fit: in_part(found, names(placed.len() + 1)),
                 placed,
                 takes: None,
             };
@@ -356,6 +374,19 @@ pub(crate) fn search(
         placed,
         takes: Some(takes),
     }
+}
+
+/// The misfit of a part of a gang of several shapes, told which part it is: the last of
+/// `names`, placed beside the others.
+fn in_part(mut fit: ClusterFit, mut names: Vec<Arc<str>>) -> ClusterFit {
+    if let (Some(cause), Some(part)) = (fit.misfit.take(), names.pop()) {
+        fit.misfit = Some(crate::placement::Misfit::Part {
+            part,
+            beside: names,
+            cause: Box::new(cause),
+        });
+    }
+    fit
 }
 
 /// Whether the gang would fit in `base` with nothing running there; its score if so.

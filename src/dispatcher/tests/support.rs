@@ -109,6 +109,7 @@ pub(super) fn job(name: &str) -> JobBuilder {
         }],
         pod: Ok(shape),
         extra: Arc::new([]),
+        main_jobs: None,
         shape_key: key,
         namespace_labels: None,
         suspended: true,
@@ -158,7 +159,12 @@ impl JobBuilder {
             jobs: 1,
             pods_per_job: pods,
         });
-        self.0.extra = Arc::new([Extra { shape, pods }]);
+        self.0.extra = Arc::new([Extra {
+            shape,
+            pods,
+            jobs: "replicated Job beside".into(),
+        }]);
+        self.0.main_jobs = Some("replicated Job main".into());
         self.0.shape_key = self.0.shape_key.wrapping_mul(1_000_003).wrapping_add(key);
         self
     }
