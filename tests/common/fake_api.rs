@@ -626,17 +626,17 @@ impl FakeApi {
     ) -> Result<Value, Moved> {
         let t = parse_target(path).expect("a collection path");
         let mut s = self.state.lock().unwrap();
+        let key = (
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
         {
-            let key = (
-                obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                obj["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
             let stored = s
                 .collections
                 .get(&t.collection)
@@ -663,16 +663,6 @@ impl FakeApi {
         }
         obj["kind"] = json!(kind_of(&t.plural).unwrap_or("Unknown"));
         obj["apiVersion"] = json!(t.api_version);
-        let key = (
-            obj["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            obj["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
         let col = s.collections.entry(t.collection.clone()).or_default();
         let ty = match kind {
             "DELETED" => {
