@@ -1242,6 +1242,44 @@ jobs:
 }
 
 #[test]
+fn a_jobset_part_that_fits_no_worker_beside_the_others_is_named_in_the_reason_it_waits() {
+    // In `small` (one node of two NUMA zones of 16 CPUs and 2 GPUs, single-numa-node) the 4
+    // worker pods of 5 CPUs and 1 GPU take two to a zone, leaving 6 CPUs in each: the driver's
+    // Guaranteed 7 CPUs fit neither zone, though the node alone would take it (and the
+    // queue's quota, 32 CPUs, all 27).
+    let pod = |name: &str, cpu: &str, gpu: &str| {
+        format!(
+            r#"{{containers: [{{name: {name}, resources: {{requests: {{cpu: "{cpu}", memory: 1Gi{gpu}}}, limits: {{cpu: "{cpu}", memory: 1Gi{gpu}}}}}}}]}}"#
+        )
+    };
+    let yaml = jobsets(&format!(
+        r#"queues:
+  - name: training
+    clusters: [small]
+jobs:
+  - name: mixed
+    kind: JobSet
+    queue: training
+    submitAt: 0s
+    duration: 10m
+    podStartDelay: 30s
+    replicatedJobs:
+      - {{name: driver, template: {}}}
+      - {{name: workers, replicas: 2, parallelism: 2, template: {}}}
+"#,
+        pod("driver", "7", ""),
+        pod("worker", "5", ", nvidia.com/gpu: \"1\""),
+    ));
+    let report = run(&yaml, Strategy::Switchyard);
+    let mixed = job(&report, "mixed");
+    assert_eq!(mixed.result, "Pending");
+    assert_eq!(
+        mixed.reason.as_deref(),
+        Some("no worker of queue \"training\" could hold the gang of 5 pods even empty: small: replicated Job driver, beside the pods of replicated Job workers: the Topology Manager of node small-1 (single-numa-node) would reject the pod (pod scope): needs 7 cpu on one NUMA node under single-numa-node; the largest NUMA zone has 6 free of 16 allocatable")
+    );
+}
+
+#[test]
 fn quota_counts_every_pod_of_a_jobset() {
     // Two JobSets of 4 pods of 1 GPU: `large` (8 GPUs) holds both at once, but not 6 GPUs of
     // quota.
