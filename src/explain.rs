@@ -447,10 +447,17 @@ fn qos(pod: &PodShape) -> &'static str {
     }
 }
 
-fn apart(pod: &PodShape) -> &'static str {
+/// How the pods keep apart, if they do: after the QoS.
+fn apart(pod: &PodShape) -> String {
+    let mut out = String::new();
     if pod.one_per_node {
-        ", one pod to a node (its required pod anti-affinity)"
-    } else {
-        ""
+        out += ", one pod to a node (its required pod anti-affinity)";
     }
+    if let Some(s) = &pod.spread {
+        out += &format!(
+            ", spread over nodes at most {} apart (its topology spread constraint)",
+            s.max_skew
+        );
+    }
+    out
 }

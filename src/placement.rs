@@ -57,6 +57,7 @@ impl PodShape {
     /// the labels its workload's controller will give its pods).
     pub(crate) fn kept_apart(mut self, apart: apart::Apart) -> Self {
         self.one_per_node = apart.one_per_node;
+        self.spread = apart.spread;
         self.unmodelled_terms = apart.unmodelled;
         self
     }

@@ -10,7 +10,7 @@
 //! came from may be newer than the v1.33 types Switchyard knows (as the API server may be).
 //! A key no Switchyard type reads inside Switchyard's own settings (a queue's) is an error.
 //! A pod spec field that kube-scheduler places by and Switchyard's placement does not model
-//! (`topologySpreadConstraints`, …) gets a warning too: the file's pods are placed without it.
+//! (`podAffinity`, …) gets a warning too: the file's pods are placed without it.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint};
@@ -93,8 +93,7 @@ pub enum KubeType {
 /// does not model: it judges a pod by its requests, NUMA alignment, node selector, required
 /// node affinity and tolerations. In a real cluster kube-scheduler applies these itself
 /// (the extender only filters what is left); `simulate` and `explain` place without them.
-const NOT_MODELLED: [&[&str]; 7] = [
-    &["topologySpreadConstraints"],
+const NOT_MODELLED: [&[&str]; 6] = [
     &["affinity", "podAffinity"],
     &[
         "affinity",
@@ -120,14 +119,26 @@ const ANTI_AFFINITY_TERMS: [&str; 3] = [
     "requiredDuringSchedulingIgnoredDuringExecution",
 ];
 
-/// The paths of the required anti-affinity terms placement does not model (`terms`, their
-/// indices) in the pod spec at `at`.
-pub fn unmodelled_terms(at: &[Step], terms: &[usize]) -> Vec<KeyPath> {
+/// Where a pod spec's topology spread constraints are: placement models one that spreads a
+/// Job's own pods over nodes, and names the others by index, as anti-affinity terms.
+const SPREAD_CONSTRAINTS: [&str; 1] = ["topologySpreadConstraints"];
+
+/// The paths of the required anti-affinity terms and spread constraints placement does not
+/// model (`terms`) in the pod spec at `at`.
+pub(crate) fn unmodelled_terms(
+    at: &[Step],
+    terms: &[crate::placement::apart::Unmodelled],
+) -> Vec<KeyPath> {
+    use crate::placement::apart::Unmodelled;
     terms
         .iter()
-        .map(|&i| {
+        .map(|term| {
+            let (list, i): (&[&str], usize) = match *term {
+                Unmodelled::AntiAffinity(i) => (&ANTI_AFFINITY_TERMS, i),
+                Unmodelled::Spread(i) => (&SPREAD_CONSTRAINTS, i),
+            };
             let mut path = at.to_vec();
-            path.extend(ANTI_AFFINITY_TERMS.iter().map(|k| Step::Key(k.to_string())));
+            path.extend(list.iter().map(|k| Step::Key(k.to_string())));
             path.push(Step::Index(i));
             KeyPath(path)
         })
@@ -186,7 +197,8 @@ impl KubeType {
         }
         let field = &path[at.len()..];
         NOT_MODELLED.iter().any(|f| is(f, field))
-            || matches!(field, [rest @ .., Step::Index(_)] if is(&ANTI_AFFINITY_TERMS, rest))
+            || matches!(field, [rest @ .., Step::Index(_)]
+                if is(&ANTI_AFFINITY_TERMS, rest) || is(&SPREAD_CONSTRAINTS, rest))
     }
 }
 
@@ -351,7 +363,7 @@ pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
                 if !ty.has(field) {
                     format!("{path}: not a field of a {}; skipped", ty.name())
                 } else if ty.not_modelled(field) {
-                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)")
+                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)")
                 } else {
                     continue;
                 }
@@ -468,32 +480,43 @@ mod tests {
                 "spec.paralelism",
                 "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
                 "spec.template.spec.containers[0].resorces",
-                "spec.template.spec.topologySpreadConstraints",
             ]
         );
         let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
         assert_eq!(
             warnings[1],
-            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)"
+            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)"
         );
         // A required term is named by its index, when the pod's analysis finds it is not
         // modelled; the walk never names one.
-        let terms = unmodelled_terms(&path("spec.template.spec"), &[0]);
+        let terms = unmodelled_terms(
+            &path("spec.template.spec"),
+            &[crate::placement::apart::Unmodelled::AntiAffinity(0)],
+        );
         assert_eq!(
             terms[0].to_string(),
             "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
         );
         let said = judge(&terms, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
         assert!(
-            said[0].ends_with("[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)"),
+            said[0].ends_with("[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)"),
+            "{said:?}"
+        );
+        // So is a spread constraint (the walk never names `topologySpreadConstraints`).
+        let spread = unmodelled_terms(
+            &path("spec.template.spec"),
+            &[crate::placement::apart::Unmodelled::Spread(1)],
+        );
+        let said = judge(&spread, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
+        assert!(
+            said[0]
+                .starts_with("spec.template.spec.topologySpreadConstraints[1]: placed without it"),
             "{said:?}"
         );
         assert!(warnings[2].ends_with("not a field of a Kubernetes v1.33 Job; skipped"));
         let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::PodSpec, 3)).warnings;
         // The same paths as a pod spec's at step 3: `spec.paralelism` is not in it.
-        assert_eq!(warnings.len(), 3);
-        assert!(warnings[2]
-            .starts_with("spec.template.spec.topologySpreadConstraints: placed without it"));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
         let mut spec = job["spec"]["template"]["spec"].clone();
         spec.as_object_mut().unwrap().remove("affinity");
         spec.as_object_mut()

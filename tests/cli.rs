@@ -1287,11 +1287,14 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
     let container = typo["containers"][0].as_object_mut().unwrap();
     let resources = container.remove("resources").unwrap();
     container.insert("resorces".into(), resources);
+    // Job j3's pods spread over nodes (modelled) and about another app's pods (not).
     let mut spread = real.clone();
-    spread["topologySpreadConstraints"] = serde_json::json!([{
-        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}
-    }]);
+    spread["topologySpreadConstraints"] = serde_json::json!([
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}},
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"job-name": "j3"}}}
+    ]);
     // Job j4's pods keep one to a node (modelled) and away from a database's (not).
     let mut apart = real.clone();
     apart["affinity"] = serde_json::json!({"podAntiAffinity": {
@@ -1311,8 +1314,8 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
             "warning: scenario: jobs[1].template.containers[0].futureContainerField: not a field of a Kubernetes v1.33 PodSpec; skipped",
             "warning: scenario: jobs[2].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped",
             // A field placement does not model is said too: the run places without it.
-            "warning: scenario: jobs[3].template.topologySpreadConstraints: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)",
-            "warning: scenario: jobs[4].template.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)",
+            "warning: scenario: jobs[3].template.topologySpreadConstraints[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)",
+            "warning: scenario: jobs[4].template.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)",
         ]
     );
 }
@@ -1480,7 +1483,7 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "warning: pod: spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, and an anti-affinity that keeps a Job's pods one to a node)\n"
+        "warning: pod: spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)\n"
     );
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1491,6 +1494,31 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     let report = String::from_utf8_lossy(&run(&job).stdout).into_owned();
     assert!(
         report.contains("cluster eu-1: does not fit: only 1 of 2 pods fit at once"),
+        "{report}"
+    );
+    // Pods that spread over nodes: eu-1's GPU node counts for the spread (its taint keeps
+    // them off, but the constraint's nodeTaintsPolicy is Ignore), with none, so its other
+    // node may take one.
+    let spec = job["spec"]["template"]["spec"].as_object_mut().unwrap();
+    spec.remove("affinity");
+    spec.insert(
+        "topologySpreadConstraints".into(),
+        serde_json::json!([{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "basic"}}
+        }]),
+    );
+    let out = run(&job);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(
+            "gang of 2, spread over nodes at most 1 apart (its topology spread constraint);"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("cluster eu-1: does not fit: only 1 of 2 pods fit at once in cluster eu-1; then: its pods spread over nodes (a topology spread constraint on kubernetes.io/hostname, maxSkew 1): node eu-1-gpu-a of cluster eu-1 takes 0 of them, so no node may take more than 1\n"),
         "{report}"
     );
     job["kind"] = "Deployment".into();

@@ -1690,3 +1690,65 @@ fn a_gang_that_keeps_one_pod_to_a_node_is_sent_where_there_are_nodes_enough() {
         assert!(seconds(&train.started) >= 300.0, "{scheduler:?}: {train:?}");
     }
 }
+
+/// `tall`'s third node has a taint the Job does not tolerate; PodTopologySpread still counts
+/// it (nodeTaintsPolicy: Ignore), with none of the pods.
+const SPREAD_OVER_NODES: &str = r#"
+clusters:
+  - name: tall
+    SCHEDULER
+    nodes:
+      - {name: tall-1, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
+      - {name: tall-2, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
+      - {name: tall-3, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}, taints: [{key: dedicated, value: db, effect: NoSchedule}]}
+  - name: wide
+    SCHEDULER
+    nodes:
+      - {name: wide-1, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-2, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-3, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+      - {name: wide-4, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
+queues:
+  - name: training
+    clusters: [tall, wide]
+    waitForPodsReady: {enabled: true, timeout: 5m, requeuing: {backoffBase: 1m, limit: 2}}
+jobs:
+  - name: train
+    queue: training
+    submitAt: 0s
+    parallelism: 4
+    duration: 30m
+    podStartDelay: 10s
+    template:
+      containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: DoNotSchedule
+          labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+  - {name: packed, queue: training, submitAt: 1h, parallelism: 4, duration: 30m, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]}}
+"#;
+
+#[test]
+fn a_gang_that_spreads_over_nodes_is_sent_where_its_spread_fits() {
+    for scheduler in ["", "schedulerName: switchyard-scheduler"] {
+        let scenario = SPREAD_OVER_NODES.replace("SCHEDULER", scheduler);
+        // In `tall` the tainted node counts with none of the pods: each other node may take
+        // one, 2 of 4. Switchyard sends the Job to `wide`, and it runs at once.
+        let r = run(&scenario, Strategy::Switchyard);
+        let train = job(&r, "train");
+        assert_eq!(train.cluster.as_deref(), Some("wide"), "{scheduler:?}");
+        assert_eq!((train.result.as_str(), train.requeues), ("Succeeded", 0));
+        assert_eq!(seconds(&train.started), 10.0);
+        // The same Job unspread is packed into `tall`, which looks emptier.
+        assert_eq!(job(&r, "packed").cluster.as_deref(), Some("tall"));
+
+        // A dispatcher that judges by summed room sends it to `tall`: the worker's scheduler
+        // binds a pod to each untainted node, the other two stay Pending, and
+        // waitForPodsReady takes the Job back after 5 minutes.
+        let r = run(&scenario, Strategy::SumAggregate);
+        let train = job(&r, "train");
+        assert!(train.requeues >= 1, "{scheduler:?}: {train:?}");
+        assert!(seconds(&train.started) >= 300.0, "{scheduler:?}: {train:?}");
+    }
+}

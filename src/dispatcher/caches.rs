@@ -502,11 +502,17 @@ impl Caches {
 
     /// What a class's placement verdict depends on, beyond its own Jobs and its queue's
     /// workers' nodes.
-    pub(crate) fn memo_key(&self, queue: &str, describe: bool) -> MemoKey {
+    /// The memo key of `queue`'s verdicts; `kept_matters` when they depend on where room is
+    /// kept (see [`MemoKey::kept`]).
+    pub(crate) fn memo_key(&self, queue: &str, kept_matters: bool) -> MemoKey {
         MemoKey {
             queue_epoch: self.queue_epochs.get(queue).copied().unwrap_or(0),
             queues: self.queues_generation,
-            kept: if describe { self.kept_generation } else { 0 },
+            kept: if kept_matters {
+                self.kept_generation
+            } else {
+                0
+            },
             starving: false,
         }
     }

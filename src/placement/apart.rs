@@ -4,25 +4,58 @@
 //! of them to one node, so a gang of 8 needs 8 nodes with room for one pod each, not room for
 //! 8 pods. Placement models this one form exactly: at most one pod of the gang per node.
 //!
-//! Any other required anti-affinity term (another topology key, a selector that matches
-//! other pods, namespaces chosen by labels) is not modelled: it concerns pods placement does
-//! not see (what runs on the nodes is known as amounts, not as labelled pods), and the pod is
-//! placed without it; `simulate` and `explain` say so.
+//! The same holds of a topology spread constraint that spreads a gang's pods over nodes
+//! (`topologyKey: kubernetes.io/hostname`, `whenUnsatisfiable: DoNotSchedule`, a selector
+//! that matches the pod itself): kube-scheduler's PodTopologySpread binds a pod only to a node
+//! whose count of such pods, the pod included, exceeds the least count on any node it counts
+//! by at most `maxSkew` ([`Spread`]; the fit is `super::fit`'s).
+//!
+//! Any other required anti-affinity term or spread constraint (another topology key, a
+//! selector that matches other pods, namespaces chosen by labels, `ScheduleAnyway`, which
+//! only scores) is not modelled: it concerns pods placement does not see (what runs on the
+//! nodes is known as amounts, not as labelled pods), and the pod is placed without it;
+//! `simulate` and `explain` say so.
 
-use super::pod::{LabelSelectorView, PodAffinityTermView, PodSpecView};
+use super::pod::{LabelSelectorView, PodAffinityTermView, PodSpecView, SpreadConstraintView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
 
 /// The node label kube-scheduler's hostname topology is keyed by: one domain per node.
 pub(crate) const HOSTNAME: &str = "kubernetes.io/hostname";
 
-/// What placement makes of a pod's required anti-affinity.
+/// What placement makes of a pod's required anti-affinity and topology spread constraints.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Apart {
     /// Some term keeps the pods one to a node.
     pub(crate) one_per_node: bool,
-    /// The indices of the terms placement does not model.
-    pub(crate) unmodelled: Vec<usize>,
+    /// The spread of the pods over nodes, if a constraint asks for one.
+    pub(crate) spread: Option<Spread>,
+    /// The terms and constraints placement does not model.
+    pub(crate) unmodelled: Vec<Unmodelled>,
+}
+
+/// A term or constraint placement does not model, by its index in its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Unmodelled {
+    /// In `affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    AntiAffinity(usize),
+    /// In `topologySpreadConstraints`.
+    Spread(usize),
+}
+
+/// A gang's pods spread over nodes: a pod is bound only to a node whose count of the gang's
+/// pods, with it, is at most `max_skew` above the least count on the nodes counted (0 when
+/// fewer than `min_domains` are counted). The nodes counted are those whose labels the pod's
+/// node selector and required node affinity accept (unless `nodeAffinityPolicy: Ignore`) and,
+/// with `nodeTaintsPolicy: Honor`, whose taints it tolerates; a node it cannot run on for
+/// lack of room, or for a taint it does not tolerate under the default policy, still counts,
+/// with none of the pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Spread {
+    pub(crate) max_skew: u32,
+    pub(crate) min_domains: u32,
+    pub(crate) honor_affinity: bool,
+    pub(crate) honor_taints: bool,
 }
 
 /// A term, as placement sees it.
@@ -48,12 +81,14 @@ fn terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
         .unwrap_or_default()
 }
 
-/// Whether the pod has required anti-affinity terms (without them, [`judge`] finds nothing).
+/// Whether the pod has required anti-affinity terms or spread constraints (without them,
+/// [`judge`] finds nothing).
 pub(crate) fn has_terms(spec: &PodSpecView) -> bool {
-    !terms(spec).is_empty()
+    !terms(spec).is_empty() || !spec.topology_spread_constraints.is_empty()
 }
 
-/// The required anti-affinity of a pod with `labels` in `namespace` whose spec is `spec`.
+/// The required anti-affinity and spread constraints of a pod with `labels` in `namespace`
+/// whose spec is `spec`.
 pub(crate) fn judge(
     spec: &PodSpecView,
     labels: &BTreeMap<String, String>,
@@ -64,10 +99,45 @@ pub(crate) fn judge(
         match term(t, labels, namespace) {
             Term::OnePerNode => out.one_per_node = true,
             Term::Vacuous => {}
-            Term::Unmodelled => out.unmodelled.push(i),
+            Term::Unmodelled => out.unmodelled.push(Unmodelled::AntiAffinity(i)),
+        }
+    }
+    for (i, c) in spec.topology_spread_constraints.iter().enumerate() {
+        match constraint(c, labels) {
+            // One spread is modelled: a second is named, not combined.
+            Some(Some(s)) if out.spread.is_none() => out.spread = Some(s),
+            Some(None) => {}
+            _ => out.unmodelled.push(Unmodelled::Spread(i)),
         }
     }
     out
+}
+
+/// What a spread constraint makes of pods with `labels` (spreads count pods of the pod's own
+/// namespace): `Some(Some(_))` a spread of pods like it over nodes, `Some(None)` nothing
+/// (its selector matches no pod), `None` something placement does not model.
+fn constraint(
+    c: &SpreadConstraintView,
+    labels: &BTreeMap<String, String>,
+) -> Option<Option<Spread>> {
+    // A null selector matches no pod: every count is 0, and so is every skew.
+    let Some(selector) = &c.label_selector else {
+        return Some(None);
+    };
+    // `matchLabelKeys` adds `key in (the pod's value)`, which the pod itself always meets.
+    let hard = c.when_unsatisfiable != "ScheduleAnyway";
+    let modelled = hard
+        && c.topology_key == HOSTNAME
+        && c.max_skew >= 1
+        && crate::selector::matches(&as_selector(selector), labels);
+    modelled.then(|| {
+        Some(Spread {
+            max_skew: c.max_skew.unsigned_abs(),
+            min_domains: c.min_domains.map_or(1, |m| m.max(1).unsigned_abs()),
+            honor_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+            honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+        })
+    })
 }
 
 /// Whether the term makes pods with `labels` in `namespace` repel one another, node by node,
@@ -161,7 +231,7 @@ mod tests {
                 apart,
                 Apart {
                     one_per_node: true,
-                    unmodelled: vec![]
+                    ..Apart::default()
                 },
                 "{selector}"
             );
@@ -201,8 +271,8 @@ mod tests {
         assert_eq!(
             apart,
             Apart {
-                one_per_node: false,
-                unmodelled: vec![0, 1, 2, 3, 4]
+                unmodelled: (0..5).map(Unmodelled::AntiAffinity).collect(),
+                ..Apart::default()
             }
         );
         // One modelled term among others.
@@ -214,7 +284,8 @@ mod tests {
             apart,
             Apart {
                 one_per_node: true,
-                unmodelled: vec![0]
+                unmodelled: vec![Unmodelled::AntiAffinity(0)],
+                ..Apart::default()
             }
         );
         assert_eq!(judged(json!([])), Apart::default());

@@ -56,6 +56,18 @@ pub(crate) enum Misfit {
     OnePerNode {
         cluster: String,
     },
+    /// The pods spread over nodes ([`super::apart::Spread`]), and the nodes' room within
+    /// the spread is too little: no node may take more than `cap` of them, as `least` (the
+    /// node counted that takes the fewest, and how many) or too few nodes counted decide.
+    Spread {
+        cluster: String,
+        max_skew: u32,
+        cap: usize,
+        least: Option<(String, usize)>,
+        /// The nodes counted, when fewer than the constraint's `minDomains`.
+        too_few: Option<(usize, u32)>,
+        unresolvable: bool,
+    },
     /// The whole cluster cannot take work now (stale or lost).
     Unavailable(String),
     /// The part of a gang of several pod shapes (a JobSet's replicated Jobs that ask for
@@ -83,7 +95,9 @@ impl Misfit {
             Misfit::Insufficient {
                 need, allocatable, ..
             } => need > allocatable,
-            Misfit::Topology { unresolvable, .. } => *unresolvable,
+            Misfit::Topology { unresolvable, .. } | Misfit::Spread { unresolvable, .. } => {
+                *unresolvable
+            }
             Misfit::Gang { cause, .. } | Misfit::Part { cause, .. } => cause.unresolvable(),
         }
     }
@@ -278,6 +292,29 @@ impl Misfit {
                 "its pods keep one to a node (a required pod anti-affinity to one another on {}), and each node of cluster {cluster} holds one",
                 super::apart::HOSTNAME
             ),
+            Misfit::Spread {
+                cluster,
+                max_skew,
+                cap,
+                least,
+                too_few,
+            ..
+            } => {
+                write!(
+                    f,
+                    "its pods spread over nodes (a topology spread constraint on {}, maxSkew {max_skew}): ",
+                    super::apart::HOSTNAME
+                )?;
+                match (too_few, least) {
+                    (Some((counted, min)), _) => write!(
+                        f,
+                        "cluster {cluster} has {counted} node(s) it counts, fewer than its minDomains {min}"
+                    )?,
+                    (None, Some((node, n))) => write!(f, "node {node} of cluster {cluster} takes {n} of them")?,
+                    (None, None) => write!(f, "cluster {cluster} has no node it counts")?,
+                }
+                write!(f, ", so no node may take more than {cap}")
+            }
             Misfit::BadPod(m) | Misfit::Unavailable(m) => write!(f, "{m}"),
             Misfit::Part {
                 part,
@@ -663,6 +700,23 @@ pub(crate) fn node_accepts(shape: &PodShape, node: &Node) -> Result<(), Misfit> 
 
 /// [`node_accepts`], refusing in borrowed parts.
 fn node_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'n>> {
+    taint_refusal(shape, node)?;
+    affinity_refusal(shape, node)
+}
+
+/// Whether `spread` counts `node`, with the pods of `shape` on it (see
+/// [`super::apart::Spread`]).
+pub(crate) fn counted_by_spread(
+    spread: &super::apart::Spread,
+    shape: &PodShape,
+    node: &Node,
+) -> bool {
+    (!spread.honor_affinity || affinity_refusal(shape, node).is_ok())
+        && (!spread.honor_taints || taint_refusal(shape, node).is_ok())
+}
+
+/// The taint of `node` (but `PreferNoSchedule`) that the pod does not tolerate, if any.
+fn taint_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'n>> {
     for taint in node.taints.iter() {
         if taint.effect == "PreferNoSchedule" {
             continue;
@@ -679,6 +733,11 @@ fn node_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'
             });
         }
     }
+    Ok(())
+}
+
+/// Whether the pod's node selector and required node affinity accept `node`'s labels.
+fn affinity_refusal<'n>(shape: &'n PodShape, node: &'n Node) -> Result<(), Refusal<'n>> {
     for (k, v) in &shape.node_selector {
         if node.labels.get(k) != Some(v.as_str()) {
             return Err(Refusal::NodeSelector { key: k, value: v });
@@ -1760,6 +1819,12 @@ pub fn fit_cluster(
         out.misfit = Some(short.misfit(&cluster.name));
         return out;
     }
+    if shape.spread.is_some() {
+        if let Some(spread) = fit_spread(cluster, table, shape, pod, n, config, strategy) {
+            return spread;
+        }
+        // The nodes cannot hold the gang even unspread: why is found below.
+    }
     let resources = scored_resources(pod);
     let pods_id = table.id("pods");
     let mut state = NodeState {
@@ -1883,6 +1948,147 @@ pub fn fit_cluster(
         }
     });
     out
+}
+
+/// [`fit_cluster`] for pods that spread over nodes ([`super::apart::Spread`]), as
+/// PodTopologySpread binds them one by one: every node's room for the gang is found first
+/// (a gang spread is limited by the node counted that takes the fewest); then each node
+/// counted gets the least count (`floor`), and the rest goes in node order up to `floor +
+/// maxSkew` a node. Any such spread can be bound pod by pod, each pod onto a node whose count
+/// is lowest among those with room below their share. `None` when the nodes cannot hold the
+/// gang even unspread (the caller finds why).
+fn fit_spread(
+    cluster: &Cluster,
+    table: &ResourceTable,
+    shape: &PodShape,
+    pod: &BoundPod,
+    n: usize,
+    config: &EngineConfig,
+    strategy: Strategy,
+) -> Option<ClusterFit> {
+    let spread = shape.spread?;
+    let pods_id = table.id("pods");
+    let mut state = NodeState {
+        free: Vec::new(),
+        zones: Vec::new(),
+    };
+    let mut scratch = Scratch::default();
+    // Why a node takes no more is read of the node of least room.
+    let detail = Detail {
+        any_zones: strategy != Strategy::LeastNumaNodes,
+        misfit_if_none: true,
+        misfit_if_some: true,
+        notes: false,
+        state_if_none: false,
+    };
+    // (node index, room) of the nodes counted; the one of least room, and whether what keeps
+    // it from more stays when the cluster empties.
+    let mut rooms: Vec<(usize, usize)> = Vec::new();
+    let mut least: Option<(usize, usize, bool)> = None;
+    let mut unspread = 0usize;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let counted = counted_by_spread(&spread, shape, node);
+        let fit = fit_node_with(
+            node,
+            shape,
+            pod,
+            pods_id,
+            n,
+            config,
+            false,
+            detail,
+            state,
+            &mut scratch,
+        );
+        state = fit.state;
+        // A node not counted is one the pod's affinity or taints keep it off.
+        debug_assert!(counted || fit.count == 0);
+        unspread += fit.count;
+        if counted {
+            rooms.push((i, fit.count));
+            if least.is_none_or(|(_, r, _)| fit.count < r) {
+                let stays = (fit.refusal.map(|r| r.misfit(node).unresolvable())).unwrap_or(false);
+                least = Some((i, fit.count, stays));
+            }
+        }
+    }
+    if unspread < n {
+        return None;
+    }
+    let counted = rooms.len();
+    let too_few = counted < spread.min_domains as usize;
+    let floor = match least {
+        Some((_, room, _)) if !too_few => room.min(n / counted),
+        _ => 0,
+    };
+    let cap = floor + spread.max_skew as usize;
+    let total: usize = rooms.iter().map(|&(_, room)| room.min(cap)).sum();
+    if total < n {
+        let misfit = Misfit::Spread {
+            cluster: cluster.name.clone(),
+            max_skew: spread.max_skew,
+            cap,
+            least: least.map(|(i, room, _)| (cluster.nodes[i].name.to_string(), room)),
+            too_few: too_few.then_some((counted, spread.min_domains)),
+            unresolvable: too_few || least.is_some_and(|(_, _, stays)| stays),
+        };
+        return Some(ClusterFit {
+            cluster: cluster.name.clone(),
+            placements: Vec::new(),
+            fitted: total,
+            misfit: Some(Misfit::Gang {
+                cluster: cluster.name.clone(),
+                fitted: total,
+                wanted: n,
+                cause: Box::new(misfit),
+            }),
+            score: 0,
+        });
+    }
+    // The floor everywhere, then the rest in node order up to the cap.
+    let mut left = n - floor * counted;
+    let counts = rooms.iter().map(|&(i, room)| {
+        let more = left.min(room.min(cap) - floor);
+        left -= more;
+        (i, floor + more)
+    });
+    let counts: Vec<(usize, usize)> = counts.filter(|&(_, c)| c > 0).collect();
+    let resources = scored_resources(pod);
+    let quiet = Detail {
+        misfit_if_none: false,
+        misfit_if_some: false,
+        ..detail
+    };
+    let mut weighted = 0i64;
+    for &(i, count) in &counts {
+        let node = &cluster.nodes[i];
+        let fit = fit_node_with(
+            node,
+            shape,
+            pod,
+            pods_id,
+            count,
+            config,
+            false,
+            quiet,
+            state,
+            &mut scratch,
+        );
+        debug_assert_eq!(
+            fit.count, count,
+            "a node takes fewer pods than it has room for"
+        );
+        weighted +=
+            node_score(strategy, node, &fit.state, &resources, fit.zones_used) * count as i64;
+        state = fit.state;
+    }
+    Some(ClusterFit {
+        cluster: cluster.name.clone(),
+        placements: counts,
+        fitted: n,
+        misfit: None,
+        score: (weighted as f64 / n.max(1) as f64).round() as i64,
+    })
 }
 
 /// The shortcuts above (the direct merge, quiet misfits, reused buffers) against the plain

@@ -42,6 +42,29 @@ pub struct PodSpecView {
     pub(crate) affinity: Option<AffinityView>,
     #[serde(default)]
     pub(crate) tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub(crate) topology_spread_constraints: Vec<SpreadConstraintView>,
+}
+
+/// A pod's topology spread constraint (`TopologySpreadConstraint`), every field of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[serde(
+    expecting = "a topology spread constraint: a map with maxSkew, topologyKey and whenUnsatisfiable"
+)]
+pub(crate) struct SpreadConstraintView {
+    #[serde(default)]
+    pub(crate) max_skew: i32,
+    #[serde(default)]
+    pub(crate) topology_key: String,
+    #[serde(default)]
+    pub(crate) when_unsatisfiable: String,
+    pub(crate) label_selector: Option<LabelSelectorView>,
+    pub(crate) min_domains: Option<i32>,
+    pub(crate) node_affinity_policy: Option<String>,
+    pub(crate) node_taints_policy: Option<String>,
+    #[serde(default)]
+    pub(crate) match_label_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
@@ -200,9 +223,12 @@ pub struct PodShape {
     /// At most one of the gang's pods on a node: the pod's required anti-affinity to pods
     /// like itself on `kubernetes.io/hostname` (see [`super::apart`]).
     pub(crate) one_per_node: bool,
-    /// The required anti-affinity terms placement does not model, by index (see
+    /// The gang's pods spread over nodes: the pod's `DoNotSchedule` topology spread
+    /// constraint on `kubernetes.io/hostname` over pods like itself (see [`super::apart`]).
+    pub(crate) spread: Option<super::apart::Spread>,
+    /// The required anti-affinity terms and spread constraints placement does not model (see
     /// [`super::apart`]): `simulate` and `explain` warn of them.
-    pub(crate) unmodelled_terms: Vec<usize>,
+    pub(crate) unmodelled_terms: Vec<super::apart::Unmodelled>,
 }
 
 fn container_requests(pod: &str, c: &ContainerView) -> Result<BTreeMap<String, i64>, PodError> {
@@ -344,6 +370,7 @@ impl PodShape {
             tolerations: spec.tolerations.clone(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             one_per_node: apart.one_per_node,
+            spread: apart.spread,
             unmodelled_terms: apart.unmodelled,
             name,
         })

@@ -51,6 +51,11 @@ fn cluster_fit(inv: &Inventory, cluster: &str, pod: &PodShape, n: usize) -> Clus
 /// Two-zone GPU nodes: `zones` lists (free GPUs in zone 0, in zone 1) per node, 4 allocatable
 /// per zone, under `policy` and `scope`.
 fn gpu_cluster(policy: &str, scope: &str, zones: &[(u32, u32)]) -> Inventory {
+    parse_yaml(&gpu_cluster_yaml(policy, scope, zones)).unwrap()
+}
+
+/// [`gpu_cluster`]'s inventory file.
+fn gpu_cluster_yaml(policy: &str, scope: &str, zones: &[(u32, u32)]) -> String {
     let mut yaml = String::from("clusters:\n  - name: c\n    nodes:\n");
     for (i, (a, b)) in zones.iter().enumerate() {
         let used = 8 - a - b;
@@ -63,7 +68,7 @@ fn gpu_cluster(policy: &str, scope: &str, zones: &[(u32, u32)]) -> Inventory {
             );
         }
     }
-    parse_yaml(&yaml).unwrap()
+    yaml
 }
 
 #[test]
@@ -557,4 +562,136 @@ fn pods_that_keep_one_to_a_node_need_a_node_each() {
     assert!(matches!(&m, Misfit::Gang { fitted: 2, .. }), "{m}");
     assert!(!m.unresolvable(), "{m}");
     assert!(m.to_string().contains("n1"), "{m}");
+}
+
+/// A pod of Job `train` with `gpus` GPUs whose pods spread over nodes: a topology spread
+/// constraint on the hostname over the Job's pods, with `constraint`'s fields over
+/// maxSkew 1 and DoNotSchedule.
+fn spread_pod(gpus: u32, constraint: serde_json::Value) -> PodShape {
+    let r = serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()});
+    let mut c = serde_json::json!({
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "train"}}
+    });
+    c.as_object_mut()
+        .unwrap()
+        .extend(constraint.as_object().unwrap().clone());
+    shape(serde_json::json!({
+        "metadata": {"name": "train-0-x", "namespace": "ml", "labels": {"batch.kubernetes.io/job-name": "train"}},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"requests": r, "limits": r}}],
+            "topologySpreadConstraints": [c]
+        }
+    }))
+}
+
+#[test]
+fn pods_that_spread_over_nodes_are_placed_as_pod_topology_spread_binds_them() {
+    // Three nodes with room for four 2-GPU pods each (single-numa-node, two zones of 4).
+    let roomy = gpu_cluster("single-numa-node", "container", &[(4, 4), (4, 4), (4, 4)]);
+    let pod = spread_pod(2, serde_json::json!({}));
+    let spread = apart::Spread {
+        max_skew: 1,
+        min_domains: 1,
+        honor_affinity: true,
+        honor_taints: false,
+    };
+    assert_eq!(pod.spread, Some(spread));
+    assert!(pod.unmodelled_terms.is_empty());
+    // Unspread, a gang of 4 goes on the first node; spread, on every node, at most one apart.
+    let placed = |inv: &Inventory, pod: &PodShape, n: usize| {
+        let fit = cluster_fit(inv, "c", pod, n);
+        assert!(fit.fits(), "{n}: {:?}", fit.misfit.map(|m| m.to_string()));
+        fit.placements
+    };
+    assert_eq!(placed(&roomy, &gpu_pod(2), 4), [(0, 4)]);
+    assert_eq!(placed(&roomy, &pod, 4), [(0, 2), (1, 1), (2, 1)]);
+    assert_eq!(placed(&roomy, &pod, 12), [(0, 4), (1, 4), (2, 4)]);
+    // A node with room for one pod: no node may take more than 2.
+    let tight = gpu_cluster("single-numa-node", "container", &[(4, 4), (2, 0), (4, 4)]);
+    assert_eq!(placed(&tight, &pod, 5), [(0, 2), (1, 1), (2, 2)]);
+    let m = cluster_fit(&tight, "c", &pod, 6).misfit.unwrap();
+    assert_eq!(
+        m.to_string(),
+        "only 5 of 6 pods fit at once in cluster c; then: its pods spread over nodes (a topology spread constraint on kubernetes.io/hostname, maxSkew 1): node n1 of cluster c takes 1 of them, so no node may take more than 2"
+    );
+    assert!(!m.unresolvable(), "n1 may gain room: {m}");
+    assert!(placed(&tight, &gpu_pod(2), 6).len() > 1, "unspread it fits");
+    // A full node counts, with none: every other node may take maxSkew.
+    let full = gpu_cluster("single-numa-node", "container", &[(4, 4), (0, 0), (4, 4)]);
+    let m = cluster_fit(&full, "c", &pod, 3).misfit.unwrap();
+    assert!(
+        matches!(
+            &m,
+            Misfit::Gang {
+                fitted: 2,
+                wanted: 3,
+                ..
+            }
+        ),
+        "{m}"
+    );
+    let loose = spread_pod(2, serde_json::json!({"maxSkew": 2}));
+    assert_eq!(placed(&full, &loose, 3), [(0, 2), (2, 1)]);
+    // Fewer nodes than minDomains: the least count is taken as 0, for good.
+    let many = spread_pod(2, serde_json::json!({"minDomains": 4}));
+    assert_eq!(placed(&roomy, &many, 3), [(0, 1), (1, 1), (2, 1)]);
+    let m = cluster_fit(&roomy, "c", &many, 4).misfit.unwrap();
+    assert!(m.unresolvable(), "{m}");
+    assert!(
+        m.to_string().ends_with("cluster c has 3 node(s) it counts, fewer than its minDomains 4, so no node may take more than 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_node_the_pods_cannot_run_on_counts_for_their_spread_as_its_policies_say() {
+    // n1 has room, but a taint the pod does not tolerate, and no `pool: gpu` label.
+    let yaml = gpu_cluster_yaml("single-numa-node", "container", &[(4, 4), (4, 4), (4, 4)])
+        .replace(
+            "      - name: n1\n",
+            "      - name: n1\n        taints: [{key: dedicated, value: db, effect: NoSchedule}]\n",
+        )
+        .replace(
+            "      - name: n0\n",
+            "      - name: n0\n        labels: {pool: gpu}\n",
+        )
+        .replace(
+            "      - name: n2\n",
+            "      - name: n2\n        labels: {pool: gpu}\n",
+        );
+    let inv = parse_yaml(&yaml).unwrap();
+    let fit = |pod: &PodShape, n: usize| cluster_fit(&inv, "c", pod, n);
+    // By default the tainted node counts, with no pod: a node may take one.
+    let pod = spread_pod(2, serde_json::json!({}));
+    assert_eq!(fit(&pod, 2).placements, [(0, 1), (2, 1)]);
+    let m = fit(&pod, 3).misfit.unwrap();
+    assert!(m.unresolvable(), "the taint stays: {m}");
+    assert!(
+        m.to_string()
+            .contains("node n1 of cluster c takes 0 of them"),
+        "{m}"
+    );
+    // nodeTaintsPolicy: Honor leaves it out.
+    let honor = spread_pod(2, serde_json::json!({"nodeTaintsPolicy": "Honor"}));
+    assert_eq!(fit(&honor, 3).placements, [(0, 2), (2, 1)]);
+    // A node the pod's node selector refuses does not count (nodeAffinityPolicy: Honor),
+    // unless the policy is Ignore.
+    let selected = |constraint: serde_json::Value| {
+        let mut pod = spread_pod(2, constraint);
+        pod.node_selector.insert("pool".into(), "gpu".into());
+        pod.tolerations = serde_json::from_value(serde_json::json!([
+            {"key": "dedicated", "operator": "Exists"}
+        ]))
+        .unwrap();
+        pod
+    };
+    assert_eq!(
+        fit(&selected(serde_json::json!({})), 3).placements,
+        [(0, 2), (2, 1)]
+    );
+    let ignore = selected(serde_json::json!({"nodeAffinityPolicy": "Ignore"}));
+    assert!(!fit(&ignore, 3).fits());
 }

@@ -23,6 +23,7 @@ use crate::dispatcher::kind::jobset::{JobSetStatus, ReplicatedJobStatus};
 use crate::dispatcher::kind::Status;
 use crate::dispatcher::{JobKey, WorkerCopy};
 use crate::inventory::{Cluster, Node, ResourceTable};
+use crate::placement::fit::counted_by_spread;
 use crate::placement::inflight::Take;
 use crate::placement::{
     fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape,
@@ -789,11 +790,9 @@ impl SimWorker {
                     still.push(&uid, left);
                     break;
                 }
-                // Nodes its pods keep off because a pod like them is there (`one_per_node`).
-                let held = match job.behaviour.shape.one_per_node {
-                    true => self.held_by_peers(job),
-                    false => Vec::new(),
-                };
+                // Nodes its pods keep off because a pod like them is there (`one_per_node`), or
+                // because enough are (`spread`).
+                let held = self.held_by_peers(cluster, job);
                 let picked = if self.numa_aware {
                     pick_aligned_node(cluster, &self.rows, table, job, &held)
                 } else {
@@ -874,12 +873,17 @@ impl SimWorker {
         }
     }
 
-    /// The nodes that hold a pod like `job`'s, whose pods keep one to a node (their
-    /// anti-affinity selects its own pods: with its JobSet's label, the pods of the JobSet's
-    /// other Jobs of the same shape too). kube-scheduler's InterPodAffinity binds none of its
-    /// pods there.
-    fn held_by_peers(&self, job: &SimJob) -> Vec<usize> {
+    /// The nodes kube-scheduler binds none of `job`'s pods to for the pods like them there
+    /// (its peers: with its JobSet's label, the pods of the JobSet's other Jobs of the same
+    /// shape too): for pods that keep one to a node, every node holding one (InterPodAffinity);
+    /// for pods that spread over nodes, every node whose count, with one more, exceeds the
+    /// least count on the nodes the spread counts by more than its `maxSkew`
+    /// (PodTopologySpread). None for other pods.
+    fn held_by_peers(&self, cluster: &Cluster, job: &SimJob) -> Vec<usize> {
         let shape = &job.behaviour.shape;
+        if !shape.one_per_node && shape.spread.is_none() {
+            return Vec::new();
+        }
         let set = job.owner.as_ref().and_then(|o| self.sets.get(o));
         let peers: Vec<&SimJob> = match set {
             Some(set) => set
@@ -891,10 +895,25 @@ impl SimWorker {
                 .collect(),
             None => vec![job],
         };
-        let mut nodes: Vec<usize> = peers
-            .iter()
-            .flat_map(|j| j.pods.values().map(|p| p.node))
-            .collect();
+        let on = peers.iter().flat_map(|j| j.pods.values().map(|p| p.node));
+        let mut nodes: Vec<usize> = match shape.spread {
+            Some(spread) if !shape.one_per_node => {
+                let mut count = vec![0usize; cluster.nodes.len()];
+                on.for_each(|n| count[n] += 1);
+                let counted: Vec<usize> = (0..cluster.nodes.len())
+                    .filter(|&i| counted_by_spread(&spread, shape, &cluster.nodes[i]))
+                    .collect();
+                let least = match counted.len() < spread.min_domains as usize {
+                    true => 0,
+                    false => counted.iter().map(|&i| count[i]).min().unwrap_or(0),
+                };
+                let cap = least + spread.max_skew as usize;
+                (0..cluster.nodes.len())
+                    .filter(|&i| count[i] >= cap)
+                    .collect()
+            }
+            _ => on.collect(),
+        };
         nodes.sort_unstable();
         nodes.dedup();
         nodes

@@ -1014,42 +1014,66 @@ pub async fn no_status_write_was_ever_refused(suite: Arc<Suite>) {
     );
 }
 
-/// A Job whose two pods keep one to a node (a required anti-affinity to their own Job's
-/// pods on the hostname, by the label the Job controller gives them): w2, one node with room
-/// for both packed, can never hold it, and the Job waits there saying why; w1 takes it a pod
-/// per node, and w1's real kube-scheduler, which applies the anti-affinity itself, binds the
-/// pods to two nodes and runs the Job to completion.
+/// A Job of two pods that keep one to a node (a required pod anti-affinity to its own pods on
+/// the hostname): w2 (one node) can never hold it, w1 (four) can.
 pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes_enough(
     suite: Arc<Suite>,
 ) {
+    let affinity = json!({"affinity": {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}},
+            "topologyKey": "kubernetes.io/hostname"
+        }]
+    }}});
+    kept_apart(suite, "apart", affinity, "its pods keep one to a node").await;
+}
+
+/// A Job of two pods spread over at least two nodes (a DoNotSchedule topology spread
+/// constraint on the hostname over its own pods, minDomains 2): on w2 (one node, fewer than
+/// minDomains) the least count is taken as 0, so its node may take one pod; on w1 (four) the
+/// real kube-scheduler binds them to two nodes.
+pub async fn a_job_whose_pods_spread_over_nodes_goes_only_where_its_spread_fits(suite: Arc<Suite>) {
+    let spread = json!({"topologySpreadConstraints": [{
+        "maxSkew": 1,
+        "minDomains": 2,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}}
+    }]});
+    let why = "fewer than its minDomains 2, so no node may take more than 1";
+    kept_apart(suite, "spread", spread, why).await;
+}
+
+/// Job `pair` (two pods of 1 CPU, 3 seconds each) with `fields` in its pod spec, in a queue over
+/// w2 alone (namespace `<prefix>-w2`): it waits as `NeverFits`, saying `why`, and no copy is
+/// made. Then in a queue over w1 alone: dispatched on two nodes, bound by the worker's real
+/// kube-scheduler to two different nodes, and complete in the manager.
+async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, why: &str) {
     let env = suite.fleet().await;
     let _shared = env.exclusive.read().await;
-    // Job `pair` in namespace `apart-<worker>`, whose queue has that worker alone.
-    async fn submit(env: &Env, worker: &str) -> (String, Api<Job>) {
-        let ns = format!("apart-{worker}");
-        env.namespace(&ns, &[worker]).await;
-        env.queue(&ns, &[worker], json!({})).await;
-        let mut pair = serde_json::to_value(job("pair", &ns, 2, "1", 1, Some(3))).unwrap();
-        pair["spec"]["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}},
-                "topologyKey": "kubernetes.io/hostname"
-            }]
-        }});
-        let manager = jobs(&env.manager.admin, &ns);
-        manager
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(pair).unwrap(),
-            )
-            .await
-            .expect("the Job is created");
-        (ns, manager)
-    }
+    let submit = |worker: &'static str| {
+        let (env, fields) = (&env, fields.clone());
+        let ns = format!("{prefix}-{worker}");
+        async move {
+            env.namespace(&ns, &[worker]).await;
+            env.queue(&ns, &[worker], json!({})).await;
+            let mut pair = serde_json::to_value(job("pair", &ns, 2, "1", 1, Some(3))).unwrap();
+            let spec = pair["spec"]["template"]["spec"].as_object_mut().unwrap();
+            spec.extend(fields.as_object().unwrap().clone());
+            let manager = jobs(&env.manager.admin, &ns);
+            manager
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(pair).unwrap(),
+                )
+                .await
+                .expect("the Job is created");
+            (ns, manager)
+        }
+    };
     // w2 alone: never.
-    let (ns, manager) = submit(&env, "w2").await;
-    const WHY: &str = "its pods keep one to a node";
-    wait_not_admitted(&manager, "pair", Some("NeverFits"), WHY).await;
+    let (ns, manager) = submit("w2").await;
+    wait_not_admitted(&manager, "pair", Some("NeverFits"), why).await;
     let w2 = &env.worker("w2").plane;
     assert!(
         copy(w2, &ns, "pair").await.unwrap().is_none(),
@@ -1058,7 +1082,7 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
     manager.delete("pair", &Default::default()).await.unwrap();
 
     // w1: a pod on each of two nodes.
-    let (ns, _) = submit(&env, "w1").await;
+    let (ns, _) = submit("w1").await;
     let ns = ns.as_str();
     let w1 = &env.worker("w1").plane;
     let copy = wait_running_copy(&env, "w1", ns, "pair").await;
@@ -1066,7 +1090,7 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
     assert_eq!(preferred.len(), 2, "the fit's nodes: {preferred:?}");
     // Each pod runs for 3 seconds: the nodes of every pod bound so far, whatever its phase.
     let bound = eventually(
-        "both pods of apart-w1/pair bound",
+        &format!("both pods of {ns}/pair bound"),
         Duration::from_secs(60),
         || async {
             let pods: Api<Pod> = Api::namespaced(w1.admin.clone(), ns);

@@ -11,9 +11,13 @@ pub(crate) struct MemoKey {
     /// [`ClassMemo::looked`].
     pub(crate) queue_epoch: u64,
     pub(crate) queues: u64,
-    /// When messages are written: which room is kept for starving Jobs (a worker's reason
-    /// says when room there is kept for another Job). Decisions do not depend on it: room
-    /// kept takes room off, which no misfit needs to hear of, and room let go is room gained.
+    /// When messages are written, or the queue is `StrictFIFO`: which room is kept for
+    /// starving Jobs. A worker's reason says when room there is kept for another Job; and
+    /// room kept can turn a worker's misfit that stays into one that may pass, so that a Job
+    /// every worker could never hold (NeverFits, which lets the rest of a StrictFIFO queue
+    /// through) reads as one that waits (which holds it back). Other decisions do not depend
+    /// on it: room kept takes room off, which no misfit needs to hear of, and room let go is
+    /// room gained.
     pub(crate) kept: u64,
     /// When messages are written: whether the class's first Job starved (its message says
     /// so). A starving Job is judged afresh whenever room may be kept for it.

@@ -87,9 +87,13 @@ impl<'w> QueueMemo<'w> {
             epochs.push(cluster.map(|_| caches.capacity_epoch(name)));
             capacities.push(cluster.map(|c| c.summary.capacity_fingerprint));
         }
+        // Where room is kept decides whether a worker's misfit stays (NeverFits when every
+        // worker's does): a StrictFIFO queue's later Jobs wait behind one and not the other.
+        let strict = (state.settings(now.queue))
+            .is_some_and(|s| s.queueing == crate::api::QueueingStrategy::StrictFIFO);
         Self {
             queue: now.queue.to_string(),
-            key: caches.memo_key(now.queue, config.describe),
+            key: caches.memo_key(now.queue, config.describe || strict),
             clusters,
             epochs: epochs.into(),
             capacities: capacities.into(),
@@ -317,6 +321,14 @@ impl<'w> CachedOracle<'w> {
             }
             None
         } else {
+            // Pods kept apart or spread may still not fit where nodes gained room, for a
+            // reason that now stays where the one found could pass (their nodes have room,
+            // but not for another of them): whether it stays decides NeverFits, so they are
+            // searched afresh. Any other misfit's node that gains room keeps a reason that
+            // may pass, or had one that stays.
+            if gang.shape.one_per_node || gang.shape.spread.is_some() {
+                return None;
+            }
             let room = self.room_bound(gang, (worker, base))?;
             if room >= gang.pods {
                 return None;

@@ -57,6 +57,7 @@ pub(crate) fn prepare_copy(spec: &mut Map<String, Value>) -> Vec<&mut Map<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::apart::Unmodelled;
     use serde_json::json;
 
     /// The Job of the admission fixture, as kube-apiserver sent it.
@@ -91,7 +92,7 @@ mod tests {
         let other = gang(&other);
         let shape = other.shape.as_ref().unwrap();
         assert!(!shape.one_per_node);
-        assert_eq!(shape.unmodelled_terms, [0]);
+        assert_eq!(shape.unmodelled_terms, [Unmodelled::AntiAffinity(0)]);
         // Their keys differ, so they are never one class.
         assert_ne!(apart.shape_key, other.shape_key);
     }

@@ -250,6 +250,7 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
         && a.required_terms == b.required_terms
         && a.tolerations == b.tolerations
         && a.one_per_node == b.one_per_node
+        && a.spread == b.spread
         && ours(a) == ours(b)
         && containers(a) == containers(b)
 }

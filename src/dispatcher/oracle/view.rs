@@ -505,8 +505,13 @@ pub(crate) fn room_in_order(
     let n = current.nodes.len();
     // The search takes nodes in order until the gang fits: on the first nodes of the order
     // it places the gang exactly as on all of them, so only as many are drained as it needs
-    // (first as many as there are pods, doubling).
-    let mut first = gang.all_pods().clamp(1, n.max(1)).min(n);
+    // (first as many as there are pods, doubling). Not pods that spread over nodes: their
+    // spread counts every node, so all are drained at once.
+    let spread = gang.shape.spread.is_some() || gang.extra.iter().any(|e| e.shape.spread.is_some());
+    let mut first = match spread {
+        true => n,
+        false => gang.all_pods().clamp(1, n.max(1)).min(n),
+    };
     loop {
         let nodes = order.first(first);
         let empty = drained_in(current, nodes, table.len());

@@ -329,6 +329,53 @@ fn block_admission_holds_the_next_job_until_the_first_is_pods_ready() {
 }
 
 #[test]
+fn a_gang_that_spreads_over_nodes_goes_where_its_spread_fits() {
+    // `busy`: three nodes of 16 CPUs, one of them full; `calm`: two of 16, both free. The
+    // gang's 4 pods of 4 CPUs fit `busy` packed, or spread as 2 + 2 on its free nodes, but
+    // its full node counts with none, so a node may take one: 2 of 4. In `calm`, 2 + 2.
+    let inv = InventoryBuilder::default()
+        .cluster("busy")
+        .node("busy-0", 16, 0)
+        .node("busy-1", 16, 0)
+        .busy(16, 0)
+        .node("busy-2", 16, 0)
+        .cluster("calm")
+        .node("calm-0", 16, 0)
+        .node("calm-1", 16, 0)
+        .build();
+    let mut env = Env::new(
+        inv,
+        vec![queue("q", "clusters: [busy, calm]\nplacement: {fanout: 1}")],
+    );
+    env.submit(job("spread").pods(4).each(4, 0).spread(1).build());
+    env.submit(job("packed").pods(4).each(4, 0).build());
+    env.settle();
+    assert_eq!(env.job("packed").cluster.as_deref(), Some("busy"));
+    assert_eq!(env.job("spread").cluster.as_deref(), Some("calm"));
+    // Where only `busy` is: it waits for the full node to drain (then 2 + 1 + 1), saying why.
+    let mut env = Env::new(
+        InventoryBuilder::default()
+            .cluster("busy")
+            .node("busy-0", 16, 0)
+            .node("busy-1", 16, 0)
+            .busy(16, 0)
+            .node("busy-2", 16, 0)
+            .build(),
+        vec![queue("q", "clusters: [busy]")],
+    );
+    env.submit(job("spread").pods(4).each(4, 0).spread(1).build());
+    let p = env.plan();
+    let spread = env.job("spread");
+    let why = (p.job_waiting.get(&spread.key))
+        .or_else(|| p.waiting.get(&spread.class()))
+        .expect("spread waits");
+    assert_eq!(
+        why.message,
+        "no worker can take the gang of 4 pods now: busy: only 2 of 4 pods fit at once in cluster busy; then: its pods spread over nodes (a topology spread constraint on kubernetes.io/hostname, maxSkew 1): node busy-1 of cluster busy takes 0 of them, so no node may take more than 1"
+    );
+}
+
+#[test]
 fn a_gang_that_keeps_one_pod_to_a_node_goes_where_there_are_nodes_enough() {
     // `tall`: two nodes of 32 CPUs, room for the whole gang two to a node; `wide`: four of 8.
     // `tall` comes first and is the emptier: a gang packed two to a node would go there, and

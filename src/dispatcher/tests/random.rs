@@ -275,6 +275,9 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                 // Some gangs keep their pods one to a node.
                 if rng.percent(15) {
                     j = j.one_per_node();
+                } else if rng.percent(15) {
+                    // Some spread them over nodes.
+                    j = j.spread(1 + rng.below(2) as u32);
                 }
                 // Some gangs have pods of a second shape beside (a JobSet's driver).
                 if rng.percent(15) {

@@ -150,6 +150,24 @@ impl JobBuilder {
         self.0.shape_key = self.0.shape_key.wrapping_mul(31).wrapping_add(7);
         self
     }
+    /// Its pods spread over nodes at most `max_skew` apart (a topology spread constraint on
+    /// the hostname over its own pods).
+    pub(super) fn spread(mut self, max_skew: u32) -> Self {
+        if let Ok(shape) = &mut self.0.pod {
+            Arc::make_mut(shape).spread = Some(crate::placement::apart::Spread {
+                max_skew,
+                min_domains: 1,
+                honor_affinity: true,
+                honor_taints: false,
+            });
+        }
+        self.0.shape_key = self
+            .0
+            .shape_key
+            .wrapping_mul(37)
+            .wrapping_add(u64::from(max_skew));
+        self
+    }
     /// Adds `pods` pods of another shape to the gang (as a JobSet's second replicated Job
     /// asking for other pods), placed in the same worker.
     pub(super) fn beside(mut self, pods: u32, cpus: u32, gpus: u32) -> Self {
