@@ -1670,20 +1670,24 @@ jobs:
 
 #[test]
 fn a_gang_that_keeps_one_pod_to_a_node_is_sent_where_there_are_nodes_enough() {
+    // `tall` holds it packed two to a node, not one to a node.
+    sent_where_it_fits(ONE_POD_PER_NODE);
+}
+
+/// `scenario` (with `SCHEDULER` for each worker's scheduler setting) sends Job `train`, 4 pods
+/// kept apart, to `wide`, the worker where they fit apart, under both scheduler setups, where
+/// the same Job unkept (`packed`) goes to `tall`, which looks emptier; and a dispatcher that
+/// judges by summed room sends it to `tall`, where the worker's scheduler leaves two pods
+/// Pending until waitForPodsReady takes the Job back.
+fn sent_where_it_fits(scenario: &str) {
     for scheduler in ["", "schedulerName: switchyard-scheduler"] {
-        let scenario = ONE_POD_PER_NODE.replace("SCHEDULER", scheduler);
-        // Switchyard sends it to `wide`, the one worker with four nodes, and it runs at once.
+        let scenario = scenario.replace("SCHEDULER", scheduler);
         let r = run(&scenario, Strategy::Switchyard);
         let train = job(&r, "train");
         assert_eq!(train.cluster.as_deref(), Some("wide"), "{scheduler:?}");
         assert_eq!((train.result.as_str(), train.requeues), ("Succeeded", 0));
-        assert_eq!(seconds(&train.started), 10.0);
-        // The same Job without the anti-affinity is packed into `tall`, which looks emptier.
+        assert_eq!(seconds(&train.started), 10.0, "it runs at once");
         assert_eq!(job(&r, "packed").cluster.as_deref(), Some("tall"));
-
-        // A dispatcher that judges by summed room sends it to `tall` (64 CPUs free, against
-        // 32): the worker's scheduler binds one pod to each node, the other two stay
-        // Pending, and waitForPodsReady takes the Job back after 5 minutes.
         let r = run(&scenario, Strategy::SumAggregate);
         let train = job(&r, "train");
         assert!(train.requeues >= 1, "{scheduler:?}: {train:?}");
@@ -1731,24 +1735,7 @@ jobs:
 
 #[test]
 fn a_gang_that_spreads_over_nodes_is_sent_where_its_spread_fits() {
-    for scheduler in ["", "schedulerName: switchyard-scheduler"] {
-        let scenario = SPREAD_OVER_NODES.replace("SCHEDULER", scheduler);
-        // In `tall` the tainted node counts with none of the pods: each other node may take
-        // one, 2 of 4. Switchyard sends the Job to `wide`, and it runs at once.
-        let r = run(&scenario, Strategy::Switchyard);
-        let train = job(&r, "train");
-        assert_eq!(train.cluster.as_deref(), Some("wide"), "{scheduler:?}");
-        assert_eq!((train.result.as_str(), train.requeues), ("Succeeded", 0));
-        assert_eq!(seconds(&train.started), 10.0);
-        // The same Job unspread is packed into `tall`, which looks emptier.
-        assert_eq!(job(&r, "packed").cluster.as_deref(), Some("tall"));
-
-        // A dispatcher that judges by summed room sends it to `tall`: the worker's scheduler
-        // binds a pod to each untainted node, the other two stay Pending, and
-        // waitForPodsReady takes the Job back after 5 minutes.
-        let r = run(&scenario, Strategy::SumAggregate);
-        let train = job(&r, "train");
-        assert!(train.requeues >= 1, "{scheduler:?}: {train:?}");
-        assert!(seconds(&train.started) >= 300.0, "{scheduler:?}: {train:?}");
-    }
+    // In `tall` the tainted node counts with none of the pods: each other node may take one,
+    // 2 of 4.
+    sent_where_it_fits(SPREAD_OVER_NODES);
 }
