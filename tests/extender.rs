@@ -245,6 +245,47 @@ async fn a_virtual_node_takes_a_gang_that_keeps_one_pod_to_a_node_only_with_a_no
     running.shutdown().await;
 }
 
+/// A gang whose pods spread over nodes (a DoNotSchedule topology spread constraint on the
+/// hostname over its own pods) is judged on a virtual node as PodTopologySpread binds it in
+/// the worker: at most maxSkew above the least count on the nodes it counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_node_takes_a_gang_that_spreads_over_nodes_only_as_its_spread_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut args = fixture("extender-filter-nodenames");
+    args["NodeNames"] = json!(["switchyard-eu-1"]);
+    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "4"});
+    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
+    args["Pod"]["metadata"]["labels"] = json!({"job-name": "train"});
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "6"});
+    let spread = |min_domains: u32| {
+        json!([{
+            "maxSkew": 1, "minDomains": min_domains, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"job-name": "train"}}
+        }])
+    };
+    // Six 4-GPU pods over eu-1's three nodes, two each: the spread holds ...
+    args["Pod"]["spec"]["topologySpreadConstraints"] = spread(1);
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!(["switchyard-eu-1"]), "{reply}");
+    // ... but not with four nodes counted at least: the least count is taken as 0, and no node
+    // may take more than one.
+    args["Pod"]["spec"]["topologySpreadConstraints"] = spread(4);
+    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!([]));
+    let why = reply["FailedAndUnresolvableNodes"]["switchyard-eu-1"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(why.contains("only 3 of 6 pods fit"), "{why}");
+    assert!(
+        why.contains("fewer than its minDomains 4, so no node may take more than 1"),
+        "{why}"
+    );
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bind_holds_the_space_and_posts_the_binding() {
     let api = MockServer::start().await;
