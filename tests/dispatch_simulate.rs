@@ -1695,47 +1695,36 @@ fn sent_where_it_fits(scenario: &str) {
     }
 }
 
-/// `tall`'s third node has a taint the Job does not tolerate; PodTopologySpread still counts
-/// it (nodeTaintsPolicy: Ignore), with none of the pods.
-const SPREAD_OVER_NODES: &str = r#"
-clusters:
-  - name: tall
-    SCHEDULER
-    nodes:
-      - {name: tall-1, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
-      - {name: tall-2, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}}
-      - {name: tall-3, allocatable: {cpu: "32", memory: 64Gi, pods: "110"}, taints: [{key: dedicated, value: db, effect: NoSchedule}]}
-  - name: wide
-    SCHEDULER
-    nodes:
-      - {name: wide-1, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
-      - {name: wide-2, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
-      - {name: wide-3, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
-      - {name: wide-4, allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}
-queues:
-  - name: training
-    clusters: [tall, wide]
-    waitForPodsReady: {enabled: true, timeout: 5m, requeuing: {backoffBase: 1m, limit: 2}}
-jobs:
-  - name: train
-    queue: training
-    submitAt: 0s
-    parallelism: 4
-    duration: 30m
-    podStartDelay: 10s
-    template:
-      containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]
-      topologySpreadConstraints:
+/// [`ONE_POD_PER_NODE`] with Job `train` spread over nodes instead, and a third node in `tall`
+/// with a taint the Job does not tolerate: PodTopologySpread still counts it
+/// (nodeTaintsPolicy: Ignore), with none of the pods.
+fn spread_over_nodes() -> String {
+    const TALL_2: &str =
+        "      - {name: tall-2, allocatable: {cpu: \"32\", memory: 64Gi, pods: \"110\"}}\n";
+    const APART: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+              topologyKey: kubernetes.io/hostname
+";
+    const SPREAD: &str = "      topologySpreadConstraints:
         - maxSkew: 1
           topologyKey: kubernetes.io/hostname
           whenUnsatisfiable: DoNotSchedule
           labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
-  - {name: packed, queue: training, submitAt: 1h, parallelism: 4, duration: 30m, podStartDelay: 10s, template: {containers: [{name: c, resources: {requests: {cpu: "4", memory: 2Gi}}}]}}
-"#;
+";
+    let tainted = format!(
+        "{TALL_2}      - {{name: tall-3, allocatable: {{cpu: \"32\", memory: 64Gi, pods: \"110\"}}, taints: [{{key: dedicated, value: db, effect: NoSchedule}}]}}\n"
+    );
+    assert!(ONE_POD_PER_NODE.contains(TALL_2) && ONE_POD_PER_NODE.contains(APART));
+    ONE_POD_PER_NODE
+        .replace(TALL_2, &tainted)
+        .replace(APART, SPREAD)
+}
 
 #[test]
 fn a_gang_that_spreads_over_nodes_is_sent_where_its_spread_fits() {
     // In `tall` the tainted node counts with none of the pods: each other node may take one,
     // 2 of 4.
-    sent_where_it_fits(SPREAD_OVER_NODES);
+    sent_where_it_fits(&spread_over_nodes());
 }

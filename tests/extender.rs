@@ -210,18 +210,25 @@ async fn virtual_nodes_are_judged_as_whole_clusters_for_the_gang() {
     running.shutdown().await;
 }
 
+/// The filter of virtual node `switchyard-eu-1` for a Guaranteed pod of Job `train` (the
+/// labels its Job's controller gives it) with `gpus` GPUs.
+fn eu1_train_pod(gpus: u32) -> Value {
+    let mut args = fixture("extender-filter-nodenames");
+    args["NodeNames"] = json!(["switchyard-eu-1"]);
+    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": gpus.to_string()});
+    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
+    args["Pod"]["metadata"]["labels"] =
+        json!({"batch.kubernetes.io/job-name": "train", "job-name": "train"});
+    args
+}
+
 /// A gang whose pods keep one to a node (their required anti-affinity to one another on the
 /// hostname, by the label their Job's controller gives them) needs as many nodes as pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_virtual_node_takes_a_gang_that_keeps_one_pod_to_a_node_only_with_a_node_each() {
     let dir = tempfile::tempdir().unwrap();
     let (running, mut conn) = start(dir.path(), None).await;
-    let mut args = fixture("extender-filter-nodenames");
-    args["NodeNames"] = json!(["switchyard-eu-1"]);
-    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"});
-    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
-    args["Pod"]["metadata"]["labels"] =
-        json!({"batch.kubernetes.io/job-name": "train", "job-name": "train"});
+    let mut args = eu1_train_pod(1);
     args["Pod"]["spec"]["affinity"] = json!({"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [{
             "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": ["train"]}]},
@@ -252,11 +259,7 @@ async fn a_virtual_node_takes_a_gang_that_keeps_one_pod_to_a_node_only_with_a_no
 async fn a_virtual_node_takes_a_gang_that_spreads_over_nodes_only_as_its_spread_allows() {
     let dir = tempfile::tempdir().unwrap();
     let (running, mut conn) = start(dir.path(), None).await;
-    let mut args = fixture("extender-filter-nodenames");
-    args["NodeNames"] = json!(["switchyard-eu-1"]);
-    let r = json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "4"});
-    args["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": r, "limits": r});
-    args["Pod"]["metadata"]["labels"] = json!({"job-name": "train"});
+    let mut args = eu1_train_pod(4);
     args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "6"});
     let spread = |min_domains: u32| {
         json!([{
