@@ -118,7 +118,7 @@ pub struct Shape {
     pub pod: PodShape,
     /// Of a JobSet whose replicated Jobs ask for different pods, the replicated Jobs whose
     /// pods these are, as a person names them ("replicated Job driver").
-    pub part: Option<String>,
+    pub part: Option<Arc<str>>,
 }
 
 /// What `explain --pod FILE` judges: its pods, and warnings about keys of the file that its
@@ -201,12 +201,12 @@ fn workload_shapes(
     };
     let mut shapes = vec![Shape {
         pod: sized(&main, pods - others),
-        part: gang.main_jobs.as_deref().map(str::to_string),
+        part: gang.main_jobs.clone(),
     }];
     for e in &gang.extra {
         shapes.push(Shape {
             pod: sized(&e.shape, u64::from(e.pods)),
-            part: Some(e.jobs.to_string()),
+            part: Some(e.jobs.clone()),
         });
     }
     Ok(shapes)
@@ -374,7 +374,7 @@ pub fn render(
             shape: &judged[0],
             pods: sizes[0],
             extra: &extra,
-            main_jobs: shapes[0].part.as_deref(),
+            main_jobs: shapes[0].part.as_ref(),
             strategy,
         };
         let found = search(cluster, &inv.resources, pods, &bound, config);

@@ -222,6 +222,16 @@ fn eu1_train_pod(gpus: u32) -> Value {
     args
 }
 
+/// Filters `args`'s pod, changed since the last filter (a new resourceVersion, as the API
+/// server gives it), on `switchyard-eu-1`, which must refuse it as unresolvable: the reason.
+async fn refused_for_good(conn: &mut Connection, args: &mut Value) -> String {
+    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
+    let (_, reply) = call(conn, "/scheduler/filter", args).await;
+    assert_eq!(reply["NodeNames"], json!([]), "{reply}");
+    let why = reply["FailedAndUnresolvableNodes"]["switchyard-eu-1"].as_str();
+    why.unwrap_or_else(|| panic!("{reply}")).to_string()
+}
+
 /// A gang whose pods keep one to a node (their required anti-affinity to one another on the
 /// hostname, by the label their Job's controller gives them) needs as many nodes as pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,12 +251,7 @@ async fn a_virtual_node_takes_a_gang_that_keeps_one_pod_to_a_node_only_with_a_no
     assert_eq!(reply["NodeNames"], json!(["switchyard-eu-1"]), "{reply}");
     // ... four never do.
     args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "4"});
-    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
-    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
-    assert_eq!(reply["NodeNames"], json!([]));
-    let why = reply["FailedAndUnresolvableNodes"]["switchyard-eu-1"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{reply}"));
+    let why = refused_for_good(&mut conn, &mut args).await;
     assert!(why.contains("only 3 of 4 pods fit"), "{why}");
     assert!(why.contains("keep one to a node"), "{why}");
     running.shutdown().await;
@@ -275,12 +280,7 @@ async fn a_virtual_node_takes_a_gang_that_spreads_over_nodes_only_as_its_spread_
     // ... but not with four nodes counted at least: the least count is taken as 0, and no node
     // may take more than one.
     args["Pod"]["spec"]["topologySpreadConstraints"] = spread(4);
-    args["Pod"]["metadata"]["resourceVersion"] = json!("999");
-    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
-    assert_eq!(reply["NodeNames"], json!([]));
-    let why = reply["FailedAndUnresolvableNodes"]["switchyard-eu-1"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{reply}"));
+    let why = refused_for_good(&mut conn, &mut args).await;
     assert!(why.contains("only 3 of 6 pods fit"), "{why}");
     assert!(
         why.contains("fewer than its minDomains 4, so no node may take more than 1"),

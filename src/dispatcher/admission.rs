@@ -373,7 +373,7 @@ impl<'w> Pass<'w> {
                 shape,
                 pods: job.main_pods() as usize,
                 extra: &job.extra,
-                main_jobs: job.main_jobs.as_deref(),
+                main_jobs: job.main_jobs.as_ref(),
                 strategy: shape.strategy(settings.strategy),
             },
             settings,
@@ -1209,7 +1209,7 @@ pub(crate) fn hold_for(
         shape,
         pods: job.main_pods() as usize,
         extra: &job.extra,
-        main_jobs: job.main_jobs.as_deref(),
+        main_jobs: job.main_jobs.as_ref(),
         strategy: shape.strategy(settings.strategy),
     };
     let table = &state.inventory.resources;

@@ -31,7 +31,7 @@ pub(crate) struct Gang<'a> {
     /// with the main part in the same worker (see [`view::search`]); usually none.
     pub(crate) extra: &'a [Extra],
     /// Of a gang of several shapes, its main part's replicated Jobs, for messages.
-    pub(crate) main_jobs: Option<&'a str>,
+    pub(crate) main_jobs: Option<&'a Arc<str>>,
     /// How the queue scores workers, as the pod template may override it.
     pub(crate) strategy: Strategy,
 }
@@ -62,7 +62,7 @@ pub(crate) struct GangPods<'a> {
     pub(crate) pods: usize,
     pub(crate) extra: &'a [Extra],
     /// Of a gang of several shapes, its main part's replicated Jobs, for messages.
-    pub(crate) main_jobs: Option<&'a str>,
+    pub(crate) main_jobs: Option<&'a Arc<str>>,
     pub(crate) strategy: Strategy,
 }
 

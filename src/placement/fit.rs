@@ -63,7 +63,7 @@ pub(crate) enum Misfit {
         cluster: String,
         max_skew: u32,
         cap: usize,
-        least: Option<(String, usize)>,
+        least: (String, usize),
         /// The nodes counted, when fewer than the constraint's `minDomains`.
         too_few: Option<(usize, u32)>,
         unresolvable: bool,
@@ -305,13 +305,12 @@ impl Misfit {
                     "its pods spread over nodes (a topology spread constraint on {}, maxSkew {max_skew}): ",
                     super::apart::HOSTNAME
                 )?;
-                match (too_few, least) {
-                    (Some((counted, min)), _) => write!(
+                match too_few {
+                    Some((counted, min)) => write!(
                         f,
                         "cluster {cluster} has {counted} node(s) it counts, fewer than its minDomains {min}"
                     )?,
-                    (None, Some((node, n))) => write!(f, "node {node} of cluster {cluster} takes {n} of them")?,
-                    (None, None) => write!(f, "cluster {cluster} has no node it counts")?,
+                    None => write!(f, "node {} of cluster {cluster} takes {} of them", least.0, least.1)?,
                 }
                 write!(f, ", so no node may take more than {cap}")
             }
@@ -2012,14 +2011,13 @@ fn fit_spread(
             }
         }
     }
-    if unspread < n {
-        return None;
-    }
+    // Only nodes counted take pods: when they hold the gang, some node is counted.
+    let (least, least_room, stays) = least.filter(|_| unspread >= n)?;
     let counted = rooms.len();
     let too_few = counted < spread.min_domains as usize;
-    let floor = match least {
-        Some((_, room, _)) if !too_few => room.min(n / counted),
-        _ => 0,
+    let floor = match too_few {
+        true => 0,
+        false => least_room.min(n / counted),
     };
     let cap = floor + spread.max_skew as usize;
     let total: usize = rooms.iter().map(|&(_, room)| room.min(cap)).sum();
@@ -2028,9 +2026,9 @@ fn fit_spread(
             cluster: cluster.name.clone(),
             max_skew: spread.max_skew,
             cap,
-            least: least.map(|(i, room, _)| (cluster.nodes[i].name.to_string(), room)),
+            least: (cluster.nodes[least].name.to_string(), least_room),
             too_few: too_few.then_some((counted, spread.min_domains)),
-            unresolvable: too_few || least.is_some_and(|(_, _, stays)| stays),
+            unresolvable: too_few || stays,
         };
         return Some(ClusterFit {
             cluster: cluster.name.clone(),

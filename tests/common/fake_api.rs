@@ -1155,11 +1155,12 @@ impl FakeApi {
     /// A write handler's answer, read and written again while the object moves under it, as
     /// kube-apiserver retries an update whose compare-and-swap lost.
     fn retried(&self, mut write: impl FnMut() -> Result<Response<Body>, Moved>) -> Response<Body> {
-        loop {
+        for _ in 0..1000 {
             if let Ok(r) = write() {
                 return r;
             }
         }
+        panic!("an object changed under 1000 writes in a row");
     }
 
     fn delete_named(

@@ -726,6 +726,7 @@ mod tests {
         );
         assert_ne!(gang(&empty()).shape_key, a.shape_key);
     }
+
     #[test]
     fn the_parts_of_a_gang_of_several_shapes_are_named_by_their_replicated_jobs() {
         let pod = |cpu: &str| json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}});

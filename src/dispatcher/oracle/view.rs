@@ -329,7 +329,7 @@ pub(crate) fn search(
             return Vec::new();
         };
         let others = gang.extra.iter().map(|e| e.jobs.clone());
-        std::iter::once(Arc::from(main))
+        std::iter::once(main.clone())
             .chain(others)
             .take(n)
             .collect()
