@@ -1071,7 +1071,9 @@ async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, 
             (ns, manager)
         }
     };
-    // w2 alone: never.
+    // w2 alone: never. w2 must answer as it normally does (no partition scenario may stop its
+    // API server meanwhile), both for the dispatcher's verdict and for the look for a copy.
+    let w2_steady = env.w2_steady.read().await;
     let (ns, manager) = submit("w2").await;
     wait_not_admitted(&manager, "pair", Some("NeverFits"), why).await;
     let w2 = &env.worker("w2").plane;
@@ -1080,6 +1082,7 @@ async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, 
         "a copy in w2"
     );
     manager.delete("pair", &Default::default()).await.unwrap();
+    drop(w2_steady);
 
     // w1: a pod on each of two nodes.
     let (ns, _) = submit("w1").await;

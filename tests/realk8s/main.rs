@@ -13,8 +13,8 @@
 //!
 //! One fleet (see `env`) is shared by every scenario, each in namespaces and queues of its own;
 //! the scenarios run concurrently, except that one killing a replica has the fleet to itself and
-//! those partitioning worker w2 keep the extender's off it. A failure keeps the logs of every
-//! process and says where.
+//! those partitioning worker w2 keep off it every other scenario that needs w2 to answer. A
+//! failure keeps the logs of every process and says where.
 
 #[path = "../common/k8s/mod.rs"]
 mod k8s;
