@@ -459,5 +459,11 @@ fn apart(pod: &PodShape) -> String {
             s.max_skew
         );
     }
+    if !pod.together.is_empty() {
+        out += &format!(
+            ", kept together in one {} (its required pod affinity)",
+            pod.together.join(" and ")
+        );
+    }
     out
 }

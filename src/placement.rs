@@ -58,6 +58,7 @@ impl PodShape {
     pub(crate) fn kept_apart(mut self, apart: apart::Apart) -> Self {
         self.one_per_node = apart.one_per_node;
         self.spread = apart.spread;
+        self.together = apart.together;
         self.unmodelled_terms = apart.unmodelled;
         self
     }

@@ -94,7 +94,11 @@ pub enum KubeType {
 /// node affinity and tolerations. In a real cluster kube-scheduler applies these itself
 /// (the extender only filters what is left); `simulate` and `explain` place without them.
 const NOT_MODELLED: [&[&str]; 6] = [
-    &["affinity", "podAffinity"],
+    &[
+        "affinity",
+        "podAffinity",
+        "preferredDuringSchedulingIgnoredDuringExecution",
+    ],
     &[
         "affinity",
         "podAntiAffinity",
@@ -123,6 +127,14 @@ const ANTI_AFFINITY_TERMS: [&str; 3] = [
 /// Job's own pods over nodes, and names the others by index, as anti-affinity terms.
 const SPREAD_CONSTRAINTS: [&str; 1] = ["topologySpreadConstraints"];
 
+/// Where a pod spec's required pod affinity terms are: placement models those that keep a
+/// Job's own pods together, and names the others by index, as anti-affinity terms.
+const AFFINITY_TERMS: [&str; 3] = [
+    "affinity",
+    "podAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+];
+
 /// The paths of the required anti-affinity terms and spread constraints placement does not
 /// model (`terms`) in the pod spec at `at`.
 pub(crate) fn unmodelled_terms(
@@ -136,6 +148,7 @@ pub(crate) fn unmodelled_terms(
             let (list, i): (&[&str], usize) = match *term {
                 Unmodelled::AntiAffinity(i) => (&ANTI_AFFINITY_TERMS, i),
                 Unmodelled::Spread(i) => (&SPREAD_CONSTRAINTS, i),
+                Unmodelled::Affinity(i) => (&AFFINITY_TERMS, i),
             };
             let mut path = at.to_vec();
             path.extend(list.iter().map(|k| Step::Key(k.to_string())));
@@ -198,7 +211,9 @@ impl KubeType {
         let field = &path[at.len()..];
         NOT_MODELLED.iter().any(|f| is(f, field))
             || matches!(field, [rest @ .., Step::Index(_)]
-                if is(&ANTI_AFFINITY_TERMS, rest) || is(&SPREAD_CONSTRAINTS, rest))
+                if is(&ANTI_AFFINITY_TERMS, rest)
+                    || is(&SPREAD_CONSTRAINTS, rest)
+                    || is(&AFFINITY_TERMS, rest))
     }
 }
 
@@ -363,7 +378,7 @@ pub fn judge(paths: &[KeyPath], owner: impl Fn(&[Step]) -> Owner) -> Unread {
                 if !ty.has(field) {
                     format!("{path}: not a field of a {}; skipped", ty.name())
                 } else if ty.not_modelled(field) {
-                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)")
+                    format!("{path}: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)")
                 } else {
                     continue;
                 }
@@ -485,7 +500,7 @@ mod tests {
         let warnings = judge(&found, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
         assert_eq!(
             warnings[1],
-            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)"
+            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)"
         );
         // A required term is named by its index, when the pod's analysis finds it is not
         // modelled; the walk never names one.
@@ -499,7 +514,7 @@ mod tests {
         );
         let said = judge(&terms, |_| Owner::Kubernetes(KubeType::Job, 0)).warnings;
         assert!(
-            said[0].ends_with("[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)"),
+            said[0].ends_with("[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)"),
             "{said:?}"
         );
         // So is a spread constraint (the walk never names `topologySpreadConstraints`).

@@ -1303,9 +1303,17 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
             {"labelSelector": {"matchLabels": {"job-name": "j4"}}, "topologyKey": "kubernetes.io/hostname"}
         ]
     }});
+    // Job j5's pods keep together in one zone (modelled) and beside a cache's (not).
+    let mut together = real.clone();
+    together["affinity"] = serde_json::json!({"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"},
+            {"labelSelector": {"matchLabels": {"job-name": "j5"}}, "topologyKey": "topology.kubernetes.io/zone"}
+        ]
+    }});
     let (ok, err) = simulate_stderr(
         dir.path(),
-        &scenario_with_templates(&[real, newer, typo, spread, apart]),
+        &scenario_with_templates(&[real, newer, typo, spread, apart, together]),
     );
     assert!(ok, "{err}");
     assert_eq!(
@@ -1314,8 +1322,9 @@ fn simulate_warns_of_pod_template_keys_kubernetes_does_not_have() {
             "warning: scenario: jobs[1].template.containers[0].futureContainerField: not a field of a Kubernetes v1.33 PodSpec; skipped",
             "warning: scenario: jobs[2].template.containers[0].resorces: not a field of a Kubernetes v1.33 PodSpec; skipped",
             // A field placement does not model is said too: the run places without it.
-            "warning: scenario: jobs[3].template.topologySpreadConstraints[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)",
-            "warning: scenario: jobs[4].template.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)",
+            "warning: scenario: jobs[3].template.topologySpreadConstraints[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)",
+            "warning: scenario: jobs[4].template.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)",
+            "warning: scenario: jobs[5].template.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)",
         ]
     );
 }
@@ -1483,7 +1492,7 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "warning: pod: spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, and a spread of them over nodes)\n"
+        "warning: pod: spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1]: placed without it (Switchyard's placement judges requests, NUMA zones, node selector, required node affinity, tolerations, an anti-affinity that keeps a Job's pods one to a node, a spread of them over nodes, and an affinity that keeps them together)\n"
     );
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1519,6 +1528,29 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
     );
     assert!(
         report.contains("cluster eu-1: does not fit: only 1 of 2 pods fit at once in cluster eu-1; then: its pods spread over nodes (a topology spread constraint on kubernetes.io/hostname, maxSkew 1): node eu-1-gpu-a of cluster eu-1 takes 0 of them, so no node may take more than 1\n"),
+        "{report}"
+    );
+    // Pods kept together in one zone: the bundled inventory's nodes have no zone label.
+    let spec = job["spec"]["template"]["spec"].as_object_mut().unwrap();
+    spec.remove("topologySpreadConstraints");
+    spec.insert(
+        "affinity".into(),
+        serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "basic"}},
+            "topologyKey": "topology.kubernetes.io/zone"
+        }]}}),
+    );
+    let out = run(&job);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(
+            "gang of 2, kept together in one topology.kubernetes.io/zone (its required pod affinity);"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("cluster eu-1: does not fit: only 0 of 2 pods fit at once in cluster eu-1; then: its pods keep together in one topology.kubernetes.io/zone (a required pod affinity to one another), and no node of cluster eu-1 has the label topology.kubernetes.io/zone\n"),
         "{report}"
     );
     job["kind"] = "Deployment".into();

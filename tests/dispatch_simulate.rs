@@ -1722,6 +1722,46 @@ fn spread_over_nodes() -> String {
         .replace(APART, SPREAD)
 }
 
+/// [`ONE_POD_PER_NODE`] with Job `train` kept together in one zone instead: `wide`'s nodes
+/// are all in one zone, and `tall`'s two nodes, in two zones, have room for three of its pods
+/// each.
+fn together_in_a_zone() -> String {
+    const APART: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+              topologyKey: kubernetes.io/hostname
+";
+    const TOGETHER: &str = "      affinity:
+        podAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+              topologyKey: topology.kubernetes.io/zone
+";
+    let mut scenario = ONE_POD_PER_NODE.replace(APART, TOGETHER);
+    for (node, zone, cpu) in [("tall-1", "x", "12"), ("tall-2", "y", "12")] {
+        let old = format!("{{name: {node}, allocatable: {{cpu: \"32\"");
+        let new = format!("{{name: {node}, labels: {{topology.kubernetes.io/zone: {zone}}}, allocatable: {{cpu: \"{cpu}\"");
+        assert!(scenario.contains(&old), "{old}");
+        scenario = scenario.replace(&old, &new);
+    }
+    for i in 1..=4 {
+        let old = format!("{{name: wide-{i}, ");
+        assert!(scenario.contains(&old), "{old}");
+        scenario = scenario.replace(
+            &old,
+            &format!("{old}labels: {{topology.kubernetes.io/zone: w}}, "),
+        );
+    }
+    scenario
+}
+
+#[test]
+fn a_gang_kept_together_in_a_zone_is_sent_where_one_zone_holds_it() {
+    // `tall` holds it across its two zones, three and one, not in one.
+    sent_where_it_fits(&together_in_a_zone());
+}
+
 #[test]
 fn a_gang_that_spreads_over_nodes_is_sent_where_its_spread_fits() {
     // In `tall` the tainted node counts with none of the pods: each other node may take one,

@@ -387,7 +387,7 @@ impl<'w> Pass<'w> {
             return self.short_of_quota(&look, wait, &usable, oracle);
         }
         if !judged_alone {
-            if let Some(verdict) = oracle.recall(class, &now) {
+            if let Some(verdict) = oracle.recall(&look.gang, &now) {
                 return Attempt::Wait(verdict);
             }
         }

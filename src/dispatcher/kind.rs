@@ -255,6 +255,7 @@ pub(crate) fn template_shape(
             if let Some(spread) = &s.spread {
                 spread.hash(&mut h);
             }
+            s.together.hash(&mut h);
         }
         h.finish()
     };

@@ -137,7 +137,7 @@ pub(crate) trait Oracle<'w> {
 
     /// The verdict of the class's last placement, if nothing it depended on changed since
     /// (asked only once its quota is covered).
-    fn recall(&mut self, class: &ClassKey, now: &Circumstances) -> Option<Verdict>;
+    fn recall(&mut self, gang: &Gang, now: &Circumstances) -> Option<Verdict>;
 
     /// Keeps the verdict of a placement: the gang fits none of the workers `asked` about (by
     /// position in the queue's list), nor any other usable one.
@@ -351,7 +351,7 @@ impl<'w> Oracle<'w> for PlainOracle<'w> {
         }
     }
 
-    fn recall(&mut self, _class: &ClassKey, _now: &Circumstances) -> Option<Verdict> {
+    fn recall(&mut self, _gang: &Gang, _now: &Circumstances) -> Option<Verdict> {
         None
     }
 

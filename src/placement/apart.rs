@@ -10,9 +10,16 @@
 //! whose count of such pods, the pod included, exceeds the least count on any node it counts
 //! by at most `maxSkew` ([`Spread`]; the fit is `super::fit`'s).
 //!
+//! A required pod affinity to the gang's own pods (a selector that matches the pod itself, any
+//! topology key: `topology.kubernetes.io/zone`, a rack label, the hostname) keeps the gang
+//! together: InterPodAffinity binds the first pod to any node that has the key (no pod like it
+//! is anywhere yet), and every later one only where the earlier ones are, so the whole gang
+//! lands in one domain of the key (one value of the label; of every key, when several terms
+//! ask). Placement fits the gang in one such domain ([`Apart::together`]).
+//!
 //! Any other required anti-affinity term or spread constraint (another topology key, a
 //! selector that matches other pods, namespaces chosen by labels, `ScheduleAnyway`, which
-//! only scores) is not modelled: it concerns pods placement does not see (what runs on the
+//! only scores), and any pod affinity term over other pods, is not modelled: it concerns pods placement does not see (what runs on the
 //! nodes is known as amounts, not as labelled pods), and the pod is placed without it;
 //! `simulate` and `explain` say so.
 
@@ -30,6 +37,10 @@ pub(crate) struct Apart {
     pub(crate) one_per_node: bool,
     /// The spread of the pods over nodes, if a constraint asks for one.
     pub(crate) spread: Option<Spread>,
+    /// The topology keys of the required pod affinity terms that keep the gang together: all
+    /// its pods in one domain, the nodes with the same value of each key (in the order of the
+    /// terms, each key once). Empty when none does.
+    pub(crate) together: Vec<String>,
     /// The terms and constraints placement does not model.
     pub(crate) unmodelled: Vec<Unmodelled>,
 }
@@ -41,6 +52,8 @@ pub(crate) enum Unmodelled {
     AntiAffinity(usize),
     /// In `topologySpreadConstraints`.
     Spread(usize),
+    /// In `affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    Affinity(usize),
 }
 
 /// A gang's pods spread over nodes: a pod is bound only to a node whose count of the gang's
@@ -58,19 +71,20 @@ pub(crate) struct Spread {
     pub(crate) honor_taints: bool,
 }
 
-/// A term, as placement sees it.
+/// A pod affinity or anti-affinity term, as placement sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Term {
-    /// It keeps pods like this one apart by node.
-    OnePerNode,
+enum Term<'a> {
+    /// It is about pods like this one (of its namespace, matched by its selector), in the
+    /// domains of this topology key.
+    Own(&'a str),
     /// It matches no pod (no label selector): it rules nothing out.
     Vacuous,
-    /// It concerns pods placement does not see, or domains other than nodes.
+    /// It concerns pods placement does not see.
     Unmodelled,
 }
 
 /// The pod's required anti-affinity terms.
-fn terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
+fn anti_terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
     spec.affinity
         .as_ref()
         .and_then(|a| a.pod_anti_affinity.as_ref())
@@ -81,10 +95,24 @@ fn terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
         .unwrap_or_default()
 }
 
-/// Whether the pod has required anti-affinity terms or spread constraints (without them,
-/// [`judge`] finds nothing).
+/// The pod's required affinity terms.
+fn affinity_terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_affinity.as_ref())
+        .map(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_slice()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the pod has required pod (anti-)affinity terms or spread constraints (without
+/// them, [`judge`] finds nothing).
 pub(crate) fn has_terms(spec: &PodSpecView) -> bool {
-    !terms(spec).is_empty() || !spec.topology_spread_constraints.is_empty()
+    !anti_terms(spec).is_empty()
+        || !affinity_terms(spec).is_empty()
+        || !spec.topology_spread_constraints.is_empty()
 }
 
 /// The required anti-affinity and spread constraints of a pod with `labels` in `namespace`
@@ -95,11 +123,12 @@ pub(crate) fn judge(
     namespace: &str,
 ) -> Apart {
     let mut out = Apart::default();
-    for (i, t) in terms(spec).iter().enumerate() {
+    for (i, t) in anti_terms(spec).iter().enumerate() {
         match term(t, labels, namespace) {
-            Term::OnePerNode => out.one_per_node = true,
+            Term::Own(HOSTNAME) => out.one_per_node = true,
             Term::Vacuous => {}
-            Term::Unmodelled => out.unmodelled.push(Unmodelled::AntiAffinity(i)),
+            // Apart in wider domains than nodes, or from other pods.
+            Term::Own(_) | Term::Unmodelled => out.unmodelled.push(Unmodelled::AntiAffinity(i)),
         }
     }
     for (i, c) in spec.topology_spread_constraints.iter().enumerate() {
@@ -108,6 +137,22 @@ pub(crate) fn judge(
             Some(Some(s)) if out.spread.is_none() => out.spread = Some(s),
             Some(None) => {}
             _ => out.unmodelled.push(Unmodelled::Spread(i)),
+        }
+    }
+    for (i, t) in affinity_terms(spec).iter().enumerate() {
+        match term(t, labels, namespace) {
+            // A gang kept together and spread over nodes is not combined: the spread is
+            // modelled, the term named.
+            Term::Own(key) if out.spread.is_none() => {
+                if !out.together.iter().any(|k| k == key) {
+                    out.together.push(key.to_string());
+                }
+            }
+            // A null selector matches no pod, not even the pod itself: the first pod of the
+            // gang never finds one to go beside, and kube-scheduler binds none of them.
+            Term::Own(_) | Term::Vacuous | Term::Unmodelled => {
+                out.unmodelled.push(Unmodelled::Affinity(i))
+            }
         }
     }
     out
@@ -140,9 +185,13 @@ fn constraint(
     })
 }
 
-/// Whether the term makes pods with `labels` in `namespace` repel one another, node by node,
-/// as kube-scheduler's InterPodAffinity reads it.
-fn term(t: &PodAffinityTermView, labels: &BTreeMap<String, String>, namespace: &str) -> Term {
+/// Whether the term is about pods with `labels` in `namespace` themselves (and in which
+/// domains), as kube-scheduler's InterPodAffinity reads it.
+fn term<'a>(
+    t: &'a PodAffinityTermView,
+    labels: &BTreeMap<String, String>,
+    namespace: &str,
+) -> Term<'a> {
     // A null selector matches no pod.
     let Some(selector) = &t.label_selector else {
         return Term::Vacuous;
@@ -161,8 +210,8 @@ fn term(t: &PodAffinityTermView, labels: &BTreeMap<String, String>, namespace: &
     let mismatched = t.mismatch_label_keys.iter().any(|k| labels.contains_key(k));
     let matches_itself =
         own_namespace && !mismatched && crate::selector::matches(&as_selector(selector), labels);
-    if matches_itself && t.topology_key == HOSTNAME {
-        Term::OnePerNode
+    if matches_itself && !t.topology_key.is_empty() {
+        Term::Own(&t.topology_key)
     } else {
         Term::Unmodelled
     }

@@ -7,6 +7,7 @@ use super::{EngineConfig, NumaUnknown};
 use crate::inventory::{Cluster, Node, NumaTopology, ResourceTable, Scope, Taint};
 use crate::quantity::{display, Milli};
 use crate::topology::{merge_resources, MergeResult, NumaMask, Policy, TopologyHint};
+use std::collections::HashMap;
 use std::fmt;
 use std::fmt::Write as _;
 
@@ -68,6 +69,16 @@ pub(crate) enum Misfit {
         too_few: Option<(usize, u32)>,
         unresolvable: bool,
     },
+    /// The pods keep together in one domain of `keys` ([`super::apart`]: a required pod
+    /// affinity to one another), and none of the cluster's domains holds them all. `best` is
+    /// the domain that holds the most (its label values), with what stops more there; `None`
+    /// when no node of the cluster has the keys.
+    Together {
+        cluster: String,
+        keys: Vec<String>,
+        domains: usize,
+        best: Option<(String, Box<Misfit>)>,
+    },
     /// The whole cluster cannot take work now (stale or lost).
     Unavailable(String),
     /// The part of a gang of several pod shapes (a JobSet's replicated Jobs that ask for
@@ -99,6 +110,8 @@ impl Misfit {
                 *unresolvable
             }
             Misfit::Gang { cause, .. } | Misfit::Part { cause, .. } => cause.unresolvable(),
+            // Labels stay: with no domain, never; else as the domain that holds the most.
+            Misfit::Together { best, .. } => best.as_ref().is_none_or(|(_, m)| m.unresolvable()),
         }
     }
 }
@@ -313,6 +326,29 @@ impl Misfit {
                     None => write!(f, "node {} of cluster {cluster} takes {} of them", least.0, least.1)?,
                 }
                 write!(f, ", so no node may take more than {cap}")
+            }
+            Misfit::Together {
+                cluster,
+                keys,
+                domains,
+                best,
+            } => {
+                let label = match keys.len() {
+                    1 => "label",
+                    _ => "labels",
+                };
+                let keys = keys.join(" and ");
+                write!(
+                    f,
+                    "its pods keep together in one {keys} (a required pod affinity to one another), and "
+                )?;
+                match best {
+                    None => write!(f, "no node of cluster {cluster} has the {label} {keys}"),
+                    Some((best, cause)) => write!(
+                        f,
+                        "none of the {domains} {keys} domain(s) of cluster {cluster} holds them all; in {best}, which holds the most: {cause}"
+                    ),
+                }
             }
             Misfit::BadPod(m) | Misfit::Unavailable(m) => write!(f, "{m}"),
             Misfit::Part {
@@ -1824,6 +1860,59 @@ pub fn fit_cluster(
         }
         // The nodes cannot hold the gang even unspread: why is found below.
     }
+    // Nodes that the summary's rows show without room for one pod are not judged.
+    let roomless = roomless_nodes(s, cluster.nodes.len(), pod);
+    let search = Search {
+        cluster,
+        table,
+        shape,
+        pod,
+        config,
+        strategy,
+        roomless: &roomless,
+    };
+    if !shape.together.is_empty() {
+        return fit_together(&search, n);
+    }
+    fit_nodes(&search, n, 0..cluster.nodes.len(), |_| true)
+}
+
+/// What [`fit_cluster`] searches, once the cluster's summary has not ruled the pod out.
+struct Search<'a> {
+    cluster: &'a Cluster,
+    table: &'a ResourceTable,
+    shape: &'a PodShape,
+    pod: &'a BoundPod,
+    config: &'a EngineConfig,
+    strategy: Strategy,
+    /// By node: the summary's rows show it without room for one pod.
+    roomless: &'a [bool],
+}
+
+/// [`fit_cluster`] on the nodes of the cluster in `span` that are `within` (all of them, or
+/// one domain of pods kept together).
+fn fit_nodes(
+    search: &Search,
+    n: usize,
+    span: std::ops::Range<usize>,
+    within: impl Fn(usize) -> bool,
+) -> ClusterFit {
+    let &Search {
+        cluster,
+        table,
+        shape,
+        pod,
+        config,
+        strategy,
+        roomless,
+    } = search;
+    let mut out = ClusterFit {
+        cluster: cluster.name.clone(),
+        placements: Vec::new(),
+        fitted: 0,
+        misfit: None,
+        score: 0,
+    };
     let resources = scored_resources(pod);
     let pods_id = table.id("pods");
     let mut state = NodeState {
@@ -1831,16 +1920,16 @@ pub fn fit_cluster(
         zones: Vec::new(),
     };
     let mut scratch = Scratch::default();
-    // Nodes that the summary's rows show without room for one pod are not judged.
-    let roomless = roomless_nodes(s, cluster.nodes.len(), pod);
+    let (nodes, roomless) = (&cluster.nodes[span.clone()], &roomless[span.clone()]);
     // First without a word about why nodes refuse: most searches that get this far fit, and
     // then no reason is read. The same nodes take the same pods either way.
     let mut weighted = 0i64;
-    for (i, (node, &none)) in cluster.nodes.iter().zip(&roomless).enumerate() {
+    for (j, (node, &none)) in nodes.iter().zip(roomless).enumerate() {
         if out.fitted >= n {
             break;
         }
-        if none {
+        let i = span.start + j;
+        if none || !within(i) {
             continue;
         }
         let fit = fit_node_with(
@@ -1879,14 +1968,18 @@ pub fn fit_cluster(
     // The misfit kept, with its rank: from a node that took part of the gang, then resolvable.
     let mut first_misfit: Option<((bool, bool), Misfit)> = None;
     let rank = |partial: bool, m: &Misfit| (partial, !m.unresolvable());
-    for (i, node) in cluster.nodes.iter().enumerate() {
+    for (j, node) in nodes.iter().enumerate() {
         if out.fitted >= n {
             break;
+        }
+        let i = span.start + j;
+        if !within(i) {
+            continue;
         }
         // A misfit only matters if it could outrank the one kept; its text is not built
         // otherwise.
         let kept = first_misfit.as_ref().map(|(r, _)| *r);
-        if kept >= Some((false, true)) && roomless[i] {
+        if kept >= Some((false, true)) && roomless[j] {
             // Nothing this node could say would be kept, and it has no room.
             continue;
         }
@@ -1947,6 +2040,104 @@ pub fn fit_cluster(
         }
     });
     out
+}
+
+/// The value of topology key `key` on `node`: its label, or for the hostname, which the kubelet
+/// always labels a node with, the node's name where the inventory lists no such label.
+pub(crate) fn topology_value<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+    (node.labels.get(key)).or_else(|| (key == super::apart::HOSTNAME).then_some(&*node.name))
+}
+
+/// Each node's domain of pods kept together on `keys` (its values of them, the domains
+/// numbered in node order; `None` for a node without one of the keys), and each domain's
+/// values, as `key=value` pairs.
+pub(crate) fn together_domains(
+    cluster: &Cluster,
+    keys: &[String],
+) -> (Vec<Option<usize>>, Vec<String>) {
+    let mut numbers: HashMap<Vec<&str>, usize> = HashMap::new();
+    let mut names = Vec::new();
+    let domains = (cluster.nodes.iter())
+        .map(|node| {
+            let values: Vec<&str> = (keys.iter())
+                .map(|k| topology_value(node, k))
+                .collect::<Option<_>>()?;
+            let next = numbers.len();
+            Some(*numbers.entry(values).or_insert_with_key(|values| {
+                let pairs = keys.iter().zip(values).map(|(k, v)| format!("{k}={v}"));
+                names.push(pairs.collect::<Vec<_>>().join(", "));
+                next
+            }))
+        })
+        .collect();
+    (domains, names)
+}
+
+/// [`fit_cluster`] for pods kept together in one domain ([`super::apart`]): InterPodAffinity
+/// binds the first pod to any node with the keys and every later one beside it, so the gang
+/// is fitted in each domain alone and placed in the one that scores best (the first, of
+/// equals). When none holds it, the misfit is the domain's that holds the most of it.
+fn fit_together(search: &Search, n: usize) -> ClusterFit {
+    let cluster = search.cluster;
+    let keys = &search.shape.together;
+    let (domain, names) = together_domains(cluster, keys);
+    // The nodes a domain spans, first to last: one node for the hostname.
+    let mut spans: Vec<Option<std::ops::Range<usize>>> = vec![None; names.len()];
+    for (i, d) in domain.iter().enumerate() {
+        if let Some(d) = *d {
+            let start = spans[d].as_ref().map_or(i, |s| s.start);
+            spans[d] = Some(start..i + 1);
+        }
+    }
+    let mut best: Option<(usize, ClusterFit)> = None;
+    let mut most: Option<(usize, ClusterFit)> = None;
+    for (d, span) in spans.into_iter().flatten().enumerate() {
+        let fit = fit_nodes(search, n, span, |i| domain[i] == Some(d));
+        if fit.misfit.is_none() {
+            if best.as_ref().is_none_or(|(_, b)| fit.score > b.score) {
+                best = Some((d, fit));
+            }
+        } else if best.is_none() {
+            // The most pods, then a reason that may pass.
+            let rank = |f: &ClusterFit| {
+                let passes = f.misfit.as_ref().is_some_and(|m| !m.unresolvable());
+                (f.fitted, passes)
+            };
+            if most.as_ref().is_none_or(|(_, m)| rank(&fit) > rank(m)) {
+                most = Some((d, fit));
+            }
+        }
+    }
+    if let Some((_, fit)) = best {
+        return fit;
+    }
+    let fitted = most.as_ref().map_or(0, |(_, m)| m.fitted);
+    // Within the domain: what stops the gang there, without the count the whole misfit gives.
+    let best = most.and_then(|(d, fit)| match fit.misfit? {
+        Misfit::Gang { cause, .. } => Some((names[d].clone(), cause)),
+        other => Some((names[d].clone(), Box::new(other))),
+    });
+    let together = Misfit::Together {
+        cluster: cluster.name.clone(),
+        keys: keys.clone(),
+        domains: names.len(),
+        best,
+    };
+    ClusterFit {
+        cluster: cluster.name.clone(),
+        placements: Vec::new(),
+        fitted,
+        misfit: Some(match n {
+            1 if fitted == 0 => together,
+            _ => Misfit::Gang {
+                cluster: cluster.name.clone(),
+                fitted,
+                wanted: n,
+                cause: Box::new(together),
+            },
+        }),
+        score: 0,
+    }
 }
 
 /// [`fit_cluster`] for pods that spread over nodes ([`super::apart::Spread`]), as

@@ -89,14 +89,16 @@ pub(crate) struct ResourcesView {
 #[serde(expecting = "an affinity: a map")]
 pub(crate) struct AffinityView {
     pub(crate) node_affinity: Option<NodeAffinityView>,
-    pub(crate) pod_anti_affinity: Option<PodAntiAffinityView>,
+    pub(crate) pod_affinity: Option<RequiredTermsView>,
+    pub(crate) pod_anti_affinity: Option<RequiredTermsView>,
 }
 
-/// A pod's anti-affinity: its required terms only (a preferred term changes no fit).
+/// A pod's affinity or anti-affinity: its required terms only (a preferred term changes no
+/// fit).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[serde(expecting = "a pod anti-affinity: a map")]
-pub(crate) struct PodAntiAffinityView {
+#[serde(expecting = "a pod affinity or anti-affinity: a map")]
+pub(crate) struct RequiredTermsView {
     #[serde(default)]
     pub(crate) required_during_scheduling_ignored_during_execution: Vec<PodAffinityTermView>,
 }
@@ -226,6 +228,9 @@ pub struct PodShape {
     /// The gang's pods spread over nodes: the pod's `DoNotSchedule` topology spread
     /// constraint on `kubernetes.io/hostname` over pods like itself (see [`super::apart`]).
     pub(crate) spread: Option<super::apart::Spread>,
+    /// The gang's pods kept together in one domain of these topology keys: the pod's required
+    /// pod affinity to pods like itself (see [`super::apart`]). Empty when it has none.
+    pub(crate) together: Vec<String>,
     /// The required anti-affinity terms and spread constraints placement does not model (see
     /// [`super::apart`]): `simulate` and `explain` warn of them.
     pub(crate) unmodelled_terms: Vec<super::apart::Unmodelled>,
@@ -371,6 +376,7 @@ impl PodShape {
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             one_per_node: apart.one_per_node,
             spread: apart.spread,
+            together: apart.together,
             unmodelled_terms: apart.unmodelled,
             name,
         })

@@ -695,3 +695,163 @@ fn a_node_the_pods_cannot_run_on_counts_for_their_spread_as_its_policies_say() {
     let ignore = selected(serde_json::json!({"nodeAffinityPolicy": "Ignore"}));
     assert!(!fit(&ignore, 3).fits());
 }
+
+/// A pod of Job `train` with `gpus` GPUs whose pods keep together: a required pod affinity to
+/// the Job's own pods on each of `keys`.
+fn together_pod(gpus: u32, keys: &[&str]) -> PodShape {
+    let r = serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()});
+    let terms: Vec<serde_json::Value> = (keys.iter())
+        .map(|k| {
+            serde_json::json!({
+                "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "train"}},
+                "topologyKey": k
+            })
+        })
+        .collect();
+    shape(serde_json::json!({
+        "metadata": {"name": "train-0-x", "namespace": "ml", "labels": {"batch.kubernetes.io/job-name": "train"}},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"requests": r, "limits": r}}],
+            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+        }
+    }))
+}
+
+/// `yaml` with `labels` (a flow map) on node `node`.
+fn labelled(yaml: &str, node: &str, labels: &str) -> String {
+    let line = format!("      - name: {node}\n");
+    assert!(yaml.contains(&line), "no node {node}");
+    yaml.replace(&line, &format!("{line}        labels: {labels}\n"))
+}
+
+#[test]
+fn pods_kept_together_go_in_one_domain_of_their_key() {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    // Zone a: n0 with room for four 2-GPU pods, n1 for one; zone b: n2 and n3, four each;
+    // n4, with room but no zone label, is in no zone.
+    let mut yaml = gpu_cluster_yaml(
+        "single-numa-node",
+        "container",
+        &[(4, 4), (2, 0), (4, 4), (4, 4), (4, 4)],
+    );
+    for (node, zone) in [("n0", "a"), ("n1", "a"), ("n2", "b"), ("n3", "b")] {
+        yaml = labelled(&yaml, node, &format!("{{{ZONE}: {zone}}}"));
+    }
+    let inv = parse_yaml(&yaml).unwrap();
+    let pod = together_pod(2, &[ZONE]);
+    assert_eq!(pod.together, [ZONE]);
+    assert!(pod.unmodelled_terms.is_empty() && !pod.one_per_node && pod.spread.is_none());
+    let placed = |pod: &PodShape, n: usize| {
+        let fit = cluster_fit(&inv, "c", pod, n);
+        assert!(fit.fits(), "{n}: {:?}", fit.misfit.map(|m| m.to_string()));
+        fit.placements
+    };
+    // Without the affinity, a gang of 6 takes the first nodes, across both zones.
+    assert_eq!(placed(&gpu_pod(2), 6), [(0, 4), (1, 1), (2, 1)]);
+    // With it, only zone b holds 6.
+    assert_eq!(placed(&pod, 6), [(2, 4), (3, 2)]);
+    // Both zones hold 5: the emptier one, as LeastAllocated scores it.
+    assert_eq!(placed(&pod, 5), [(2, 4), (3, 1)]);
+    // Nine pods: no zone holds them, though the cluster does (n4 has no zone).
+    assert!(placed(&gpu_pod(2), 9).len() > 2);
+    let m = cluster_fit(&inv, "c", &pod, 9).misfit.unwrap();
+    assert!(
+        matches!(
+            &m,
+            Misfit::Gang {
+                fitted: 8,
+                wanted: 9,
+                ..
+            }
+        ),
+        "{m}"
+    );
+    assert!(!m.unresolvable(), "zone b may gain room: {m}");
+    assert_eq!(
+        m.to_string(),
+        "only 8 of 9 pods fit at once in cluster c; then: its pods keep together in one topology.kubernetes.io/zone (a required pod affinity to one another), and none of the 2 topology.kubernetes.io/zone domain(s) of cluster c holds them all; in topology.kubernetes.io/zone=b, which holds the most: needs 2 nvidia.com/gpu on one node; node n2 has 0 free of 8 allocatable",
+        "{m}"
+    );
+    // A key no node has: never.
+    let rack = together_pod(2, &["example.com/rack"]);
+    let m = cluster_fit(&inv, "c", &rack, 1).misfit.unwrap();
+    assert!(m.unresolvable(), "{m}");
+    assert_eq!(
+        m.to_string(),
+        "its pods keep together in one example.com/rack (a required pod affinity to one another), and no node of cluster c has the label example.com/rack"
+    );
+    // Two keys: one domain of both. Racks r1 = {n0, n2}, r2 = {n1, n3}: no zone and rack
+    // holds more than 4.
+    let mut racked = yaml.clone();
+    for (node, rack) in [("n0", "r1"), ("n2", "r1"), ("n1", "r2"), ("n3", "r2")] {
+        racked = racked.replace(
+            &format!("      - name: {node}\n        labels: {{{ZONE}: "),
+            &format!("      - name: {node}\n        labels: {{example.com/rack: {rack}, {ZONE}: "),
+        );
+    }
+    let racked = parse_yaml(&racked).unwrap();
+    let both = together_pod(2, &[ZONE, "example.com/rack"]);
+    let fit = cluster_fit(&racked, "c", &both, 4);
+    assert!(fit.fits(), "{:?}", fit.misfit.map(|m| m.to_string()));
+    assert_eq!(fit.placements.len(), 1, "one node of one zone and rack");
+    let m = cluster_fit(&racked, "c", &both, 5).misfit.unwrap();
+    assert!(
+        m.to_string()
+            .contains("none of the 4 topology.kubernetes.io/zone and example.com/rack domain(s)"),
+        "{m}"
+    );
+    // The hostname: all on one node; a node's name stands for its label.
+    let one_node = together_pod(2, &[apart::HOSTNAME]);
+    assert_eq!(placed(&one_node, 4), [(0, 4)]);
+    let m = cluster_fit(&inv, "c", &one_node, 5).misfit.unwrap();
+    assert!(
+        m.to_string()
+            .contains("in kubernetes.io/hostname=n0, which holds the most"),
+        "{m}"
+    );
+}
+
+#[test]
+fn only_an_affinity_to_the_pods_own_kind_keeps_them_together() {
+    let with = |term: serde_json::Value| {
+        shape(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "train"}},
+            "spec": {
+                "containers": [{"name": "main"}],
+                "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+            }
+        }))
+    };
+    let own = serde_json::json!({"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"});
+    assert_eq!(with(own).together, ["zone"]);
+    // Beside other pods (a cache, a dataset server): not modelled, and named.
+    for other in [
+        serde_json::json!({"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}),
+        serde_json::json!({"topologyKey": "zone"}),
+        serde_json::json!({"labelSelector": {"matchLabels": {"app": "train"}}, "namespaces": ["other"], "topologyKey": "zone"}),
+    ] {
+        let pod = with(other.clone());
+        assert!(pod.together.is_empty(), "{other}");
+        assert_eq!(
+            pod.unmodelled_terms,
+            [apart::Unmodelled::Affinity(0)],
+            "{other}"
+        );
+    }
+    // With a spread over nodes, the spread is modelled and the affinity named.
+    let view: crate::placement::PodView = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "train"}},
+        "spec": {
+            "containers": [{"name": "main"}],
+            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"}
+            ]}},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "train"}}}]
+        }
+    }))
+    .unwrap();
+    let spread = PodShape::from_view(&view).unwrap();
+    assert!(spread.spread.is_some() && spread.together.is_empty());
+    assert_eq!(spread.unmodelled_terms, [apart::Unmodelled::Affinity(0)]);
+}

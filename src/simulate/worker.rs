@@ -23,7 +23,7 @@ use crate::dispatcher::kind::jobset::{JobSetStatus, ReplicatedJobStatus};
 use crate::dispatcher::kind::Status;
 use crate::dispatcher::{JobKey, WorkerCopy};
 use crate::inventory::{Cluster, Node, ResourceTable};
-use crate::placement::fit::counted_by_spread;
+use crate::placement::fit::{counted_by_spread, topology_value};
 use crate::placement::inflight::Take;
 use crate::placement::{
     fit_node, node_accepts, BoundPod, EngineConfig, Misfit, NodeJudge, NodeState, PodShape,
@@ -878,10 +878,12 @@ impl SimWorker {
     /// shape too): for pods that keep one to a node, every node holding one (InterPodAffinity);
     /// for pods that spread over nodes, every node whose count, with one more, exceeds the
     /// least count on the nodes the spread counts by more than its `maxSkew`
-    /// (PodTopologySpread). None for other pods.
+    /// (PodTopologySpread); for pods kept together, every node without the keys and, once
+    /// one of them is bound, every node where a key's value differs from all of theirs
+    /// (InterPodAffinity). None for other pods.
     fn held_by_peers(&self, cluster: &Cluster, job: &SimJob) -> Vec<usize> {
         let shape = &job.behaviour.shape;
-        if !shape.one_per_node && shape.spread.is_none() {
+        if !shape.one_per_node && shape.spread.is_none() && shape.together.is_empty() {
             return Vec::new();
         }
         let set = job.owner.as_ref().and_then(|o| self.sets.get(o));
@@ -912,8 +914,16 @@ impl SimWorker {
                     .filter(|&i| count[i] >= cap)
                     .collect()
             }
-            _ => on.collect(),
+            _ if shape.one_per_node => on.collect(),
+            _ => Vec::new(),
         };
+        if !shape.together.is_empty() {
+            let on: Vec<usize> = peers
+                .iter()
+                .flat_map(|j| j.pods.values().map(|p| p.node))
+                .collect();
+            nodes.extend(away_from_peers(cluster, &shape.together, &on));
+        }
         nodes.sort_unstable();
         nodes.dedup();
         nodes
@@ -1142,6 +1152,22 @@ fn usage(delta: &mut Vec<i64>, table: &ResourceTable, take: &Take, sign: i64) {
             *d += sign * amount;
         }
     }
+}
+
+/// The nodes InterPodAffinity keeps a pod off when it goes beside the pods like it on `keys`
+/// (bound to the nodes `on`): a node without one of the keys and, once any of them is bound,
+/// a node whose value of some key none of them has. kube-scheduler counts the matching pods by
+/// key and value, and lets the first of them go to any node with the keys.
+fn away_from_peers(cluster: &Cluster, keys: &[String], on: &[usize]) -> Vec<usize> {
+    let value = |i: usize, k: &str| topology_value(&cluster.nodes[i], k);
+    (0..cluster.nodes.len())
+        .filter(|&i| {
+            keys.iter().any(|k| match value(i, k) {
+                None => true,
+                Some(v) => !on.is_empty() && on.iter().all(|&p| value(p, k) != Some(v)),
+            })
+        })
+        .collect()
 }
 
 /// kube-scheduler's choice for one pod: nodes whose free resources (allocatable − requested)

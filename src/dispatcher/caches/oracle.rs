@@ -314,6 +314,9 @@ impl<'w> CachedOracle<'w> {
         known: &'w KnownMisfit,
         epoch: u64,
     ) -> Option<Fit> {
+        if reason_turns_with_room(gang) {
+            return None;
+        }
         let counted = if known.epoch == epoch {
             // No node gained room since it was found.
             if known.fitted >= gang.pods {
@@ -321,14 +324,6 @@ impl<'w> CachedOracle<'w> {
             }
             None
         } else {
-            // Pods kept apart or spread may still not fit where nodes gained room, for a
-            // reason that now stays where the one found could pass (their nodes have room,
-            // but not for another of them): whether it stays decides NeverFits, so they are
-            // searched afresh. Any other misfit's node that gains room keeps a reason that
-            // may pass, or had one that stays.
-            if gang.shape.one_per_node || gang.shape.spread.is_some() {
-                return None;
-            }
             let room = self.room_bound(gang, (worker, base))?;
             if room >= gang.pods {
                 return None;
@@ -806,7 +801,12 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         }
     }
 
-    fn recall(&mut self, class: &ClassKey, now: &Circumstances) -> Option<Verdict> {
+    fn recall(&mut self, gang: &Gang, now: &Circumstances) -> Option<Verdict> {
+        // Kept for no longer than its misfits are (see `CachedOracle::misfit_stands`).
+        if reason_turns_with_room(gang) {
+            return None;
+        }
+        let class = gang.class;
         if now
             .workers
             .iter()
@@ -953,6 +953,19 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             self.gained.push(worker);
         }
     }
+}
+
+/// Whether the reason a gang does not fit a worker may turn, from one that stays to one that
+/// may pass or back, however the worker's room moves: its pods are kept apart, spread or
+/// together. Such misfits and verdicts are found afresh at every look. Whether the reason
+/// stays decides NeverFits, and a node that gains room may now take nothing more for a
+/// reason that stays (it holds one of the pods already, or another domain now holds the most
+/// of them), while a node that loses room refuses the pod it took before, for a reason that
+/// may pass. Any other gang's node that gains room keeps a reason that may pass, or had one
+/// that stays; one that loses room refused a pod of the gang before, and still does.
+fn reason_turns_with_room(gang: &Gang) -> bool {
+    let apart = |s: &PodShape| s.one_per_node || s.spread.is_some() || !s.together.is_empty();
+    apart(gang.shape) || gang.extra.iter().any(|e| apart(&e.shape))
 }
 
 /// A remembered reason or message, copied. It is empty unless messages are asked for, and

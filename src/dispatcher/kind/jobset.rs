@@ -251,6 +251,7 @@ fn same_for_placement(a: &PodShape, b: &PodShape) -> bool {
         && a.tolerations == b.tolerations
         && a.one_per_node == b.one_per_node
         && a.spread == b.spread
+        && a.together == b.together
         && ours(a) == ours(b)
         && containers(a) == containers(b)
 }

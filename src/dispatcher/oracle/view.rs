@@ -505,9 +505,11 @@ pub(crate) fn room_in_order(
     let n = current.nodes.len();
     // The search takes nodes in order until the gang fits: on the first nodes of the order
     // it places the gang exactly as on all of them, so only as many are drained as it needs
-    // (first as many as there are pods, doubling). Not pods that spread over nodes: their
-    // spread counts every node, so all are drained at once.
-    let spread = gang.shape.spread.is_some() || gang.extra.iter().any(|e| e.shape.spread.is_some());
+    // (first as many as there are pods, doubling). Not pods that spread over nodes, nor pods
+    // kept together: their spread counts every node, and the domain that scores best may
+    // have its nodes anywhere in the order, so all are drained at once.
+    let every_node = |s: &crate::placement::PodShape| s.spread.is_some() || !s.together.is_empty();
+    let spread = every_node(gang.shape) || gang.extra.iter().any(|e| every_node(&e.shape));
     let mut first = match spread {
         true => n,
         false => gang.all_pods().clamp(1, n.max(1)).min(n),

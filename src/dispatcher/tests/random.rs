@@ -219,9 +219,12 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
     let inv = InventoryBuilder::default()
         .cluster("a")
         .node("a-0", 16, 4)
+        .labels("{zone: z1}")
         .node("a-1", 16, 0)
+        .labels("{zone: z1}")
         .cluster("b")
         .numa_node("b-0", &[(8, 2), (8, 2)])
+        .labels("{zone: z2}")
         .cluster("c")
         .node("c-0", 8, 0)
         .build();
@@ -278,6 +281,10 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
                 } else if rng.percent(15) {
                     // Some spread them over nodes.
                     j = j.spread(1 + rng.below(2) as u32);
+                } else if rng.percent(15) {
+                    // Some keep them together: on one node, or in one zone (c has none).
+                    let keys = [crate::placement::apart::HOSTNAME, "zone"];
+                    j = j.together(keys[rng.below(2) as usize]);
                 }
                 // Some gangs have pods of a second shape beside (a JobSet's driver).
                 if rng.percent(15) {
@@ -422,4 +429,70 @@ fn random_run(seed: u64, steps: usize, remember: bool) -> Env {
         }
     }
     env
+}
+
+/// Found by the random runs: a gang kept one to a node that no worker holds says so for good
+/// (each node holds one), until a node loses room: the node then refuses it for a reason
+/// that may pass, and the gang waits. In a StrictFIFO queue that decides whether a later Job
+/// passes it. The caches must see the change, though no node gained room.
+#[test]
+fn a_gang_kept_apart_is_judged_afresh_when_a_node_loses_room() {
+    let why = |env: &mut Env, name: &str| {
+        let p = env.plan();
+        let job = env.job(name);
+        let waits = p
+            .job_waiting
+            .get(&job.key)
+            .or_else(|| p.waiting.get(&job.class()));
+        waits.map(|w| w.reason)
+    };
+    let run = |remember: bool| {
+        let inv = InventoryBuilder::default()
+            .cluster("a")
+            .node("a-0", 8, 0)
+            .node("a-1", 8, 0)
+            .build();
+        let queues = vec![
+            queue("strict", "clusters: [a]\nqueueingStrategy: StrictFIFO"),
+            queue("other", "clusters: [a]"),
+        ];
+        let mut env = Env::new(inv, queues);
+        env.world.config.remember = remember;
+        let apart = job("apart")
+            .queue("strict")
+            .pods(3)
+            .each(1, 0)
+            .one_per_node();
+        env.submit(apart.created(t0()).build());
+        env.settle();
+        let mut seen = vec![why(&mut env, "apart")];
+        // A Job of another queue fills a-0.
+        env.advance(secs(10));
+        let filler = job("filler").queue("other").pods(1).each(8, 0);
+        env.submit(filler.created(env.now).build());
+        env.settle();
+        env.advance(secs(10));
+        let later = job("later").queue("strict").pods(1).each(1, 0);
+        env.submit(later.created(env.now).build());
+        env.settle();
+        seen.extend([why(&mut env, "apart"), why(&mut env, "later")]);
+        (seen, env.planned)
+    };
+    let (seen, cached) = run(true);
+    let (plain_seen, plain) = run(false);
+    assert_eq!(cached, plain, "the caches decided otherwise");
+    assert_eq!(seen, plain_seen);
+    assert!(
+        plain
+            .iter()
+            .any(|a| a.contains("\"filler\" }, cluster: \"a\"")),
+        "{plain:#?}"
+    );
+    // As the plain answers have it: for good while each node holds one; a wait once a node
+    // refuses for want of room, which holds the later Job back.
+    let (never, wait) = (reason::NEVER_FITS, reason::NO_WORKER_FITS);
+    assert_eq!(
+        seen,
+        [Some(never), Some(wait), Some(reason::BEHIND_OLDER_JOB)]
+    );
 }

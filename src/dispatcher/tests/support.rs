@@ -46,6 +46,12 @@ impl InventoryBuilder {
         self
     }
 
+    /// Labels (a flow map) on the last node added.
+    pub(super) fn labels(mut self, labels: &str) -> Self {
+        self.yaml += &format!("        labels: {labels}\n");
+        self
+    }
+
     /// What pods the dispatcher does not know of take on the last node added (by
     /// [`InventoryBuilder::node`]): its inventory shows them requested.
     pub(super) fn busy(mut self, cpus: u32, gpus: u32) -> Self {
@@ -166,6 +172,16 @@ impl JobBuilder {
             .shape_key
             .wrapping_mul(37)
             .wrapping_add(u64::from(max_skew));
+        self
+    }
+    /// Its pods kept together in one domain of `key` (a required pod affinity to its own
+    /// pods).
+    pub(super) fn together(mut self, key: &str) -> Self {
+        if let Ok(shape) = &mut self.0.pod {
+            Arc::make_mut(shape).together = vec![key.to_string()];
+        }
+        self.0.shape_key = (self.0.shape_key.wrapping_mul(41))
+            .wrapping_add(key.bytes().map(u64::from).sum::<u64>());
         self
     }
     /// Adds `pods` pods of another shape to the gang (as a JobSet's second replicated Job
