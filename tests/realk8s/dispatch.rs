@@ -1025,7 +1025,14 @@ pub async fn a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes
             "topologyKey": "kubernetes.io/hostname"
         }]
     }}});
-    kept_apart(suite, "apart", affinity, "its pods keep one to a node").await;
+    kept_apart(
+        suite,
+        "apart",
+        affinity,
+        "its pods keep one to a node",
+        Landed::Apart,
+    )
+    .await;
 }
 
 /// A Job of two pods spread over at least two nodes (a DoNotSchedule topology spread
@@ -1041,14 +1048,55 @@ pub async fn a_job_whose_pods_spread_over_nodes_goes_only_where_its_spread_fits(
         "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}}
     }]});
     let why = "fewer than its minDomains 2, so no node may take more than 1";
-    kept_apart(suite, "spread", spread, why).await;
+    kept_apart(suite, "spread", spread, why, Landed::Apart).await;
+}
+
+/// A Job of two pods kept together in one topology zone (a required pod affinity to its own
+/// pods on `topology.kubernetes.io/zone`): w2's node has no zone label, so the real
+/// kube-scheduler would bind neither pod there; in w1 both land in one of its two zones.
+pub async fn a_job_whose_pods_keep_together_goes_only_where_one_zone_holds_it(suite: Arc<Suite>) {
+    let together = json!({"affinity": {"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": "pair"}},
+            "topologyKey": crate::env::ZONE
+        }]
+    }}});
+    let why = "no node of cluster w2 has the label topology.kubernetes.io/zone";
+    kept_apart(suite, "together", together, why, Landed::InOneZone).await;
+}
+
+/// Where the two pods of [`kept_apart`]'s Job must land in w1.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Landed {
+    /// On two different nodes (the Job has two pods).
+    Apart,
+    /// In one topology zone.
+    InOneZone,
+}
+
+impl Landed {
+    /// Whether `nodes` (of w1) are where the pods must be.
+    fn holds(self, nodes: &[&String]) -> bool {
+        let distinct: BTreeSet<&String> = nodes.iter().copied().collect();
+        let zones: BTreeSet<&str> = nodes.iter().map(|n| crate::env::w1_zone(n)).collect();
+        match self {
+            Landed::Apart => distinct.len() == 2,
+            Landed::InOneZone => zones.len() == 1,
+        }
+    }
 }
 
 /// Job `pair` (two pods of 1 CPU, 3 seconds each) with `fields` in its pod spec, in a queue over
 /// w2 alone (namespace `<prefix>-w2`): it waits as `NeverFits`, saying `why`, and no copy is
-/// made. Then in a queue over w1 alone: dispatched on two nodes, bound by the worker's real
-/// kube-scheduler to two different nodes, and complete in the manager.
-async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, why: &str) {
+/// made. Then in a queue over w1 alone: dispatched, placed and bound by the worker's real
+/// kube-scheduler as `landed` says, and complete in the manager.
+async fn kept_apart(
+    suite: Arc<Suite>,
+    prefix: &str,
+    fields: serde_json::Value,
+    why: &str,
+    landed: Landed,
+) {
     let env = suite.fleet().await;
     let _shared = env.exclusive.read().await;
     let submit = |worker: &'static str| {
@@ -1089,8 +1137,9 @@ async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, 
     let ns = ns.as_str();
     let w1 = &env.worker("w1").plane;
     let copy = wait_running_copy(&env, "w1", ns, "pair").await;
-    let preferred: BTreeSet<String> = preferred_nodes(&copy).into_iter().collect();
-    assert_eq!(preferred.len(), 2, "the fit's nodes: {preferred:?}");
+    let preferred: Vec<String> = preferred_nodes(&copy);
+    let preferred: Vec<&String> = preferred.iter().collect();
+    assert!(landed.holds(&preferred), "the fit's nodes: {preferred:?}");
     // Each pod runs for 3 seconds: the nodes of every pod bound so far, whatever its phase.
     let bound = eventually(
         &format!("both pods of {ns}/pair bound"),
@@ -1112,8 +1161,8 @@ async fn kept_apart(suite: Arc<Suite>, prefix: &str, fields: serde_json::Value, 
         },
     )
     .await;
-    let distinct: BTreeSet<&String> = bound.iter().collect();
-    assert_eq!(distinct.len(), 2, "one pod to a node: {bound:?}");
+    let bound: Vec<&String> = bound.iter().collect();
+    assert!(landed.holds(&bound), "{landed:?}: {bound:?}");
     let done = wait_complete(&env, ns, "pair", summary).await;
     assert_eq!(annotation(&done, CLUSTER).as_deref(), Some("w1"));
     assert_eq!(done.status.unwrap().succeeded, Some(2));

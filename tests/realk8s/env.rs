@@ -8,8 +8,8 @@
 //!   Service, and the `caBundle` of `switchyard certs`; the Job controller (it must leave
 //!   Switchyard's Jobs alone); two kube-schedulers whose extender is Switchyard, one with
 //!   `nodeCacheCapable: true`, one without.
-//! - Workers `w1` (four nodes of 8 GPUs in two NUMA zones) and `w2` (one node of 4 GPUs in two
-//!   zones), each with the chart's worker RBAC, registered by `switchyard register-worker`
+//! - Workers `w1` (four nodes of 8 GPUs in two NUMA zones, two in each of the topology zones
+//!   `z1` and `z2`) and `w2` (one node of 4 GPUs in two NUMA zones, no topology zone), each with the chart's worker RBAC, registered by `switchyard register-worker`
 //!   (a Secret holding a kubeconfig with the token of the worker role's ServiceAccount, and the
 //!   WorkerCluster).
 //! - JobSets: the JobSet CRD in every cluster before Switchyard starts, the chart rendered with
@@ -91,6 +91,17 @@ fn b64(bytes: &[u8]) -> String {
 
 fn switchyard() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+}
+
+/// The node label of a node's topology zone.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The topology zone of node `name` of w1: `z1` for its first two nodes, `z2` for the others.
+pub fn w1_zone(name: &str) -> &'static str {
+    match name {
+        "w1-gpu-0" | "w1-gpu-1" => "z1",
+        _ => "z2",
+    }
 }
 
 fn gpu_node(name: &str, cpus: i64, memory_gi: i64, gpus: i64) -> NodeSpec {
@@ -282,7 +293,12 @@ impl Env {
         for (name, plane) in [("w1", w1), ("w2", w2)] {
             let nodes = if name == "w1" {
                 (0..4)
-                    .map(|i| gpu_node(&format!("w1-gpu-{i}"), 32, 128, 8))
+                    .map(|i| {
+                        let mut node = gpu_node(&format!("w1-gpu-{i}"), 32, 128, 8);
+                        let zone = w1_zone(&node.name).to_string();
+                        node.labels.insert(ZONE.into(), zone);
+                        node
+                    })
                     .collect()
             } else {
                 vec![gpu_node("w2-gpu-0", 16, 64, 4)]

@@ -181,6 +181,7 @@ fn scenarios() -> Vec<(&'static str, Needs, Scenario)> {
         scenario!(Needs::Fleet, dispatch::a_workers_default_scheduler_puts_the_pods_where_the_dispatcher_placed_them),
         scenario!(Needs::Fleet, dispatch::a_job_whose_pods_keep_one_to_a_node_goes_only_where_there_are_nodes_enough),
         scenario!(Needs::Fleet, dispatch::a_job_whose_pods_spread_over_nodes_goes_only_where_its_spread_fits),
+        scenario!(Needs::Fleet, dispatch::a_job_whose_pods_keep_together_goes_only_where_one_zone_holds_it),
         scenario!(Needs::Fleet, dispatch::a_partition_longer_than_worker_lost_timeout_requeues_then_heals_to_one_copy),
         scenario!(Needs::Fleet, dispatch::a_partition_shorter_than_worker_lost_timeout_requeues_nothing),
         scenario!(Needs::Fleet, dispatch::a_leader_killed_in_a_burst_of_200_jobs_is_replaced_and_every_job_completes_once),
