@@ -289,6 +289,46 @@ async fn a_virtual_node_takes_a_gang_that_spreads_over_nodes_only_as_its_spread_
     running.shutdown().await;
 }
 
+/// A gang whose pods keep together (a required pod affinity to one another, by the label
+/// their Job's controller gives them) is judged on a virtual node as InterPodAffinity binds
+/// it in the worker: whole in one domain of the topology key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_node_takes_a_gang_kept_together_only_where_one_domain_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, mut conn) = start(dir.path(), None).await;
+    let mut args = eu1_train_pod(4);
+    let together = |key: &str| {
+        json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"job-name": "train"}},
+            "topologyKey": key
+        }]}})
+    };
+    // On one node: each of eu-1's three nodes holds two 4-GPU pods ...
+    args["Pod"]["spec"]["affinity"] = together("kubernetes.io/hostname");
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "2"});
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!(["switchyard-eu-1"]), "{reply}");
+    // ... and none three, though the cluster holds six.
+    args["Pod"]["metadata"]["annotations"] = json!({"switchyard.dev/gang-size": "3"});
+    args["Pod"]["metadata"]["resourceVersion"] = json!("998");
+    let (_, reply) = call(&mut conn, "/scheduler/filter", &args).await;
+    assert_eq!(reply["NodeNames"], json!([]), "{reply}");
+    let why = reply["FailedNodes"]["switchyard-eu-1"].as_str().unwrap();
+    assert!(why.contains("only 2 of 3 pods fit"), "{why}");
+    assert!(
+        why.contains("keep together in one kubernetes.io/hostname (a required pod affinity to one another), and none of the 3"),
+        "{why}"
+    );
+    // In one zone: no node of eu-1 has a zone label, so never.
+    args["Pod"]["spec"]["affinity"] = together("topology.kubernetes.io/zone");
+    let why = refused_for_good(&mut conn, &mut args).await;
+    assert!(
+        why.contains("no node of cluster eu-1 has the label topology.kubernetes.io/zone"),
+        "{why}"
+    );
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bind_holds_the_space_and_posts_the_binding() {
     let api = MockServer::start().await;

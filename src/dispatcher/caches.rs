@@ -7,7 +7,9 @@
 //! - Misfits ([`KnownMisfit`]): a class's gang did not fit a worker. It stands while the
 //!   worker's nodes only lose room (its capacity epoch stays: [`Caches::capacity_changed_on`]
 //!   and [`Caches::capacity_changed`] move it), or while the room per pod shape below,
-//!   with the placements held there taken off, is too little for the gang.
+//!   with the placements held there taken off, is too little for the gang. Not for gangs
+//!   whose pods keep apart, spread over nodes or keep together: whether their reason stays
+//!   turns as nodes gain or lose room, and they are searched afresh at every look.
 //! - Room per pod shape ([`ShapeRoom`]): per worker, an upper bound of the pods of a shape
 //!   its nodes can take; brought up to date from the log of nodes whose room changed either
 //!   way ([`Caches::node_lost_room`], [`Caches::capacity_changed_on`]). Beside it, how free
@@ -32,7 +34,8 @@
 //!   they were ([`Caches::queues_changed`]) and, when messages are written, so does the room
 //!   kept for starving Jobs ([`Caches::kept_changed`]). Quota is not remembered: it is
 //!   checked afresh at every look, and cheaply. A starving Job's class is judged afresh at
-//!   every look: what it holds is decided anew each time.
+//!   every look: what it holds is decided anew each time; so is a class of pods kept apart,
+//!   spread or together, as their misfits are.
 
 mod memo;
 pub(crate) mod oracle;
