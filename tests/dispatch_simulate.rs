@@ -1695,18 +1695,20 @@ fn sent_where_it_fits(scenario: &str) {
     }
 }
 
+/// The anti-affinity that keeps Job `train`'s pods one to a node in [`ONE_POD_PER_NODE`].
+const APART: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
+              topologyKey: kubernetes.io/hostname
+";
+
 /// [`ONE_POD_PER_NODE`] with Job `train` spread over nodes instead, and a third node in `tall`
 /// with a taint the Job does not tolerate: PodTopologySpread still counts it
 /// (nodeTaintsPolicy: Ignore), with none of the pods.
 fn spread_over_nodes() -> String {
     const TALL_2: &str =
         "      - {name: tall-2, allocatable: {cpu: \"32\", memory: 64Gi, pods: \"110\"}}\n";
-    const APART: &str = "      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
-              topologyKey: kubernetes.io/hostname
-";
     const SPREAD: &str = "      topologySpreadConstraints:
         - maxSkew: 1
           topologyKey: kubernetes.io/hostname
@@ -1726,18 +1728,13 @@ fn spread_over_nodes() -> String {
 /// are all in one zone, and `tall`'s two nodes, in two zones, have room for three of its pods
 /// each.
 fn together_in_a_zone() -> String {
-    const APART: &str = "      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
-              topologyKey: kubernetes.io/hostname
-";
     const TOGETHER: &str = "      affinity:
         podAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
             - labelSelector: {matchLabels: {batch.kubernetes.io/job-name: train}}
               topologyKey: topology.kubernetes.io/zone
 ";
+    assert!(ONE_POD_PER_NODE.contains(APART));
     let mut scenario = ONE_POD_PER_NODE.replace(APART, TOGETHER);
     for (node, zone, cpu) in [("tall-1", "x", "12"), ("tall-2", "y", "12")] {
         let old = format!("{{name: {node}, allocatable: {{cpu: \"32\"");
