@@ -5,6 +5,7 @@ use crate::dispatcher::kind::Extra;
 use crate::dispatcher::oracle::view::search;
 use crate::dispatcher::oracle::GangPods;
 use crate::inventory::{Inventory, Node, Scope};
+use crate::placement::fit::topology_value;
 use crate::placement::{
     fit_node, score, shape_for_cluster_nodes, EngineConfig, NodeFit, PodShape, Strategy,
 };
@@ -77,6 +78,18 @@ fn explain_node(
     }
     for note in &fit.notes {
         let _ = writeln!(out, "{indent}    note: {note}");
+    }
+    // A pod kept together by a key goes only where the key is (InterPodAffinity).
+    let unlabelled = shape
+        .together
+        .iter()
+        .filter(|k| topology_value(node, k).is_none());
+    for key in unlabelled {
+        let _ = writeln!(
+            out,
+            "{indent}    note: node {} has no label {key}, by which its pods keep together: kube-scheduler binds none of them here",
+            node.name
+        );
     }
     for t in &fit.traces {
         let _ = writeln!(out, "{indent}    {}:", t.unit);

@@ -1553,6 +1553,10 @@ fn explain_judges_a_job_as_the_gang_of_its_pods() {
         report.contains("cluster eu-1: does not fit: only 0 of 2 pods fit at once in cluster eu-1; then: its pods keep together in one topology.kubernetes.io/zone (a required pod affinity to one another), and no node of cluster eu-1 has the label topology.kubernetes.io/zone\n"),
         "{report}"
     );
+    assert!(
+        report.contains("    note: node eu-1-cpu-a has no label topology.kubernetes.io/zone, by which its pods keep together: kube-scheduler binds none of them here\n"),
+        "{report}"
+    );
     job["kind"] = "Deployment".into();
     job["apiVersion"] = "apps/v1".into();
     let out = run(&job);
