@@ -7,7 +7,7 @@ use super::{EngineConfig, NumaUnknown};
 use crate::inventory::{Cluster, Node, NumaTopology, ResourceTable, Scope, Taint};
 use crate::quantity::{display, Milli};
 use crate::topology::{merge_resources, MergeResult, NumaMask, Policy, TopologyHint};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fmt::Write as _;
 
@@ -1838,21 +1838,19 @@ pub fn fit_cluster(
     config: &EngineConfig,
     strategy: Strategy,
 ) -> ClusterFit {
-    let mut out = ClusterFit {
+    let refused = |misfit: Misfit| ClusterFit {
         cluster: cluster.name.clone(),
         placements: Vec::new(),
         fitted: 0,
-        misfit: None,
+        misfit: Some(misfit),
         score: 0,
     };
     if let Some(why) = &cluster.unavailable {
-        out.misfit = Some(Misfit::Unavailable(why.clone()));
-        return out;
+        return refused(Misfit::Unavailable(why.clone()));
     }
     let s = &cluster.summary;
     if let Some(short) = summary_shortfall(s, shape, pod) {
-        out.misfit = Some(short.misfit(&cluster.name));
-        return out;
+        return refused(short.misfit(&cluster.name));
     }
     if shape.spread.is_some() {
         if let Some(spread) = fit_spread(cluster, table, shape, pod, n, config, strategy) {
@@ -2055,7 +2053,7 @@ pub(crate) fn together_domains(
     cluster: &Cluster,
     keys: &[String],
 ) -> (Vec<Option<usize>>, Vec<String>) {
-    let mut numbers: HashMap<Vec<&str>, usize> = HashMap::new();
+    let mut numbers: BTreeMap<Vec<&str>, usize> = BTreeMap::new();
     let mut names = Vec::new();
     let domains = (cluster.nodes.iter())
         .map(|node| {

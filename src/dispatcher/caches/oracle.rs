@@ -112,6 +112,8 @@ struct Judging<'w> {
     /// Whether the pass found fits of the class before.
     may_know: bool,
     bound: Option<Arc<BoundPod>>,
+    /// [`reason_turns_with_room`] of the class's gang.
+    turns_with_room: bool,
 }
 
 /// The oracle over the caches.
@@ -287,9 +289,9 @@ impl<'w> CachedOracle<'w> {
             return Fit::of(&fit, self.config.describe);
         }
         // The misfits remembered are judged again on one pod shape: a gang of several is
-        // searched afresh every time.
-        let one_shape = gang.extra.is_empty();
-        if let Some(known) = self.known_misfit(worker, order).filter(|_| one_shape) {
+        // searched afresh every time, as is one whose reason turns with room.
+        let kept = gang.extra.is_empty() && !self.judging.turns_with_room;
+        if let Some(known) = self.known_misfit(worker, order).filter(|_| kept) {
             if let Some(stands) = self.misfit_stands(gang, (worker, base), order, known, epoch) {
                 return stands;
             }
@@ -298,7 +300,7 @@ impl<'w> CachedOracle<'w> {
             return Fit::not_in_inventory();
         };
         let fit = self.remember_fit(gang.class, worker, fit);
-        if let Some(known) = self.misfit_found(&fit, epoch).filter(|_| one_shape) {
+        if let Some(known) = self.misfit_found(&fit, epoch).filter(|_| kept) {
             self.found.misfits.push((gang.class.clone(), order, known));
         }
         Fit::of(&fit, self.config.describe)
@@ -314,9 +316,6 @@ impl<'w> CachedOracle<'w> {
         known: &'w KnownMisfit,
         epoch: u64,
     ) -> Option<Fit> {
-        if reason_turns_with_room(gang) {
-            return None;
-        }
         let counted = if known.epoch == epoch {
             // No node gained room since it was found.
             if known.fitted >= gang.pods {
@@ -717,6 +716,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
             misfits: self.caches.misfits_of(gang.class),
             may_know: self.fits.contains_key(gang.class),
             bound: Some(self.bind(gang.class.shape, gang.shape)),
+            turns_with_room: reason_turns_with_room(gang),
         };
         let parallel_from = 2 * PARALLEL_NODES;
         // (The queue's memo is made here for the pass: asked before the gang's shapes.)
