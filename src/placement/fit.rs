@@ -92,6 +92,20 @@ pub(crate) enum Misfit {
 }
 
 impl Misfit {
+    /// Why a gang of `wanted` pods does not fit cluster `cluster`: `fitted` of them did, then
+    /// `cause` stopped the next (the cause alone for a single pod that fits nowhere).
+    fn of_gang(cluster: &str, fitted: usize, wanted: usize, cause: Misfit) -> Misfit {
+        match (wanted, fitted) {
+            (1, 0) => cause,
+            _ => Misfit::Gang {
+                cluster: cluster.to_string(),
+                fitted,
+                wanted,
+                cause: Box::new(cause),
+            },
+        }
+    }
+
     pub(crate) fn unresolvable(&self) -> bool {
         match self {
             Misfit::UnknownNode(_)
@@ -1681,6 +1695,18 @@ impl ClusterFit {
     pub fn fits(&self) -> bool {
         self.misfit.is_none()
     }
+
+    /// The gang of `wanted` pods does not fit `cluster`: `fitted` of them would, then `cause`
+    /// stops the next (see [`Misfit::of_gang`]); no placement is kept.
+    fn short(cluster: &str, fitted: usize, wanted: usize, cause: Misfit) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            placements: Vec::new(),
+            fitted,
+            misfit: Some(Misfit::of_gang(cluster, fitted, wanted, cause)),
+            score: 0,
+        }
+    }
 }
 
 /// Below this many nodes per core, clusters are judged on one thread.
@@ -2027,16 +2053,7 @@ fn fit_nodes(
             Misfit::BadPod(format!("cluster {} has no nodes", cluster.name))
         }
     });
-    out.misfit = Some(if n == 1 && out.fitted == 0 {
-        cause
-    } else {
-        Misfit::Gang {
-            cluster: cluster.name.clone(),
-            fitted: out.fitted,
-            wanted: n,
-            cause: Box::new(cause),
-        }
-    });
+    out.misfit = Some(Misfit::of_gang(&cluster.name, out.fitted, n, cause));
     out
 }
 
@@ -2121,21 +2138,7 @@ fn fit_together(search: &Search, n: usize) -> ClusterFit {
         domains: names.len(),
         best,
     };
-    ClusterFit {
-        cluster: cluster.name.clone(),
-        placements: Vec::new(),
-        fitted,
-        misfit: Some(match n {
-            1 if fitted == 0 => together,
-            _ => Misfit::Gang {
-                cluster: cluster.name.clone(),
-                fitted,
-                wanted: n,
-                cause: Box::new(together),
-            },
-        }),
-        score: 0,
-    }
+    ClusterFit::short(&cluster.name, fitted, n, together)
 }
 
 /// [`fit_cluster`] for pods that spread over nodes ([`super::apart::Spread`]), as
@@ -2219,18 +2222,7 @@ fn fit_spread(
             too_few: too_few.then_some((counted, spread.min_domains)),
             unresolvable: too_few || stays,
         };
-        return Some(ClusterFit {
-            cluster: cluster.name.clone(),
-            placements: Vec::new(),
-            fitted: total,
-            misfit: Some(Misfit::Gang {
-                cluster: cluster.name.clone(),
-                fitted: total,
-                wanted: n,
-                cause: Box::new(misfit),
-            }),
-            score: 0,
-        });
+        return Some(ClusterFit::short(&cluster.name, total, n, misfit));
     }
     // The floor everywhere, then the rest in node order up to the cap.
     let mut left = n - floor * counted;
