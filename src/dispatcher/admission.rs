@@ -401,7 +401,7 @@ impl<'w> Pass<'w> {
             self.choose(&look, search.fits, oracle)
         };
         if let (Attempt::Wait(verdict), false) = (&attempt, judged_alone) {
-            oracle.remember(class, &now, verdict, &asked);
+            oracle.remember(&look.gang, &now, verdict, &asked);
         }
         attempt
     }

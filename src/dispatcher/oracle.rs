@@ -141,13 +141,7 @@ pub(crate) trait Oracle<'w> {
 
     /// Keeps the verdict of a placement: the gang fits none of the workers `asked` about (by
     /// position in the queue's list), nor any other usable one.
-    fn remember(
-        &mut self,
-        class: &ClassKey,
-        now: &Circumstances,
-        verdict: &Verdict,
-        asked: &[usize],
-    );
+    fn remember(&mut self, gang: &Gang, now: &Circumstances, verdict: &Verdict, asked: &[usize]);
 
     /// The pass's view of `worker` (placements held and handed out earlier in the pass taken
     /// off), and what the pass reads.
@@ -355,7 +349,7 @@ impl<'w> Oracle<'w> for PlainOracle<'w> {
         None
     }
 
-    fn remember(&mut self, _: &ClassKey, _: &Circumstances, _: &Verdict, _: &[usize]) {}
+    fn remember(&mut self, _: &Gang, _: &Circumstances, _: &Verdict, _: &[usize]) {}
 
     fn current(&mut self, worker: &str) -> Option<&Cluster> {
         let ledger = self.view.ledger();

@@ -19,9 +19,9 @@
 //!
 //! Any other required anti-affinity term or spread constraint (another topology key, a
 //! selector that matches other pods, namespaces chosen by labels, `ScheduleAnyway`, which
-//! only scores), and any pod affinity term over other pods, is not modelled: it concerns pods placement does not see (what runs on the
-//! nodes is known as amounts, not as labelled pods), and the pod is placed without it;
-//! `simulate` and `explain` say so.
+//! only scores), and any pod affinity term over other pods, is not modelled: it concerns pods
+//! placement does not see (what runs on the nodes is known as amounts, not as labelled pods),
+//! and the pod is placed without it; `simulate` and `explain` say so.
 
 use super::pod::{LabelSelectorView, PodAffinityTermView, PodSpecView, SpreadConstraintView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};

@@ -897,11 +897,14 @@ impl SimWorker {
                 .collect(),
             None => vec![job],
         };
-        let on = peers.iter().flat_map(|j| j.pods.values().map(|p| p.node));
+        // The nodes their pods are bound to, a node once per pod.
+        let on: Vec<usize> = (peers.iter())
+            .flat_map(|j| j.pods.values().map(|p| p.node))
+            .collect();
         let mut nodes: Vec<usize> = match shape.spread {
             Some(spread) if !shape.one_per_node => {
                 let mut count = vec![0usize; cluster.nodes.len()];
-                on.for_each(|n| count[n] += 1);
+                on.iter().for_each(|&n| count[n] += 1);
                 let counted: Vec<usize> = (0..cluster.nodes.len())
                     .filter(|&i| counted_by_spread(&spread, shape, &cluster.nodes[i]))
                     .collect();
@@ -914,14 +917,10 @@ impl SimWorker {
                     .filter(|&i| count[i] >= cap)
                     .collect()
             }
-            _ if shape.one_per_node => on.collect(),
+            _ if shape.one_per_node => on.clone(),
             _ => Vec::new(),
         };
         if !shape.together.is_empty() {
-            let on: Vec<usize> = peers
-                .iter()
-                .flat_map(|j| j.pods.values().map(|p| p.node))
-                .collect();
             nodes.extend(away_from_peers(cluster, &shape.together, &on));
         }
         nodes.sort_unstable();

@@ -802,7 +802,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
     }
 
     fn recall(&mut self, gang: &Gang, now: &Circumstances) -> Option<Verdict> {
-        // Kept for no longer than its misfits are (see `CachedOracle::misfit_stands`).
+        // Not kept when its misfits are not (see `reason_turns_with_room`).
         if reason_turns_with_room(gang) {
             return None;
         }
@@ -838,13 +838,12 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
         })
     }
 
-    fn remember(
-        &mut self,
-        class: &ClassKey,
-        now: &Circumstances,
-        verdict: &Verdict,
-        asked: &[usize],
-    ) {
+    fn remember(&mut self, gang: &Gang, now: &Circumstances, verdict: &Verdict, asked: &[usize]) {
+        // Never recalled (see `recall`).
+        if reason_turns_with_room(gang) {
+            return;
+        }
+        let class = gang.class;
         let describe = self.config.describe;
         let memo = self.queue_memo(now);
         let key = MemoKey {
