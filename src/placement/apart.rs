@@ -23,7 +23,10 @@
 //! placement does not see (what runs on the nodes is known as amounts, not as labelled pods),
 //! and the pod is placed without it; `simulate` and `explain` say so.
 
-use super::pod::{LabelSelectorView, PodAffinityTermView, PodSpecView, SpreadConstraintView};
+use super::pod::{
+    AffinityView, LabelSelectorView, PodAffinityTermView, PodSpecView, RequiredTermsView,
+    SpreadConstraintView,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
 
@@ -85,21 +88,20 @@ enum Term<'a> {
 
 /// The pod's required anti-affinity terms.
 fn anti_terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
-    spec.affinity
-        .as_ref()
-        .and_then(|a| a.pod_anti_affinity.as_ref())
-        .map(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .as_slice()
-        })
-        .unwrap_or_default()
+    required(spec, |a| a.pod_anti_affinity.as_ref())
 }
 
 /// The pod's required affinity terms.
 fn affinity_terms(spec: &PodSpecView) -> &[PodAffinityTermView] {
-    spec.affinity
-        .as_ref()
-        .and_then(|a| a.pod_affinity.as_ref())
+    required(spec, |a| a.pod_affinity.as_ref())
+}
+
+/// The required terms of the pod's affinity or anti-affinity, as `which` picks it.
+fn required<'s>(
+    spec: &'s PodSpecView,
+    which: impl Fn(&'s AffinityView) -> Option<&'s RequiredTermsView>,
+) -> &'s [PodAffinityTermView] {
+    (spec.affinity.as_ref().and_then(which))
         .map(|p| {
             p.required_during_scheduling_ignored_during_execution
                 .as_slice()
