@@ -63,6 +63,12 @@ impl PodShape {
         self
     }
 
+    /// Whether where one of the gang's pods may go depends on where the others are: they keep
+    /// one to a node, spread over nodes or keep together ([`apart`]).
+    pub(crate) fn placed_by_peers(&self) -> bool {
+        self.one_per_node || self.spread.is_some() || !self.together.is_empty()
+    }
+
     /// The strategy the pod asks for, or the configured default.
     pub fn strategy(&self, default: Strategy) -> Strategy {
         self.annotations

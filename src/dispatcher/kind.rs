@@ -246,8 +246,9 @@ pub(crate) fn template_shape(
         let mut h = std::collections::hash_map::DefaultHasher::new();
         template["spec"].to_string().hash(&mut h);
         template["metadata"]["annotations"].to_string().hash(&mut h);
-        // The same spec keeps its pods apart (or spreads them) for one Job and not another
-        // (its selector matches one's labels): the one place labels reach placement.
+        // The same spec keeps its pods apart (or spreads them, or keeps them together) for one
+        // Job and not another (its selector matches one's labels): the one place labels reach
+        // placement.
         if let Ok(s) = &shape {
             if s.one_per_node {
                 "one per node".hash(&mut h);
@@ -255,7 +256,9 @@ pub(crate) fn template_shape(
             if let Some(spread) = &s.spread {
                 spread.hash(&mut h);
             }
-            s.together.hash(&mut h);
+            if !s.together.is_empty() {
+                s.together.hash(&mut h);
+            }
         }
         h.finish()
     };

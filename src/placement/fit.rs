@@ -1878,12 +1878,6 @@ pub fn fit_cluster(
     if let Some(short) = summary_shortfall(s, shape, pod) {
         return refused(short.misfit(&cluster.name));
     }
-    if shape.spread.is_some() {
-        if let Some(spread) = fit_spread(cluster, table, shape, pod, n, config, strategy) {
-            return spread;
-        }
-        // The nodes cannot hold the gang even unspread: why is found below.
-    }
     // Nodes that the summary's rows show without room for one pod are not judged.
     let roomless = roomless_nodes(s, cluster.nodes.len(), pod);
     let search = Search {
@@ -1895,6 +1889,12 @@ pub fn fit_cluster(
         strategy,
         roomless: &roomless,
     };
+    if shape.spread.is_some() {
+        if let Some(spread) = fit_spread(&search, n) {
+            return spread;
+        }
+        // The nodes cannot hold the gang even unspread: why is found below.
+    }
     if !shape.together.is_empty() {
         return fit_together(&search, n);
     }
@@ -2148,15 +2148,16 @@ fn fit_together(search: &Search, n: usize) -> ClusterFit {
 /// maxSkew` a node. Any such spread can be bound pod by pod, each pod onto a node whose count
 /// is lowest among those with room below their share. `None` when the nodes cannot hold the
 /// gang even unspread (the caller finds why).
-fn fit_spread(
-    cluster: &Cluster,
-    table: &ResourceTable,
-    shape: &PodShape,
-    pod: &BoundPod,
-    n: usize,
-    config: &EngineConfig,
-    strategy: Strategy,
-) -> Option<ClusterFit> {
+fn fit_spread(search: &Search, n: usize) -> Option<ClusterFit> {
+    let &Search {
+        cluster,
+        table,
+        shape,
+        pod,
+        config,
+        strategy,
+        ..
+    } = search;
     let spread = shape.spread?;
     let pods_id = table.id("pods");
     let mut state = NodeState {

@@ -883,7 +883,7 @@ impl SimWorker {
     /// (InterPodAffinity). None for other pods.
     fn held_by_peers(&self, cluster: &Cluster, job: &SimJob) -> Vec<usize> {
         let shape = &job.behaviour.shape;
-        if !shape.one_per_node && shape.spread.is_none() && shape.together.is_empty() {
+        if !shape.placed_by_peers() {
             return Vec::new();
         }
         let set = job.owner.as_ref().and_then(|o| self.sets.get(o));

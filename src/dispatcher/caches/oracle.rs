@@ -963,8 +963,7 @@ impl<'w> Oracle<'w> for CachedOracle<'w> {
 /// may pass. Any other gang's node that gains room keeps a reason that may pass, or had one
 /// that stays; one that loses room refused a pod of the gang before, and still does.
 fn reason_turns_with_room(gang: &Gang) -> bool {
-    let apart = |s: &PodShape| s.one_per_node || s.spread.is_some() || !s.together.is_empty();
-    apart(gang.shape) || gang.extra.iter().any(|e| apart(&e.shape))
+    gang.shape.placed_by_peers() || gang.extra.iter().any(|e| e.shape.placed_by_peers())
 }
 
 /// A remembered reason or message, copied. It is empty unless messages are asked for, and

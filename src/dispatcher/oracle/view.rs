@@ -509,8 +509,8 @@ pub(crate) fn room_in_order(
     // kept together: their spread counts every node, and the domain that scores best may
     // have its nodes anywhere in the order, so all are drained at once.
     let every_node = |s: &crate::placement::PodShape| s.spread.is_some() || !s.together.is_empty();
-    let spread = every_node(gang.shape) || gang.extra.iter().any(|e| every_node(&e.shape));
-    let mut first = match spread {
+    let all_at_once = every_node(gang.shape) || gang.extra.iter().any(|e| every_node(&e.shape));
+    let mut first = match all_at_once {
         true => n,
         false => gang.all_pods().clamp(1, n.max(1)).min(n),
     };
